@@ -1,0 +1,214 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AgentSessionSpec describes one agent conversation whose tool calls toolgate
+// executes and commits in model order.
+type AgentSessionSpec struct {
+	// profileRef names the ToolProfile (same namespace) that governs every
+	// call of the session.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="profileRef is immutable"
+	ProfileRef LocalObjectReference `json:"profileRef"`
+
+	// workspace is the volume mounted at the profile's workspace root. Unset
+	// means calls run without a workspace.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="workspace is immutable"
+	Workspace *WorkspaceSpec `json:"workspace,omitempty"`
+
+	// maxParallel bounds how many parallel-safe calls of a turn run at once.
+	// +optional
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	MaxParallel int32 `json:"maxParallel,omitempty"`
+
+	// approvalTimeoutSeconds, when set, replaces the profile's approval
+	// timeout for this session's calls.
+	// +optional
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=604800
+	ApprovalTimeoutSeconds *int32 `json:"approvalTimeoutSeconds,omitempty"`
+}
+
+// LocalObjectReference names an object in the same namespace.
+type LocalObjectReference struct {
+	// name of the object.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name"`
+}
+
+// WorkspaceSpec selects the session's workspace volume: an existing claim, or
+// a claim toolgate creates (and deletes with the session).
+// +kubebuilder:validation:XValidation:rule="has(self.existingClaim) != has(self.volumeClaimTemplate)",message="exactly one of existingClaim or volumeClaimTemplate must be set"
+type WorkspaceSpec struct {
+	// existingClaim is the name of a PersistentVolumeClaim to mount.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	ExistingClaim string `json:"existingClaim,omitempty"`
+
+	// volumeClaimTemplate makes toolgate create a claim owned by the session.
+	// +optional
+	VolumeClaimTemplate *WorkspaceClaimTemplate `json:"volumeClaimTemplate,omitempty"`
+}
+
+// WorkspaceClaimTemplate is the part of a PersistentVolumeClaim a session
+// may choose.
+type WorkspaceClaimTemplate struct {
+	// storageClassName of the claim; unset uses the cluster default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// size is the requested storage.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="quantity(self).isGreaterThan(quantity('0'))",message="size must be positive"
+	Size resource.Quantity `json:"size"`
+}
+
+// AgentSessionStatus is the session's durable log head.
+type AgentSessionStatus struct {
+	// observedGeneration is the generation last reconciled successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready says whether the session accepts calls.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// currentTurn is the turn now being executed or committed.
+	// +optional
+	CurrentTurn int64 `json:"currentTurn,omitempty"`
+
+	// committedTurn is the last turn whose every call has committed; -1
+	// before any.
+	// +optional
+	CommittedTurn int64 `json:"committedTurn,omitempty"`
+
+	// commitCursor is the position just after the last committed call.
+	// +optional
+	CommitCursor *CallPosition `json:"commitCursor,omitempty"`
+
+	// nextSequence is the commit sequence the next committed call receives.
+	// +optional
+	NextSequence int64 `json:"nextSequence,omitempty"`
+
+	// counts are the committed calls per outcome.
+	// +optional
+	Counts OutcomeCounts `json:"counts,omitempty"`
+
+	// deferredContexts are the contexts of the last committed turn, in call
+	// order, ready for the model's next step.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	DeferredContexts []SessionContext `json:"deferredContexts,omitempty"`
+
+	// workspaceClaimName is the claim mounted as the workspace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	WorkspaceClaimName string `json:"workspaceClaimName,omitempty"`
+}
+
+// CallPosition is a call's place in model order.
+type CallPosition struct {
+	// turn of the call.
+	// +required
+	Turn int64 `json:"turn"`
+	// index of the call within its turn.
+	// +required
+	Index int32 `json:"index"`
+}
+
+// OutcomeCounts count committed calls per outcome.
+type OutcomeCounts struct {
+	// succeeded calls.
+	// +optional
+	Succeeded int64 `json:"succeeded,omitempty"`
+	// failed calls (body, wrapper, post-execute or normalization failures).
+	// +optional
+	Failed int64 `json:"failed,omitempty"`
+	// denied calls (policy, approval or guard).
+	// +optional
+	Denied int64 `json:"denied,omitempty"`
+	// cancelled calls.
+	// +optional
+	Cancelled int64 `json:"cancelled,omitempty"`
+	// timedOut calls.
+	// +optional
+	TimedOut int64 `json:"timedOut,omitempty"`
+}
+
+// SessionContext is a released context with the call it came from.
+type SessionContext struct {
+	// callId of the call that produced the context.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	CallID string `json:"callId"`
+
+	// AdditionalContext is the context itself.
+	AdditionalContext `json:",inline"`
+}
+
+// AgentSession reasons for the Ready condition.
+const (
+	// ReasonSessionActive: the profile is Ready and the workspace bound.
+	ReasonSessionActive = "Active"
+	// ReasonProfileNotFound: profileRef names no ToolProfile.
+	ReasonProfileNotFound = "ProfileNotFound"
+	// ReasonProfileNotReady: the ToolProfile's Ready condition is not True.
+	ReasonProfileNotReady = "ProfileNotReady"
+	// ReasonWorkspacePending: the workspace claim is not yet usable.
+	ReasonWorkspacePending = "WorkspacePending"
+)
+
+// AgentSession is one agent conversation: its profile, workspace and the
+// durable head of its committed tool results.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ags;asess,categories=toolgate
+// +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profileRef.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Turn",type=integer,JSONPath=`.status.currentTurn`
+// +kubebuilder:printcolumn:name="Committed",type=integer,JSONPath=`.status.nextSequence`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Parallel",type=integer,JSONPath=`.spec.maxParallel`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type AgentSession struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the session's configuration.
+	// +required
+	Spec AgentSessionSpec `json:"spec"`
+
+	// status is the session's durable log head.
+	// +optional
+	Status AgentSessionStatus `json:"status,omitempty"`
+}
+
+// AgentSessionList is a list of AgentSessions.
+// +kubebuilder:object:root=true
+type AgentSessionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AgentSession `json:"items"`
+}
+
+func init() {
+	register(&AgentSession{}, &AgentSessionList{})
+}

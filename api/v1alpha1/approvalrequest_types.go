@@ -1,0 +1,144 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ApprovalRequestSpec is one question about one call. toolgate writes
+// everything but decision; a person sets decision once.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",message="decision can be set once and never changed or removed",fieldPath=".decision"
+type ApprovalRequestSpec struct {
+	// toolCallRef names the ToolCall the question is about.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="toolCallRef is immutable"
+	ToolCallRef LocalObjectReference `json:"toolCallRef"`
+
+	// tool is the name of the tool called.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tool is immutable"
+	Tool string `json:"tool"`
+
+	// argumentsPreview is the call's arguments with redacted fields replaced
+	// and the text cut to a bound.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="argumentsPreview is immutable"
+	ArgumentsPreview string `json:"argumentsPreview,omitempty"`
+
+	// reason says why the call was asked about (the rule and its message).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="reason is immutable"
+	Reason string `json:"reason"`
+
+	// requester is the identity that submitted the call; it may not decide.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="requester is immutable"
+	Requester string `json:"requester"`
+
+	// deadline is when an undecided request fails closed.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="deadline is immutable"
+	Deadline metav1.Time `json:"deadline"`
+
+	// decision is set once by an approver.
+	// +optional
+	Decision *ApprovalDecision `json:"decision,omitempty"`
+}
+
+// ApprovalDecision is a person's answer.
+type ApprovalDecision struct {
+	// action is Approve (the call may run once) or Deny.
+	// +required
+	// +kubebuilder:validation:Enum=Approve;Deny
+	Action DecisionAction `json:"action"`
+
+	// decidedBy is the approver's username; admission checks it equals the
+	// user setting the decision.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	DecidedBy string `json:"decidedBy"`
+
+	// message is the approver's note, shown to the model on Deny.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// DecisionAction is an approver's answer.
+type DecisionAction string
+
+// Decision actions.
+const (
+	DecisionApprove DecisionAction = "Approve"
+	DecisionDeny    DecisionAction = "Deny"
+)
+
+// ApprovalRequestStatus is what toolgate made of the request.
+type ApprovalRequestStatus struct {
+	// phase is Pending, Approved, Denied, Expired or Cancelled.
+	// +optional
+	// +kubebuilder:validation:Enum=Pending;Approved;Denied;Expired;Cancelled
+	Phase ApprovalPhase `json:"phase,omitempty"`
+
+	// resolvedAt is when the phase left Pending.
+	// +optional
+	ResolvedAt *metav1.Time `json:"resolvedAt,omitempty"`
+}
+
+// ApprovalPhase is the state of an approval request.
+type ApprovalPhase string
+
+// Approval phases. Every phase but Approved fails the call closed.
+const (
+	ApprovalPending   ApprovalPhase = "Pending"
+	ApprovalApproved  ApprovalPhase = "Approved"
+	ApprovalDenied    ApprovalPhase = "Denied"
+	ApprovalExpired   ApprovalPhase = "Expired"
+	ApprovalCancelled ApprovalPhase = "Cancelled"
+)
+
+// ApprovalRequest asks a person to approve or deny one tool call.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=apr;approval,categories=toolgate
+// +kubebuilder:printcolumn:name="Call",type=string,JSONPath=`.spec.toolCallRef.name`
+// +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision.action`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Requester",type=string,JSONPath=`.spec.requester`,priority=1
+// +kubebuilder:printcolumn:name="Deadline",type=date,JSONPath=`.spec.deadline`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ApprovalRequest struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the question and, once set, its decision.
+	// +required
+	Spec ApprovalRequestSpec `json:"spec"`
+
+	// status is what toolgate made of the request.
+	// +optional
+	Status ApprovalRequestStatus `json:"status,omitempty"`
+}
+
+// ApprovalRequestList is a list of ApprovalRequests.
+// +kubebuilder:object:root=true
+type ApprovalRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ApprovalRequest `json:"items"`
+}
+
+func init() {
+	register(&ApprovalRequest{}, &ApprovalRequestList{})
+}

@@ -1,0 +1,276 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ToolCallSpec is a call's immutable identity: one tool call of one model
+// turn, with its arguments exactly as the model produced them. Only a
+// cancellation can be requested after create.
+// +kubebuilder:validation:XValidation:rule="has(self.parentRef) == has(oldSelf.parentRef)",message="parentRef is immutable",fieldPath=".parentRef"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancelRequested) || !oldSelf.cancelRequested || (has(self.cancelRequested) && self.cancelRequested)",message="cancelRequested cannot be withdrawn once true",fieldPath=".cancelRequested"
+type ToolCallSpec struct {
+	// sessionRef names the AgentSession (same namespace) the call belongs to.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sessionRef is immutable"
+	SessionRef LocalObjectReference `json:"sessionRef"`
+
+	// turn is the model turn that produced the call.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="turn is immutable"
+	Turn int64 `json:"turn"`
+
+	// index is the call's position within its turn (model order).
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1023
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="index is immutable"
+	Index int32 `json:"index"`
+
+	// callId is the model's identifier of the call.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="callId is immutable"
+	CallID string `json:"callId"`
+
+	// tool is the name of the tool called.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tool is immutable"
+	Tool string `json:"tool"`
+
+	// arguments is the call's arguments as JSON text, byte for byte as the
+	// model produced them. Text (not an embedded object) keeps large
+	// integers and number spellings lossless; toolgate validates it against
+	// the tool's parameters and settles invalid JSON as an invalid-arguments
+	// result.
+	// +required
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=262144
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="arguments is immutable"
+	Arguments string `json:"arguments"`
+
+	// parentRef names the parent ToolCall when this is a nested call; nested
+	// calls carry no additional contexts.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="parentRef is immutable"
+	ParentRef *LocalObjectReference `json:"parentRef,omitempty"`
+
+	// requester is the identity that submitted the call; it must equal the
+	// creating user (checked by admission) and may not approve the call.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="requester is immutable"
+	Requester string `json:"requester"`
+
+	// cancelRequested asks toolgate to cancel the call; it can only go from
+	// false to true. The call still settles with exactly one result.
+	// +optional
+	CancelRequested bool `json:"cancelRequested,omitempty"`
+}
+
+// ToolCallStatus is the pipeline's durable state for the call.
+type ToolCallStatus struct {
+	// phase is the call's place in the pipeline.
+	// +optional
+	// +kubebuilder:validation:Enum=Pending;AwaitingApproval;Running;Settled;Committed
+	Phase ToolCallPhase `json:"phase,omitempty"`
+
+	// token is the opaque execution identity assigned at admission.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Token string `json:"token,omitempty"`
+
+	// executionMode is Parallel or Exclusive, as classified just before the
+	// call started.
+	// +optional
+	// +kubebuilder:validation:Enum=Parallel;Exclusive
+	ExecutionMode ExecutionMode `json:"executionMode,omitempty"`
+
+	// stages has one entry per pipeline boundary crossed, in order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Stages []StageRecord `json:"stages,omitempty"`
+
+	// startTime is when the body was first dispatched; timeouts are measured
+	// from it.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// attempt is the number of body attempts started.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// podName is the sandbox pod of the current attempt.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PodName string `json:"podName,omitempty"`
+
+	// approvalRequestName is the ApprovalRequest asked for this call.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ApprovalRequestName string `json:"approvalRequestName,omitempty"`
+
+	// result is the single authoritative result; written once.
+	// +optional
+	Result *ToolCallResult `json:"result,omitempty"`
+
+	// commitSequence is the call's position in the session's committed log.
+	// +optional
+	CommitSequence *int64 `json:"commitSequence,omitempty"`
+}
+
+// ToolCallPhase is a call's place in the pipeline.
+type ToolCallPhase string
+
+// ToolCall phases.
+const (
+	// PhasePending: recorded, waiting for pre-execute policy.
+	PhasePending ToolCallPhase = "Pending"
+	// PhaseAwaitingApproval: policy asked; a person has not answered.
+	PhaseAwaitingApproval ToolCallPhase = "AwaitingApproval"
+	// PhaseRunning: permitted; the body is dispatched or queued to be.
+	PhaseRunning ToolCallPhase = "Running"
+	// PhaseSettled: the result is written; not yet committed.
+	PhaseSettled ToolCallPhase = "Settled"
+	// PhaseCommitted: the result is committed to the session in model order.
+	PhaseCommitted ToolCallPhase = "Committed"
+)
+
+// ExecutionMode says whether a call may overlap its neighbours.
+type ExecutionMode string
+
+// Execution modes.
+const (
+	ModeParallel  ExecutionMode = "Parallel"
+	ModeExclusive ExecutionMode = "Exclusive"
+)
+
+// StageRecord is one pipeline boundary crossed.
+type StageRecord struct {
+	// stage is the boundary: call, pre-execute, approval, guard, execute,
+	// post-execute, finalize, result, commit.
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Stage string `json:"stage"`
+
+	// verdict is the stage's outcome (e.g. allow, deny, ask, allowed-once,
+	// abstain, ok, error).
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Verdict string `json:"verdict"`
+
+	// reason is a stable code or the deciding rule's name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
+
+	// time the boundary was crossed.
+	// +required
+	Time metav1.Time `json:"time"`
+}
+
+// ToolCallResult is the single authoritative result of a call.
+type ToolCallResult struct {
+	// outcome is Succeeded, Failed, Denied, Cancelled or TimedOut.
+	// +required
+	// +kubebuilder:validation:Enum=Succeeded;Failed;Denied;Cancelled;TimedOut
+	Outcome Outcome `json:"outcome"`
+
+	// errorCode is the stable code of a non-success outcome.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ErrorCode string `json:"errorCode,omitempty"`
+
+	// message is a human-readable explanation of a non-success outcome.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+
+	// value is the canonical result value as JSON text (absent for failures).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Value string `json:"value,omitempty"`
+
+	// content is the model-facing content.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Content string `json:"content,omitempty"`
+
+	// truncated says the tool's output exceeded its bound and was cut.
+	// +optional
+	Truncated bool `json:"truncated,omitempty"`
+
+	// contexts are delivered to the model after the turn commits.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Contexts []AdditionalContext `json:"contexts,omitempty"`
+
+	// settledAt is when the result was written.
+	// +required
+	SettledAt metav1.Time `json:"settledAt"`
+}
+
+// Outcome classifies a result.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeSucceeded Outcome = "Succeeded"
+	OutcomeFailed    Outcome = "Failed"
+	OutcomeDenied    Outcome = "Denied"
+	OutcomeCancelled Outcome = "Cancelled"
+	OutcomeTimedOut  Outcome = "TimedOut"
+)
+
+// ToolCall is one tool call of an agent's model, executed through the policy
+// pipeline and committed to its session in model order.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tc;tcall,categories=toolgate
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.sessionRef.name`
+// +kubebuilder:printcolumn:name="Turn",type=integer,JSONPath=`.spec.turn`
+// +kubebuilder:printcolumn:name="Index",type=integer,JSONPath=`.spec.index`
+// +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.status.result.outcome`
+// +kubebuilder:printcolumn:name="Code",type=string,JSONPath=`.status.result.errorCode`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.executionMode`,priority=1
+// +kubebuilder:printcolumn:name="Seq",type=integer,JSONPath=`.status.commitSequence`,priority=1
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ToolCall struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the call's immutable identity.
+	// +required
+	Spec ToolCallSpec `json:"spec"`
+
+	// status is the pipeline's durable state for the call.
+	// +optional
+	Status ToolCallStatus `json:"status,omitempty"`
+}
+
+// ToolCallList is a list of ToolCalls.
+// +kubebuilder:object:root=true
+type ToolCallList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ToolCall `json:"items"`
+}
+
+func init() {
+	register(&ToolCall{}, &ToolCallList{})
+}

@@ -1,0 +1,683 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ToolProfileSpec is the GitOps-managed catalog and policy for tool calls:
+// which tools a session sees, how each call is decided, guarded, confined and
+// checked afterwards.
+// +kubebuilder:validation:XValidation:rule="!has(self.preExecute) || self.preExecute.all(r, !has(r.tools) || r.tools.all(t, self.tools.exists(d, d.name == t)))",message="preExecute rules may only name tools declared in tools",fieldPath=".preExecute"
+// +kubebuilder:validation:XValidation:rule="!has(self.guards) || self.guards.all(r, !has(r.tools) || r.tools.all(t, self.tools.exists(d, d.name == t)))",message="guards may only name tools declared in tools",fieldPath=".guards"
+// +kubebuilder:validation:XValidation:rule="!has(self.postExecute) || self.postExecute.all(r, !has(r.tools) || r.tools.all(t, self.tools.exists(d, d.name == t)))",message="postExecute rules may only name tools declared in tools",fieldPath=".postExecute"
+type ToolProfileSpec struct {
+	// tools is the visible tool catalog. A call to a tool not listed here
+	// settles as an unknown-tool error.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Tools []ToolDefinition `json:"tools"`
+
+	// permissionPreset decides calls that no preExecute rule matches:
+	// Restricted denies them, Supervised asks a human, Trusted allows them.
+	// +optional
+	// +kubebuilder:default=Restricted
+	// +kubebuilder:validation:Enum=Restricted;Supervised;Trusted
+	PermissionPreset PermissionPreset `json:"permissionPreset,omitempty"`
+
+	// preExecute are the pre-execute rules, evaluated in list order; the first
+	// rule that matches a call decides Allow, Deny or Ask. Rules cannot
+	// change a call's arguments.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	PreExecute []PolicyRule `json:"preExecute,omitempty"`
+
+	// guards are monotonic owner rules evaluated after pre-execute policy
+	// and approval. A guard either denies a call or abstains; nothing later
+	// can override its denial.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Guards []GuardRule `json:"guards,omitempty"`
+
+	// postExecute are the post-execute rules, evaluated in list order on a
+	// body's result. Each may accept (optionally replacing content or value
+	// and attaching contexts) or block the result.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	PostExecute []PostRule `json:"postExecute,omitempty"`
+
+	// sandbox confines execution once a call is permitted.
+	// +optional
+	Sandbox SandboxPolicy `json:"sandbox,omitempty"`
+
+	// approval configures how Ask decisions reach a human.
+	// +optional
+	Approval ApprovalSettings `json:"approval,omitempty"`
+}
+
+// PermissionPreset is the decision for calls no preExecute rule matches.
+type PermissionPreset string
+
+// Permission presets.
+const (
+	// PresetRestricted denies unmatched calls.
+	PresetRestricted PermissionPreset = "Restricted"
+	// PresetSupervised asks a human about unmatched calls.
+	PresetSupervised PermissionPreset = "Supervised"
+	// PresetTrusted allows unmatched calls.
+	PresetTrusted PermissionPreset = "Trusted"
+)
+
+// ToolDefinition declares one tool: what the model sees (name, description,
+// parameters), what it must return (output), and how it runs (runtime).
+// +kubebuilder:validation:XValidation:rule="has(self.container) != has(self.builtin)",message="exactly one of container or builtin must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.retry) || self.retry.maxAttempts <= 1 || (has(self.idempotent) && self.idempotent)",message="retry with maxAttempts > 1 requires idempotent: true",fieldPath=".retry.maxAttempts"
+type ToolDefinition struct {
+	// name is the tool name the model calls.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// description is shown to the model.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Description string `json:"description"`
+
+	// parameters is the JSON Schema (2020-12) of the call's arguments. It
+	// must describe an object (checked when the profile is resolved);
+	// network $ref is not resolved.
+	// +required
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Parameters apiextensionsv1.JSON `json:"parameters"`
+
+	// output declares the value the tool returns and how it is rendered to
+	// the model. Every result value is validated against output.schema.
+	// +required
+	Output OutputDeclaration `json:"output"`
+
+	// container runs the tool as an exact argv in a sandbox.
+	// +optional
+	Container *ContainerRuntime `json:"container,omitempty"`
+
+	// builtin runs one of toolgate's workspace tools, confined to the
+	// workspace root.
+	// +optional
+	Builtin *BuiltinRuntime `json:"builtin,omitempty"`
+
+	// isConcurrencySafe is a CEL expression over `args` (the call's
+	// arguments). Only the exact value true lets a call run in parallel with
+	// its neighbours; anything else, an error, or no expression means the
+	// call is exclusive.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	IsConcurrencySafe string `json:"isConcurrencySafe,omitempty"`
+
+	// timeoutSeconds bounds one attempt of the body; a call that exceeds it
+	// settles as a timeout.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+
+	// idempotent declares that running the body twice has the effect of
+	// running it once. Only an idempotent body is ever re-run (by retry, or
+	// after a crash while it ran).
+	// +optional
+	Idempotent bool `json:"idempotent,omitempty"`
+
+	// retry re-runs a failed idempotent body.
+	// +optional
+	Retry *RetryPolicy `json:"retry,omitempty"`
+}
+
+// OutputDeclaration is a tool's mandatory output contract.
+// +kubebuilder:validation:XValidation:rule="self.render.format != 'Template' || has(self.render.template)",message="render.template is required when render.format is Template",fieldPath=".render.template"
+type OutputDeclaration struct {
+	// schema is the JSON Schema (2020-12) every result value must satisfy.
+	// +required
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Schema apiextensionsv1.JSON `json:"schema"`
+
+	// render turns the value into model-facing content.
+	// +required
+	Render RenderSpec `json:"render"`
+}
+
+// RenderSpec says how a result value becomes content.
+type RenderSpec struct {
+	// format is JSON (the canonical value as JSON text), Text (a string value
+	// as is) or Template (a Go text/template over .Args and .Value).
+	// +required
+	// +kubebuilder:validation:Enum=JSON;Text;Template
+	Format RenderFormat `json:"format"`
+
+	// template is the text/template used when format is Template.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=8192
+	Template string `json:"template,omitempty"`
+}
+
+// RenderFormat names a rendering of a result value.
+type RenderFormat string
+
+// Render formats.
+const (
+	RenderJSON     RenderFormat = "JSON"
+	RenderText     RenderFormat = "Text"
+	RenderTemplate RenderFormat = "Template"
+)
+
+// ContainerRuntime runs a tool image with an exact argv, never through a
+// shell. The frozen arguments reach the process on stdin and as a file.
+type ContainerRuntime struct {
+	// image is the tool image.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+
+	// command is the exact argv; command[0] is the executable.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	Command []string `json:"command"`
+
+	// env are extra environment variables for the tool process.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Env []EnvVar `json:"env,omitempty"`
+
+	// maxOutputBytes bounds the captured stdout; more is truncated and the
+	// result says so.
+	// +optional
+	// +kubebuilder:default=1048576
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=8388608
+	MaxOutputBytes int32 `json:"maxOutputBytes,omitempty"`
+}
+
+// EnvVar is a literal environment variable. Secrets are not passed through
+// tool definitions.
+type EnvVar struct {
+	// name of the variable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+
+	// value of the variable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value,omitempty"`
+}
+
+// BuiltinRuntime selects a built-in workspace tool.
+type BuiltinRuntime struct {
+	// name is one of the built-in tools: fs.read, fs.write, fs.list, fs.edit.
+	// +required
+	// +kubebuilder:validation:Enum=fs.read;fs.write;fs.list;fs.edit
+	Name string `json:"name"`
+}
+
+// RetryPolicy re-runs an idempotent body after a failure.
+type RetryPolicy struct {
+	// maxAttempts is the total number of attempts, the first included.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	MaxAttempts int32 `json:"maxAttempts"`
+
+	// backoffSeconds is the wait before each further attempt.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=300
+	BackoffSeconds int32 `json:"backoffSeconds,omitempty"`
+}
+
+// PolicyRule is one pre-execute rule.
+type PolicyRule struct {
+	// name identifies the rule in traces and results.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// tools limits the rule to these tools; empty means every tool.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	Tools []string `json:"tools,omitempty"`
+
+	// when is a CEL expression over `call` (tool, args, requester, session,
+	// turn, index); the rule matches when it is true. Empty always matches.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	When string `json:"when,omitempty"`
+
+	// action is the decision when the rule matches.
+	// +required
+	// +kubebuilder:validation:Enum=Allow;Deny;Ask
+	Action PolicyAction `json:"action"`
+
+	// message explains the decision to the model and to approvers.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// PolicyAction is a pre-execute decision.
+type PolicyAction string
+
+// Pre-execute decisions.
+const (
+	ActionAllow PolicyAction = "Allow"
+	ActionDeny  PolicyAction = "Deny"
+	ActionAsk   PolicyAction = "Ask"
+)
+
+// GuardRule is a monotonic owner rule: it denies or abstains.
+type GuardRule struct {
+	// name identifies the guard in traces and results.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// tools limits the guard to these tools; empty means every tool.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	Tools []string `json:"tools,omitempty"`
+
+	// deny is a CEL expression over `call`; true denies the call. An
+	// evaluation error also denies (guards fail closed).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Deny string `json:"deny"`
+
+	// message is the denial reason.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+}
+
+// PostRule is one post-execute rule.
+// +kubebuilder:validation:XValidation:rule="!(has(self.replaceContent) && has(self.replaceValue))",message="replaceContent and replaceValue are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="self.action == 'Accept' || (!has(self.replaceContent) && !has(self.replaceValue))",message="a Block rule cannot replace content or value"
+type PostRule struct {
+	// name identifies the rule in traces and results.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// tools limits the rule to these tools; empty means every tool.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	Tools []string `json:"tools,omitempty"`
+
+	// when is a CEL expression over `call` and `result` (value, content,
+	// isError); the rule applies when it is true. Empty always applies.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	When string `json:"when,omitempty"`
+
+	// action is Accept or Block. Block turns the result into a valueless
+	// failure carrying only this rule's contexts.
+	// +required
+	// +kubebuilder:validation:Enum=Accept;Block
+	Action PostAction `json:"action"`
+
+	// replaceContent is a text/template over .Args and .Value that replaces
+	// the rendered content (presentation only; the value is kept).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=8192
+	ReplaceContent string `json:"replaceContent,omitempty"`
+
+	// replaceValue is a CEL expression producing a new value, which is
+	// validated against the output schema and rendered again.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	ReplaceValue string `json:"replaceValue,omitempty"`
+
+	// contexts are messages delivered to the model after the turn commits.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=4096
+	Contexts []string `json:"contexts,omitempty"`
+
+	// message is the failure text when the rule blocks.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// PostAction is a post-execute decision.
+type PostAction string
+
+// Post-execute decisions.
+const (
+	PostAccept PostAction = "Accept"
+	PostBlock  PostAction = "Block"
+)
+
+// SandboxPolicy confines execution.
+// +kubebuilder:validation:XValidation:rule="self.mode != 'FullAccess' || (has(self.allowFullAccess) && self.allowFullAccess)",message="mode FullAccess requires allowFullAccess: true",fieldPath=".mode"
+type SandboxPolicy struct {
+	// mode is ReadOnly (workspace mounted read-only), WorkspaceWrite
+	// (workspace read-write) or FullAccess (no workspace confinement).
+	// +optional
+	// +kubebuilder:default=ReadOnly
+	// +kubebuilder:validation:Enum=ReadOnly;WorkspaceWrite;FullAccess
+	Mode SandboxMode `json:"mode,omitempty"`
+
+	// allowFullAccess must be true for mode FullAccess, so that full access is
+	// never the result of a typo.
+	// +optional
+	AllowFullAccess bool `json:"allowFullAccess,omitempty"`
+
+	// workspaceRoot is the absolute path where the workspace is mounted.
+	// +optional
+	// +kubebuilder:default="/workspace"
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9._-]+)+$`
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '..' || s == '.')",message="workspaceRoot must be canonical (no . or .. segments)"
+	WorkspaceRoot string `json:"workspaceRoot,omitempty"`
+
+	// provider is the enforcing sandbox provider: Pod (a constrained pod per
+	// call) or Process (a local subprocess; for development, not isolating).
+	// +optional
+	// +kubebuilder:default=Pod
+	// +kubebuilder:validation:Enum=Pod;Process
+	Provider SandboxProvider `json:"provider,omitempty"`
+
+	// allowEgress lets tool pods open network connections; by default a
+	// NetworkPolicy denies all traffic.
+	// +optional
+	AllowEgress bool `json:"allowEgress,omitempty"`
+
+	// runtimeClassName selects a RuntimeClass (gVisor, Kata) for tool pods.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+
+	// resources are the limits (and requests) of a tool container.
+	// +optional
+	Resources SandboxResources `json:"resources,omitempty"`
+
+	// nodeSelector places tool pods on a sandbox node pool.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations let tool pods run on a tainted sandbox node pool.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// SandboxMode is the workspace access a call gets.
+type SandboxMode string
+
+// Sandbox modes.
+const (
+	SandboxReadOnly       SandboxMode = "ReadOnly"
+	SandboxWorkspaceWrite SandboxMode = "WorkspaceWrite"
+	SandboxFullAccess     SandboxMode = "FullAccess"
+)
+
+// SandboxProvider names an enforcing provider.
+type SandboxProvider string
+
+// Sandbox providers.
+const (
+	SandboxProviderPod     SandboxProvider = "Pod"
+	SandboxProviderProcess SandboxProvider = "Process"
+)
+
+// SandboxResources are a tool container's limits; requests equal limits.
+type SandboxResources struct {
+	// cpu limit of the tool container.
+	// +optional
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+
+	// memory limit of the tool container.
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+
+	// ephemeralStorage limit of the tool container (its /tmp included).
+	// +optional
+	EphemeralStorage *resource.Quantity `json:"ephemeralStorage,omitempty"`
+}
+
+// ApprovalSettings configure the approval of Ask decisions.
+type ApprovalSettings struct {
+	// provider is APIServer (an ApprovalRequest a person decides with
+	// kubectl) or None (every Ask fails closed).
+	// +optional
+	// +kubebuilder:default=APIServer
+	// +kubebuilder:validation:Enum=APIServer;None
+	Provider ApprovalProvider `json:"provider,omitempty"`
+
+	// timeoutSeconds is how long a person has to decide; an undecided
+	// request then fails closed.
+	// +optional
+	// +kubebuilder:default=900
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=604800
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+
+	// redactArguments are top-level argument names whose values are replaced
+	// by "[redacted]" in the approver's preview.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=128
+	RedactArguments []string `json:"redactArguments,omitempty"`
+}
+
+// ApprovalProvider names an approval provider.
+type ApprovalProvider string
+
+// Approval providers.
+const (
+	ApprovalProviderAPIServer ApprovalProvider = "APIServer"
+	ApprovalProviderNone      ApprovalProvider = "None"
+)
+
+// ToolProfileStatus is the resolved profile.
+type ToolProfileStatus struct {
+	// observedGeneration is the generation last resolved successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready says whether every schema, expression and template
+	// compiled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// tools are the compiled, visible tools.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Tools []ResolvedTool `json:"tools,omitempty"`
+
+	// toolCount is the number of visible tools.
+	// +optional
+	ToolCount int32 `json:"toolCount,omitempty"`
+
+	// permissionPreset is the resolved default decision.
+	// +optional
+	PermissionPreset PermissionPreset `json:"permissionPreset,omitempty"`
+
+	// sandbox is the resolved sandbox policy.
+	// +optional
+	Sandbox *ResolvedSandbox `json:"sandbox,omitempty"`
+
+	// approval is the resolved approval provider.
+	// +optional
+	Approval *ResolvedApproval `json:"approval,omitempty"`
+}
+
+// ResolvedTool is a compiled tool.
+type ResolvedTool struct {
+	// name of the tool.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// runtime is "container" or "builtin:<name>".
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Runtime string `json:"runtime,omitempty"`
+
+	// concurrencyClassified is true when the tool declares isConcurrencySafe.
+	// +optional
+	ConcurrencyClassified bool `json:"concurrencyClassified,omitempty"`
+
+	// idempotent repeats the definition's declaration.
+	// +optional
+	Idempotent bool `json:"idempotent,omitempty"`
+}
+
+// ResolvedSandbox is the sandbox policy as enforced.
+type ResolvedSandbox struct {
+	// mode is the resolved sandbox mode.
+	// +optional
+	Mode SandboxMode `json:"mode,omitempty"`
+
+	// workspaceRoot is the canonical workspace root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	WorkspaceRoot string `json:"workspaceRoot,omitempty"`
+
+	// provider is the enforcing provider.
+	// +optional
+	Provider SandboxProvider `json:"provider,omitempty"`
+
+	// enforcement is Full when every restriction is enforced, Partial
+	// otherwise (see enforcementReason).
+	// +optional
+	// +kubebuilder:validation:Enum=Full;Partial
+	Enforcement string `json:"enforcement,omitempty"`
+
+	// enforcementReason says which restriction is not enforced and why.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	EnforcementReason string `json:"enforcementReason,omitempty"`
+}
+
+// Enforcement levels.
+const (
+	EnforcementFull    = "Full"
+	EnforcementPartial = "Partial"
+)
+
+// ResolvedApproval is the approval provider as mounted.
+type ResolvedApproval struct {
+	// provider is the mounted approval provider.
+	// +optional
+	Provider ApprovalProvider `json:"provider,omitempty"`
+
+	// available is false when Ask decisions will fail closed.
+	// +optional
+	Available bool `json:"available,omitempty"`
+}
+
+// ToolProfile reasons for the Ready condition.
+const (
+	// ReasonResolved: every schema, expression and template compiled.
+	ReasonResolved = "Resolved"
+	// ReasonSchemaInvalid: a parameters or output schema does not compile;
+	// the message names the tool.
+	ReasonSchemaInvalid = "SchemaInvalid"
+	// ReasonExpressionInvalid: a CEL expression does not compile or exceeds
+	// its cost limit; the message names the tool or rule.
+	ReasonExpressionInvalid = "ExpressionInvalid"
+	// ReasonTemplateInvalid: a render or replaceContent template does not
+	// parse; the message names the tool or rule.
+	ReasonTemplateInvalid = "TemplateInvalid"
+)
+
+// ToolProfile is a GitOps-managed tool catalog with its policies.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tp;tprof,categories=toolgate
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Tools",type=integer,JSONPath=`.status.toolCount`
+// +kubebuilder:printcolumn:name="Preset",type=string,JSONPath=`.spec.permissionPreset`
+// +kubebuilder:printcolumn:name="Sandbox",type=string,JSONPath=`.spec.sandbox.mode`,priority=1
+// +kubebuilder:printcolumn:name="Enforcement",type=string,JSONPath=`.status.sandbox.enforcement`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ToolProfile struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired catalog and policy.
+	// +required
+	Spec ToolProfileSpec `json:"spec"`
+
+	// status is the resolved profile.
+	// +optional
+	Status ToolProfileStatus `json:"status,omitempty"`
+}
+
+// ToolProfileList is a list of ToolProfiles.
+// +kubebuilder:object:root=true
+type ToolProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ToolProfile `json:"items"`
+}
+
+func init() {
+	register(&ToolProfile{}, &ToolProfileList{})
+}

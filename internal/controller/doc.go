@@ -1,0 +1,22 @@
+// Package controller holds toolgate's reconcilers: ToolProfile (resolves and
+// compiles a profile), AgentSession (schedules and commits calls in model
+// order) and ToolCall (drives one call through the pipeline, persisting each
+// stage boundary). Controllers consume provider contracts from
+// internal/providers and never import a concrete provider.
+package controller
+
+// The manager's permissions. Least privilege: toolgate reads the kinds people
+// write, writes the status it owns, creates the children it owns (approval
+// requests, sandbox pods, workspace claims, network policies) and reads pod
+// logs to collect results.
+//
+// +kubebuilder:rbac:groups=toolgate.dev,resources=toolprofiles;agentsessions;toolcalls,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=toolgate.dev,resources=toolprofiles/status;agentsessions/status;toolcalls/status;approvalrequests/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/finalizers;agentsessions/finalizers,verbs=update
+// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalrequests,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch

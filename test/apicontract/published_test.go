@@ -1,0 +1,138 @@
+package apicontract
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+// readSamples decodes every object of config/samples.
+func readSamples() []*unstructured.Unstructured {
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "toolgate_*.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(files).NotTo(BeEmpty())
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		Expect(err).NotTo(HaveOccurred())
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err == io.EOF {
+				break
+			} else {
+				Expect(err).NotTo(HaveOccurred(), f)
+			}
+			if len(u.Object) > 0 {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+var _ = Describe("config/samples", func() {
+	It("are all accepted, one of each kind", func() {
+		ns := newNamespace()
+		kinds := map[string]bool{}
+		for _, u := range readSamples() {
+			u.SetNamespace(ns)
+			Expect(k8s.Create(ctx, u)).To(Succeed(), "sample %s/%s", u.GetKind(), u.GetName())
+			kinds[u.GetKind()] = true
+		}
+		Expect(kinds).To(HaveKey("ToolProfile"))
+		Expect(kinds).To(HaveKey("AgentSession"))
+		Expect(kinds).To(HaveKey("ToolCall"))
+		Expect(kinds).To(HaveKey("ApprovalRequest"))
+	})
+})
+
+var _ = Describe("the published API", func() {
+	// kubectl is envtest's kubectl (the source-built binary) logged in as an
+	// administrator.
+	var kubectl interface {
+		Run(args ...string) (stdout, stderr io.Reader, err error)
+	}
+
+	BeforeEach(func() {
+		user, err := env.Environment.AddUser(envtest.User{Name: "contract-admin", Groups: []string{"system:masters"}}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		kubectl, err = user.Kubectl()
+		Expect(err).NotTo(HaveOccurred())
+	})
+
+	run := func(args ...string) string {
+		stdout, stderr, err := kubectl.Run(args...)
+		out, _ := io.ReadAll(stdout)
+		errText, _ := io.ReadAll(stderr)
+		Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), errText)
+		return string(out)
+	}
+
+	DescribeTable("explains spec fields with their documentation",
+		func(field, text string) {
+			Expect(run("explain", field)).To(ContainSubstring(text))
+		},
+		Entry(nil, "toolprofile.spec.tools", "visible tool catalog"),
+		Entry(nil, "toolprofile.spec.tools.isConcurrencySafe", "Only the exact value true"),
+		Entry(nil, "toolprofile.spec.guards", "monotonic owner rules"),
+		Entry(nil, "toolprofile.spec.sandbox.mode", "WorkspaceWrite"),
+		Entry(nil, "agentsession.spec.maxParallel", "bounds how many parallel-safe calls"),
+		Entry(nil, "toolcall.spec.arguments", "byte for byte"),
+		Entry(nil, "toolcall.spec.cancelRequested", "only go from"),
+		Entry(nil, "approvalrequest.spec.decision", "set once by an approver"),
+	)
+
+	It("lists all four kinds under the toolgate category and their short names", func() {
+		ns := newNamespace()
+		for _, u := range readSamples() {
+			u.SetNamespace(ns)
+			Expect(k8s.Create(ctx, u)).To(Succeed())
+		}
+		out := run("get", "toolgate", "-n", ns, "-o", "name")
+		for _, want := range []string{
+			"toolprofile.toolgate.dev/workspace-tools",
+			"agentsession.toolgate.dev/demo",
+			"toolcall.toolgate.dev/demo-t0-0",
+			"approvalrequest.toolgate.dev/demo-t0-1",
+		} {
+			Expect(out).To(ContainSubstring(want))
+		}
+		Expect(run("get", "tc", "-n", ns)).To(And(ContainSubstring("SESSION"), ContainSubstring("TOOL"), ContainSubstring("read_file")))
+		Expect(run("get", "tp", "-n", ns)).To(ContainSubstring("workspace-tools"))
+		Expect(run("get", "ags", "-n", ns)).To(ContainSubstring("workspace-tools"))
+		Expect(run("get", "apr", "-n", ns)).To(ContainSubstring("Approve"))
+	})
+})
+
+var _ = Describe("config/default", func() {
+	It("renders with kustomize and installs on the API server", func() {
+		user, err := env.Environment.AddUser(envtest.User{Name: "installer", Groups: []string{"system:masters"}}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		kubectl, err := user.Kubectl()
+		Expect(err).NotTo(HaveOccurred())
+		stdout, stderr, err := kubectl.Run("kustomize", filepath.Join(testenv.RepoRoot(), "config", "default"))
+		errText, _ := io.ReadAll(stderr)
+		Expect(err).NotTo(HaveOccurred(), string(errText))
+		rendered, err := io.ReadAll(stdout)
+		Expect(err).NotTo(HaveOccurred())
+		file := filepath.Join(GinkgoT().TempDir(), "install.yaml")
+		Expect(os.WriteFile(file, rendered, 0o600)).To(Succeed())
+		_, stderr, err = kubectl.Run("apply", "--server-side", "--force-conflicts", "-f", file)
+		errText, _ = io.ReadAll(stderr)
+		Expect(err).NotTo(HaveOccurred(), string(errText))
+		_, stderr, err = kubectl.Run("get", "deployment/toolgate-controller-manager", "-n", "toolgate-system")
+		errText, _ = io.ReadAll(stderr)
+		Expect(err).NotTo(HaveOccurred(), string(errText))
+	})
+})
