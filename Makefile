@@ -56,7 +56,7 @@ envtest-bins: ## Build kube-apiserver, etcd and kubectl from source (cached).
 
 .PHONY: test
 test: envtest-bins ## Run every test: unit and envtest (real kube-apiserver).
-	go test ./... -count=1
+	go test ./... -count=1 -v
 
 ##@ Build
 
