@@ -1,0 +1,151 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"time"
+)
+
+// Clock tells the time; tests inject a fake.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Answer is an approver's reply.
+type Answer string
+
+// Approval answers. Only AllowedOnce lets the call continue; every other
+// answer, and no approver at all, fails closed.
+const (
+	AllowedOnce     Answer = "allowed-once"
+	Rejected        Answer = "rejected"
+	ApprovalAborted Answer = "cancelled"
+	Unavailable     Answer = "unavailable"
+	// AnswerPending means nobody has answered yet; the driver asks again.
+	AnswerPending Answer = "pending"
+)
+
+// Question is one approval question about one call.
+type Question struct {
+	Call     Call
+	Reason   string
+	Message  string
+	Deadline time.Time
+}
+
+// Approver answers approval questions (the approval seam's contract as the
+// pipeline consumes it). Approve must be idempotent per call token: a driver
+// asks again after a restart or while the answer is pending.
+type Approver interface {
+	Approve(ctx context.Context, q Question) (Answer, string)
+}
+
+// Options configure a Pipeline.
+type Options struct {
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Approver answers Ask decisions; nil fails every Ask closed.
+	Approver Approver
+	// ApprovalTimeout bounds how long a question may stay unanswered.
+	// Defaults to 15 minutes.
+	ApprovalTimeout time.Duration
+	// Default decides calls no pre-execute listener decided; defaults to
+	// Deny.
+	Default Decision
+	// NewToken mints opaque call tokens; defaults to 128 random bits.
+	NewToken func() string
+	// PollInterval is how soon a driver should step a waiting call again.
+	// Defaults to one second.
+	PollInterval time.Duration
+}
+
+// Pipeline runs calls through the stages, against a Registry.
+type Pipeline struct {
+	*Registry
+	opts Options
+}
+
+// New returns a pipeline over reg.
+func New(reg *Registry, opts Options) *Pipeline {
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
+	}
+	if opts.ApprovalTimeout <= 0 {
+		opts.ApprovalTimeout = 15 * time.Minute
+	}
+	if opts.Default.Action == Abstain {
+		opts.Default = Decision{Action: Deny, Reason: "default", Message: "no policy allows this call"}
+	}
+	if opts.NewToken == nil {
+		opts.NewToken = randomToken
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	return &Pipeline{Registry: reg, opts: opts}
+}
+
+var tokenEncoding = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return tokenEncoding.EncodeToString(b[:])
+}
+
+// Progress is what a Step did.
+type Progress int
+
+const (
+	// Advanced: a boundary was crossed; persist the state, then step again.
+	Advanced Progress = iota
+	// Waiting: nothing changed; step again after the returned delay.
+	Waiting
+	// Finished: the call has its durable result.
+	Finished
+)
+
+// Step runs the call's next stage. ctx is the caller's signal: once it is
+// cancelled, the call settles as cancelled (before dispatch), or its success
+// is replaced by a cancellation (after). A driver persists the state after
+// every Advanced step, before calling Step again: that is what makes each
+// boundary durable before the side effect that follows it.
+func (p *Pipeline) Step(ctx context.Context, st *State) (Progress, time.Duration) {
+	snap := p.snapshot(st.Request.Tool)
+	switch st.Next {
+	case StageCall:
+		p.admit(ctx, st, snap)
+	case StagePreExecute:
+		p.preExecute(ctx, st, snap)
+	case StageApproval:
+		return p.approval(ctx, st, snap)
+	case StageGuard:
+		p.guard(ctx, st, snap)
+	case StageDispatch:
+		return p.dispatch(ctx, st, snap)
+	case StageExecute:
+		return p.execute(ctx, st, snap)
+	case StagePostExecute:
+		p.postExecute(ctx, st, snap)
+	case StageFinalize:
+		p.finalize(st, snap)
+	case StageObserve:
+		p.observe(st, snap)
+	case StageResult:
+		st.record(StageResult, string(st.Result.Outcome), string(st.Result.Code), p.opts.Clock.Now())
+		st.Next = StageDone
+	case StageDone:
+		return Finished, 0
+	default:
+		st.settle(CodeInternal, "unknown stage "+string(st.Next))
+	}
+	if st.Next == StageDone {
+		return Finished, 0
+	}
+	return Advanced, 0
+}

@@ -1,0 +1,620 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// call returns the frozen identity every stage sees.
+func (st *State) call() Call {
+	if st.args.value == nil && st.args.text == "" {
+		st.args = Arguments{text: st.Request.Arguments}
+		st.args.value, _ = ParseJSON(st.Request.Arguments)
+	}
+	r := st.Request
+	return Call{
+		Token: st.Token, CallID: r.CallID, Tool: r.Tool, Args: st.args, Parent: r.Parent,
+		Requester: r.Requester, Session: r.Session, Turn: r.Turn, Index: r.Index,
+	}
+}
+
+// cancelledBeforeDispatch settles a call whose caller cancelled before its
+// body was dispatched: every remaining policy and body stage is skipped.
+func (p *Pipeline) cancelledBeforeDispatch(ctx context.Context, st *State) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	st.record(st.Next, VerdictCancelled, string(CodeCancelled), p.opts.Clock.Now())
+	st.settle(CodeCancelled, "the call was cancelled before its body was dispatched")
+	return true
+}
+
+// admit is the registry's entry: the tool must be visible, the arguments
+// lossless JSON satisfying the parameters schema; the call gets its token.
+func (p *Pipeline) admit(ctx context.Context, st *State, snap snapshot) {
+	if st.Token == "" {
+		// Even a call cancelled on arrival gets its identity: its one result
+		// must be attributable.
+		st.Token = p.opts.NewToken()
+	}
+	if p.cancelledBeforeDispatch(ctx, st) {
+		return
+	}
+	now := p.opts.Clock.Now()
+	if snap.tool == nil {
+		st.record(StageCall, VerdictError, string(CodeUnknownTool), now)
+		st.settle(CodeUnknownTool, fmt.Sprintf("no visible tool is named %q", st.Request.Tool))
+		return
+	}
+	value, err := ParseJSON(st.Request.Arguments)
+	if err != nil {
+		st.record(StageCall, VerdictError, string(CodeInvalidArguments), now)
+		st.settle(CodeInvalidArguments, "arguments are not lossless JSON: "+err.Error())
+		return
+	}
+	if err := snap.tool.params.Validate(value); err != nil {
+		st.record(StageCall, VerdictError, string(CodeInvalidArguments), now)
+		st.settle(CodeInvalidArguments, "arguments do not match the parameters schema "+schemaMessage(err))
+		return
+	}
+	st.args = Arguments{text: st.Request.Arguments, value: value}
+	st.record(StageCall, VerdictAdmitted, "", now)
+	st.Next = StagePreExecute
+}
+
+// preExecute asks the listeners in order; the first that does not abstain
+// decides, and no decision falls back to the default.
+func (p *Pipeline) preExecute(ctx context.Context, st *State, snap snapshot) {
+	if p.cancelledBeforeDispatch(ctx, st) {
+		return
+	}
+	call := st.call()
+	d := p.opts.Default
+	for _, l := range snap.pre {
+		got, ok := safePre(ctx, l.fn, call)
+		if !ok {
+			d = Decision{Action: Deny, Reason: l.name, Message: "the pre-execute listener failed"}
+			break
+		}
+		if got.Action != Abstain {
+			d = got
+			if d.Reason == "" {
+				d.Reason = l.name
+			}
+			break
+		}
+	}
+	now := p.opts.Clock.Now()
+	switch d.Action {
+	case Allow:
+		st.record(StagePreExecute, VerdictAllow, d.Reason, now)
+		st.Next = StageGuard
+	case Ask:
+		st.record(StagePreExecute, VerdictAsk, d.Reason, now)
+		st.AskedAt, st.AskReason, st.AskText = now, d.Reason, d.Message
+		st.Next = StageApproval
+	default:
+		st.record(StagePreExecute, VerdictDeny, d.Reason, now)
+		st.settle(CodePolicyDenied, orDefault(d.Message, "denied by "+d.Reason))
+	}
+}
+
+func safePre(ctx context.Context, fn PreListener, call Call) (d Decision, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	d = fn(ctx, call)
+	switch d.Action {
+	case Abstain, Allow, Deny, Ask:
+		return d, true
+	}
+	return d, false
+}
+
+// approval asks the approver once per step; anything but allowed-once, and
+// a passed deadline, fails closed.
+func (p *Pipeline) approval(ctx context.Context, st *State, snap snapshot) (Progress, time.Duration) {
+	if p.cancelledBeforeDispatch(ctx, st) {
+		return Advanced, 0
+	}
+	now := p.opts.Clock.Now()
+	deadline := st.AskedAt.Add(p.opts.ApprovalTimeout)
+	fail := func(verdict string, code Code, msg string) (Progress, time.Duration) {
+		st.record(StageApproval, verdict, string(code), now)
+		st.settle(code, msg)
+		return Advanced, 0
+	}
+	if !now.Before(deadline) {
+		return fail(VerdictExpired, CodeApprovalExpired, "nobody approved the call before its deadline")
+	}
+	if p.opts.Approver == nil {
+		return fail(VerdictUnavailable, CodeApprovalUnavailable, "no approver is available; asking fails closed")
+	}
+	q := Question{Call: st.call(), Reason: st.AskReason, Message: st.AskText, Deadline: deadline}
+	answer, msg := safeApprove(ctx, p.opts.Approver, q)
+	switch answer {
+	case AllowedOnce:
+		st.record(StageApproval, VerdictAllowedOnce, "", now)
+		st.Next = StageGuard
+		return Advanced, 0
+	case AnswerPending:
+		return Waiting, min(p.opts.PollInterval, deadline.Sub(now))
+	case Rejected:
+		return fail(VerdictRejected, CodeApprovalRejected, orDefault(msg, "the approver rejected the call"))
+	case ApprovalAborted:
+		return fail(VerdictCancelled, CodeApprovalCancelled, orDefault(msg, "the approval question was withdrawn"))
+	default:
+		return fail(VerdictUnavailable, CodeApprovalUnavailable, orDefault(msg, "the approver could not answer; asking fails closed"))
+	}
+}
+
+func safeApprove(ctx context.Context, a Approver, q Question) (ans Answer, msg string) {
+	defer func() {
+		if recover() != nil {
+			ans, msg = Unavailable, "the approver failed"
+		}
+	}()
+	return a.Approve(ctx, q)
+}
+
+// guard runs every guard in order; the first denial is final.
+func (p *Pipeline) guard(ctx context.Context, st *State, snap snapshot) {
+	if p.cancelledBeforeDispatch(ctx, st) {
+		return
+	}
+	call := st.call()
+	for _, g := range snap.guards {
+		reason, deny := safeGuard(g.fn, call)
+		if deny {
+			st.record(StageGuard, VerdictDeny, g.name, p.opts.Clock.Now())
+			st.settle(CodeGuardDenied, orDefault(reason, "denied by guard "+g.name))
+			return
+		}
+	}
+	st.record(StageGuard, VerdictAbstain, "", p.opts.Clock.Now())
+	st.Next = StageDispatch
+}
+
+// safeGuard fails closed: a panicking guard denies.
+func safeGuard(fn Guard, call Call) (reason string, deny bool) {
+	defer func() {
+		if recover() != nil {
+			reason, deny = "the guard failed", true
+		}
+	}()
+	return fn(call)
+}
+
+// dispatch starts an attempt. Its record is persisted before the body runs,
+// so a restart knows the attempt may have run.
+func (p *Pipeline) dispatch(ctx context.Context, st *State, snap snapshot) (Progress, time.Duration) {
+	if p.cancelledBeforeDispatch(ctx, st) {
+		return Advanced, 0
+	}
+	now := p.opts.Clock.Now()
+	if now.Before(st.NotBefore) {
+		return Waiting, st.NotBefore.Sub(now)
+	}
+	if snap.tool == nil {
+		st.record(StageDispatch, VerdictError, string(CodeUnknownTool), now)
+		st.settle(CodeUnknownTool, fmt.Sprintf("tool %q was removed before dispatch", st.Request.Tool))
+		return Advanced, 0
+	}
+	st.Attempt++
+	st.AttemptStartedAt = now
+	st.dispatched, st.reattaching = true, false
+	st.record(StageDispatch, VerdictDispatched, fmt.Sprintf("attempt-%d", st.Attempt), now)
+	st.Next = StageExecute
+	return Advanced, 0
+}
+
+// retryable codes are the body's own failures; denials, cancellation and
+// output failures are never retried.
+func retryable(c Code) bool {
+	return c == CodeToolError || c == CodeToolPanic || c == CodeTimeout
+}
+
+// execute runs one attempt through the wrappers, then validates and renders
+// its value.
+func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progress, time.Duration) {
+	now := p.opts.Clock.Now()
+	if snap.tool == nil {
+		st.record(StageExecute, VerdictError, string(CodeUnknownTool), now)
+		st.settle(CodeUnknownTool, fmt.Sprintf("tool %q was removed during execution", st.Request.Tool))
+		return Advanced, 0
+	}
+	def := snap.tool.def
+	if !st.dispatched && !def.Reattach {
+		// Restarted after dispatch: the attempt may have run.
+		if def.Idempotent {
+			st.record(StageExecute, VerdictInterrupted, "rerun-idempotent", now)
+			st.Next = StageDispatch
+			return Advanced, 0
+		}
+		st.record(StageExecute, VerdictInterrupted, string(CodeInterrupted), now)
+		st.settle(CodeInterrupted, "the attempt was interrupted and the body is not idempotent; it is never run twice")
+		return Advanced, 0
+	}
+	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: !st.dispatched || st.reattaching, StartedAt: st.AttemptStartedAt}
+	value, fail := p.invoke(ctx, st, snap, exec)
+	now = p.opts.Clock.Now()
+	if fail != nil && fail.Code == codePending {
+		st.reattaching = true
+		return Waiting, p.opts.PollInterval
+	}
+	if fail == nil {
+		fail = p.accept(st, snap.tool, exec, value)
+	}
+	if ctx.Err() != nil && (fail == nil || fail.Code == CodeCancelled) {
+		// Cancellation after invocation replaces only a success.
+		fail = &Failure{Code: CodeCancelled, Message: "the call was cancelled while its body ran"}
+		st.Body = nil
+	}
+	if fail == nil {
+		st.record(StageExecute, VerdictOK, "", now)
+		st.Next = StagePostExecute
+		return Advanced, 0
+	}
+	if retryable(fail.Code) && def.Idempotent && st.Attempt < def.MaxAttempts {
+		st.record(StageExecute, VerdictRetry, string(fail.Code), now)
+		st.NotBefore = now.Add(def.RetryBackoff)
+		st.Next = StageDispatch
+		return Advanced, 0
+	}
+	st.record(StageExecute, VerdictError, string(fail.Code), now)
+	st.settle(fail.Code, fail.Message)
+	return Advanced, 0
+}
+
+// codePending marks a Reattach body's Pending answer inside invoke.
+const codePending Code = "pending"
+
+// invoke calls the wrappers (first registered outermost) around the body and
+// classifies what came back.
+func (p *Pipeline) invoke(ctx context.Context, st *State, snap snapshot, exec *Exec) (any, *Failure) {
+	def := snap.tool.def
+	var (
+		bodyCalls    int
+		bodyErr      error
+		bodyPanicked bool
+		timedOut     func() bool
+	)
+	inner := func(wctx context.Context) (v any, err error) {
+		bodyCalls++
+		if bodyCalls > 1 {
+			return nil, Fail(CodeWrapperFailed, "a wrapper dispatched the body twice in one attempt")
+		}
+		bctx := fuse(wctx, ctx)
+		if def.Timeout > 0 {
+			deadline := st.AttemptStartedAt.Add(def.Timeout)
+			var cancel context.CancelFunc
+			bctx, cancel = context.WithTimeout(bctx, deadline.Sub(p.opts.Clock.Now()))
+			defer cancel()
+			tctx := bctx
+			timedOut = func() bool { return errors.Is(tctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil }
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				bodyPanicked = true
+				v, err = nil, Fail(CodeToolPanic, "the tool body panicked")
+			}
+			bodyErr = err
+		}()
+		return def.Execute(bctx, exec.Call.Args, exec)
+	}
+	next := Next(inner)
+	for i := len(snap.wrappers) - 1; i >= 0; i-- {
+		next = wrap(snap.wrappers[i].fn, exec.Call, next)
+	}
+	value, err := next(ctx)
+	if timedOut != nil && timedOut() {
+		return nil, &Failure{Code: CodeTimeout, Message: fmt.Sprintf("the body exceeded its %s timeout", def.Timeout)}
+	}
+	if err == nil {
+		if bodyCalls == 0 {
+			return nil, &Failure{Code: CodeWrapperFailed, Message: "a wrapper returned without dispatching the body"}
+		}
+		return value, nil
+	}
+	var f *Failure
+	switch {
+	case errors.Is(err, Pending) && def.Reattach && err == bodyErr:
+		return nil, &Failure{Code: codePending}
+	case errors.As(err, &f) && (err == bodyErr || bodyPanicked || f.Code == CodeWrapperFailed):
+		return nil, ownCode(f, ctx.Err() != nil)
+	case err != bodyErr:
+		return nil, &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper failed: " + bounded(err.Error())}
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return nil, &Failure{Code: CodeCancelled, Message: "the body stopped on cancellation"}
+	default:
+		return nil, &Failure{Code: CodeToolError, Message: bounded(err.Error())}
+	}
+}
+
+// ownCode keeps a code a body (or its sandbox provider) chose, unless it
+// claims a decision that belongs to the pipeline: a body cannot pretend a
+// policy denied it, nor that it was cancelled when its caller was not.
+func ownCode(f *Failure, callerCancelled bool) *Failure {
+	switch f.Code {
+	case CodePolicyDenied, CodeApprovalRejected, CodeApprovalUnavailable, CodeApprovalExpired,
+		CodeApprovalCancelled, CodeGuardDenied, CodePostBlocked, CodePostFailed, CodeUnknownTool,
+		CodeInvalidArguments, CodeNormalizationFailed, CodeInternal, codePending:
+		return &Failure{Code: CodeToolError, Message: "the body claimed " + string(f.Code) + ": " + bounded(f.Message)}
+	case CodeCancelled:
+		if !callerCancelled {
+			return &Failure{Code: CodeToolError, Message: bounded(f.Message)}
+		}
+	}
+	return f
+}
+
+// wrap applies one wrapper; a panicking wrapper is a wrapper failure.
+func wrap(w Wrapper, call Call, next Next) Next {
+	return func(ctx context.Context) (v any, err error) {
+		defer func() {
+			if recover() != nil {
+				v, err = nil, Fail(CodeWrapperFailed, "an execute wrapper panicked")
+			}
+		}()
+		return w(ctx, call, next)
+	}
+}
+
+// fuse re-attaches the caller's cancellation to the context a wrapper chose,
+// so no wrapper can detach the body from its caller.
+func fuse(wctx, caller context.Context) context.Context {
+	if wctx == caller || caller.Done() == nil {
+		return wctx
+	}
+	fused, cancel := context.WithCancelCause(wctx)
+	context.AfterFunc(caller, func() { cancel(context.Cause(caller)) })
+	return fused
+}
+
+// accept validates a body's value against the output schema and renders it.
+func (p *Pipeline) accept(st *State, t *tool, exec *Exec, value any) *Failure {
+	canon, content, f := p.validateAndRender(t, exec.Call.Args, value, CodeOutputInvalid)
+	if f != nil {
+		return f
+	}
+	st.Body = &Body{Value: canon, Content: content, Contexts: exec.deferred}
+	return nil
+}
+
+func (p *Pipeline) validateAndRender(t *tool, args Arguments, value any, code Code) (canon, content string, f *Failure) {
+	v, err := toLossless(value)
+	if err != nil {
+		return "", "", &Failure{Code: code, Message: "the value is not lossless JSON: " + bounded(err.Error())}
+	}
+	if err := t.output.Validate(v); err != nil {
+		return "", "", &Failure{Code: code, Message: "the value does not match the output schema " + schemaMessage(err)}
+	}
+	if canon, err = CanonicalJSON(v); err != nil {
+		return "", "", &Failure{Code: code, Message: bounded(err.Error())}
+	}
+	if t.def.Output.Render == nil {
+		if s, ok := v.(string); ok {
+			return canon, s, nil
+		}
+		return canon, canon, nil
+	}
+	content, err = safeRender(t.def.Output.Render, args, v)
+	if err != nil {
+		return "", "", &Failure{Code: CodeRenderFailed, Message: "rendering failed: " + bounded(err.Error())}
+	}
+	return canon, content, nil
+}
+
+func safeRender(fn func(Arguments, any) (string, error), args Arguments, v any) (s string, err error) {
+	defer func() {
+		if recover() != nil {
+			err = errors.New("the renderer panicked")
+		}
+	}()
+	return fn(args, v)
+}
+
+// postExecute lets listeners, in order, accept (replacing content XOR value,
+// attaching contexts) or block a successful result.
+func (p *Pipeline) postExecute(ctx context.Context, st *State, snap snapshot) {
+	call := st.call()
+	now := p.opts.Clock.Now()
+	acted := ""
+	for _, l := range snap.post {
+		d, ok := safePost(l.fn, call, PostInput{Value: st.Body.Value, Content: st.Body.Content})
+		if !ok {
+			st.record(StagePostExecute, VerdictError, l.name, now)
+			st.Body = nil
+			st.settle(CodePostFailed, "the post-execute listener "+l.name+" failed")
+			return
+		}
+		contexts := policyContexts(l.name, d.Contexts)
+		if d.Block {
+			st.record(StagePostExecute, VerdictBlock, l.name, now)
+			st.Body, st.Decisions = nil, contexts
+			st.settle(CodePostBlocked, orDefault(d.Message, "blocked by "+l.name))
+			return
+		}
+		if d.ReplaceContent != nil && d.ReplaceValue != nil {
+			st.record(StagePostExecute, VerdictError, l.name, now)
+			st.Body = nil
+			st.settle(CodePostFailed, "the post-execute listener "+l.name+" replaced both content and value")
+			return
+		}
+		if d.ReplaceContent != nil {
+			st.Body.Content = *d.ReplaceContent
+			acted = l.name
+		}
+		if d.ReplaceValue != nil {
+			canon, content, f := p.validateAndRender(snap.tool, call.Args, d.ReplaceValue, CodePostFailed)
+			if f != nil {
+				st.record(StagePostExecute, VerdictError, l.name, now)
+				st.Body = nil
+				st.settle(f.Code, "the replaced value was refused: "+f.Message)
+				return
+			}
+			st.Body.Value, st.Body.Content = canon, content
+			acted = l.name
+		}
+		if len(contexts) > 0 {
+			st.Decisions = append(st.Decisions, contexts...)
+			acted = l.name
+		}
+	}
+	if ctx.Err() != nil {
+		st.record(StagePostExecute, VerdictCancelled, string(CodeCancelled), now)
+		st.Body, st.Decisions = nil, nil
+		st.settle(CodeCancelled, "the call was cancelled before its result settled")
+		return
+	}
+	st.record(StagePostExecute, VerdictAccept, acted, now)
+	st.Next = StageFinalize
+}
+
+func policyContexts(rule string, msgs []string) []Context {
+	if len(msgs) == 0 {
+		return nil
+	}
+	out := make([]Context, len(msgs))
+	for i, m := range msgs {
+		out[i] = Context{Source: SourcePolicy, Rule: rule, Message: m}
+	}
+	return out
+}
+
+func safePost(fn PostListener, call Call, in PostInput) (d PostDecision, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return fn(call, in), true
+}
+
+// finalize normalizes the state into the one Result, then gives the
+// definition's FinalizeContent the last, content-only word.
+func (p *Pipeline) finalize(st *State, snap snapshot) {
+	r := st.Request
+	res := &Result{Token: st.Token, CallID: r.CallID, Tool: r.Tool}
+	if f := st.Failure; f != nil {
+		res.Outcome, res.Code, res.Message = outcomeOf(f.Code), f.Code, f.Message
+		res.Content = failureContent(f)
+		if f.Code == CodePostBlocked {
+			// A block keeps only the blocking policy's contexts.
+			res.Contexts = st.Decisions
+		}
+	} else if st.Body != nil {
+		res.Outcome, res.Value, res.Content = Succeeded, st.Body.Value, st.Body.Content
+		// Tool-deferred contexts precede decision contexts.
+		res.Contexts = append(append([]Context(nil), st.Body.Contexts...), st.Decisions...)
+	} else {
+		res.Outcome, res.Code, res.Message = Failed, CodeInternal, "no body output and no failure"
+		res.Content = failureContent(&Failure{Code: CodeInternal, Message: res.Message})
+	}
+	if r.Parent != "" {
+		// Nested calls carry no additional contexts.
+		res.Contexts = nil
+	}
+	verdict := VerdictOK
+	if snap.tool != nil && snap.tool.def.FinalizeContent != nil {
+		if content, ok := safeFinalize(snap.tool.def.FinalizeContent, res); ok {
+			res.Content = content
+		} else {
+			res.Outcome, res.Code, res.Value = Failed, CodeNormalizationFailed, ""
+			res.Message = "FinalizeContent panicked"
+			verdict = VerdictError
+		}
+	}
+	st.record(StageFinalize, verdict, string(res.Code), p.opts.Clock.Now())
+	st.Result = res
+	st.Next = StageObserve
+}
+
+func safeFinalize(fn func(string, ResultView) string, res *Result) (s string, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	frozen := *res
+	frozen.Contexts = append([]Context(nil), res.Contexts...)
+	return fn(res.Content, ResultView{&frozen}), true
+}
+
+// failureContent is what the model reads for a failure: the stable code and
+// the message.
+func failureContent(f *Failure) string {
+	if f.Message == "" {
+		return "error: " + string(f.Code)
+	}
+	return "error: " + string(f.Code) + ": " + f.Message
+}
+
+// observe hands the frozen outcome to observers; they cannot change it, and
+// a failing observer affects nothing.
+func (p *Pipeline) observe(st *State, snap snapshot) {
+	if len(snap.observers) > 0 {
+		frozen := *st.Result
+		frozen.Contexts = append([]Context(nil), st.Result.Contexts...)
+		for _, o := range snap.observers {
+			safeObserve(o.fn, ResultView{&frozen})
+		}
+	}
+	st.record(StageObserve, VerdictOK, "", p.opts.Clock.Now())
+	st.Next = StageResult
+}
+
+func safeObserve(fn Observer, v ResultView) {
+	defer func() { _ = recover() }()
+	fn(v)
+}
+
+// Classify returns the call's execution mode: Parallel only when the tool's
+// classifier returns exactly true for valid arguments; an unknown tool, no
+// classifier, invalid arguments, any other value or a panic mean Exclusive.
+func (p *Pipeline) Classify(req Request) Mode {
+	snap := p.snapshot(req.Tool)
+	if snap.tool == nil || snap.tool.def.IsConcurrencySafe == nil {
+		return Exclusive
+	}
+	value, err := ParseJSON(req.Arguments)
+	if err != nil || snap.tool.params.Validate(value) != nil {
+		return Exclusive
+	}
+	if safeClassify(snap.tool.def.IsConcurrencySafe, Arguments{text: req.Arguments, value: value}) {
+		return Parallel
+	}
+	return Exclusive
+}
+
+func safeClassify(fn func(Arguments) any, args Arguments) (parallel bool) {
+	defer func() {
+		if recover() != nil {
+			parallel = false
+		}
+	}()
+	v := fn(args)
+	b, ok := v.(bool)
+	return ok && b
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// bounded keeps messages short and on one line.
+func bounded(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 512 {
+		s = s[:512]
+	}
+	return s
+}

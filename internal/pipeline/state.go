@@ -1,0 +1,146 @@
+package pipeline
+
+import (
+	"time"
+)
+
+// Stage is a pipeline boundary, in the seed's order.
+type Stage string
+
+// Stages. A call's State names the next stage to run; each stage appends one
+// Record when it completes.
+const (
+	StageCall        Stage = "call"         // durable tool/call: admit, validate, snapshot identity
+	StagePreExecute  Stage = "pre-execute"  // ordered listeners: allow / deny / ask
+	StageApproval    Stage = "approval"     // one human question for ask
+	StageGuard       Stage = "guard"        // monotonic guards: deny or abstain
+	StageDispatch    Stage = "dispatch"     // an attempt starts (persisted before the body)
+	StageExecute     Stage = "execute"      // wrappers around the body
+	StagePostExecute Stage = "post-execute" // accept (replace content XOR value, contexts) or block
+	StageFinalize    Stage = "finalize"     // normalize, then FinalizeContent exactly once
+	StageObserve     Stage = "observe"      // live tools/result: observers read the frozen outcome
+	StageResult      Stage = "result"       // durable tool/result
+	StageDone        Stage = "done"
+)
+
+var stageOrder = map[Stage]int{
+	StageCall: 0, StagePreExecute: 1, StageApproval: 2, StageGuard: 3, StageDispatch: 4,
+	StageExecute: 5, StagePostExecute: 6, StageFinalize: 7, StageObserve: 8, StageResult: 9, StageDone: 10,
+}
+
+// before reports whether s comes before o in the pipeline's order.
+func (s Stage) before(o Stage) bool { return stageOrder[s] < stageOrder[o] }
+
+// Verdicts recorded at boundaries.
+const (
+	VerdictAdmitted    = "admitted"
+	VerdictAllow       = "allow"
+	VerdictDeny        = "deny"
+	VerdictAsk         = "ask"
+	VerdictAllowedOnce = "allowed-once"
+	VerdictRejected    = "rejected"
+	VerdictCancelled   = "cancelled"
+	VerdictUnavailable = "unavailable"
+	VerdictExpired     = "expired"
+	VerdictAbstain     = "abstain"
+	VerdictDispatched  = "dispatched"
+	VerdictOK          = "ok"
+	VerdictError       = "error"
+	VerdictRetry       = "retry"
+	VerdictInterrupted = "interrupted"
+	VerdictAccept      = "accept"
+	VerdictBlock       = "block"
+	VerdictSkipped     = "skipped"
+)
+
+// Record is one boundary crossed.
+type Record struct {
+	Stage   Stage     `json:"stage"`
+	Verdict string    `json:"verdict"`
+	Reason  string    `json:"reason,omitempty"`
+	Time    time.Time `json:"time"`
+}
+
+// Body is what the body produced, validated and rendered (or its failure).
+type Body struct {
+	Value    string    `json:"value,omitempty"`
+	Content  string    `json:"content,omitempty"`
+	Contexts []Context `json:"contexts,omitempty"`
+}
+
+// State is a call's durable progress: everything needed to resume it in a
+// fresh process. It serializes to JSON; the controllers keep it in
+// ToolCall.status.
+type State struct {
+	Request Request  `json:"request"`
+	Token   string   `json:"token,omitempty"`
+	Next    Stage    `json:"next"`
+	Records []Record `json:"records,omitempty"`
+	Mode    Mode     `json:"mode,omitempty"`
+
+	// AskedAt and AskReason describe a pending approval question.
+	AskedAt   time.Time `json:"askedAt,omitzero"`
+	AskReason string    `json:"askReason,omitempty"`
+	AskText   string    `json:"askText,omitempty"`
+
+	// Attempt is the number of attempts dispatched; AttemptStartedAt the
+	// persisted start of the current one (timeouts are measured from it).
+	Attempt          int       `json:"attempt,omitempty"`
+	AttemptStartedAt time.Time `json:"attemptStartedAt,omitzero"`
+	// NotBefore delays the next dispatch (retry backoff).
+	NotBefore time.Time `json:"notBefore,omitzero"`
+
+	// Body is the validated, rendered body output after execute and
+	// post-execute; Failure the settled failure, if any.
+	Body    *Body    `json:"body,omitempty"`
+	Failure *Failure `json:"failure,omitempty"`
+	// Decisions are the contexts attached by post-execute accepts.
+	Decisions []Context `json:"decisions,omitempty"`
+
+	// Result is the single authoritative result, set at finalize.
+	Result *Result `json:"result,omitempty"`
+
+	// dispatched is true in the process that dispatched the current
+	// attempt; after a restart it is false, which is how Execute knows the
+	// attempt may already have run.
+	dispatched bool
+	// reattaching is true once a Reattach body answered Pending.
+	reattaching bool
+	// args caches the frozen arguments.
+	args Arguments
+}
+
+// NewState returns the state of a call just recorded (durable tool/call).
+func NewState(req Request) *State {
+	return &State{Request: req, Next: StageCall}
+}
+
+// Done reports whether the call has its durable result.
+func (s *State) Done() bool { return s.Next == StageDone }
+
+// LastRecord returns the last boundary crossed, or the zero Record.
+func (s *State) LastRecord() Record {
+	if len(s.Records) == 0 {
+		return Record{}
+	}
+	return s.Records[len(s.Records)-1]
+}
+
+func (s *State) record(stage Stage, verdict, reason string, now time.Time) {
+	s.Records = append(s.Records, Record{Stage: stage, Verdict: verdict, Reason: reason, Time: now})
+}
+
+// settle fails the call with code and skips to finalize.
+func (s *State) settle(code Code, message string) {
+	s.Failure = &Failure{Code: code, Message: message}
+	s.Next = StageFinalize
+}
+
+// Mode is a call's execution mode.
+type Mode string
+
+// Execution modes.
+const (
+	Parallel  Mode = "Parallel"
+	Exclusive Mode = "Exclusive"
+)

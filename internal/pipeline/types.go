@@ -1,0 +1,229 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Definition declares one tool: what the model sees, what it must return,
+// and its body.
+type Definition struct {
+	// Name is the tool name the model calls.
+	Name string
+	// Description is shown to the model.
+	Description string
+	// Parameters is the JSON Schema (2020-12) of the arguments; it must
+	// describe an object. Network and file $ref are not resolved.
+	Parameters string
+	// Output is the mandatory output declaration.
+	Output Output
+	// Execute is the body. It must observe ctx until its owned work has
+	// quiesced.
+	Execute func(ctx context.Context, args Arguments, exec *Exec) (any, error)
+	// IsConcurrencySafe classifies a call; only the exact value true makes
+	// it parallel. Nil means exclusive.
+	IsConcurrencySafe func(args Arguments) any
+	// FinalizeContent gets the last word on the content, synchronously, for
+	// every result, failures included. It must be total; a panic keeps the
+	// content it was given and fails the result as a normalization failure.
+	FinalizeContent func(content string, res ResultView) string
+	// Timeout bounds one attempt of the body; zero means no timeout.
+	Timeout time.Duration
+	// Idempotent declares that running the body twice has the effect of
+	// running it once. Only an idempotent body is re-run: by retry, or when
+	// resuming a call whose attempt was interrupted.
+	Idempotent bool
+	// Reattach declares that re-invoking Execute for an interrupted attempt
+	// re-attaches to the work that attempt started (for example a pod with a
+	// deterministic name) instead of starting it again; such a body may also
+	// answer Pending.
+	Reattach bool
+	// MaxAttempts is the retry budget (first attempt included) for an
+	// idempotent body; values below 2 mean no retry.
+	MaxAttempts int
+	// RetryBackoff is the wait before each further attempt.
+	RetryBackoff time.Duration
+}
+
+// Output is a tool's mandatory output declaration.
+type Output struct {
+	// Schema is the JSON Schema every result value must satisfy.
+	Schema string
+	// Render turns a valid value into model-facing content. Nil renders the
+	// canonical JSON text (or a string value as is).
+	Render func(args Arguments, value any) (string, error)
+}
+
+// Pending is returned by a Reattach body whose work has not finished; the
+// driver calls Execute again later (a controller requeues).
+var Pending = &pendingMarker{}
+
+type pendingMarker struct{}
+
+func (*pendingMarker) Error() string { return "pending" }
+
+// Arguments are a call's frozen arguments: the model's JSON text, byte for
+// byte. Every accessor returns a fresh copy, so no stage can change what a
+// later stage sees.
+type Arguments struct {
+	text  string
+	value any // parsed once, never handed out
+}
+
+// JSON returns the arguments as the model sent them.
+func (a Arguments) JSON() string { return a.text }
+
+// Value returns a fresh decoded copy (maps, slices, strings, bools, nil,
+// json.Number).
+func (a Arguments) Value() any {
+	v, _ := ParseJSON(a.text)
+	return v
+}
+
+// Decode unmarshals the arguments into v.
+func (a Arguments) Decode(v any) error {
+	return json.Unmarshal([]byte(a.text), v)
+}
+
+// Field returns a top-level string field, and whether it was a string.
+func (a Arguments) Field(name string) (string, bool) {
+	m, ok := a.value.(map[string]any)
+	if !ok {
+		return "", false
+	}
+	s, ok := m[name].(string)
+	return s, ok
+}
+
+// Request is what the agent loop submits: one model call.
+type Request struct {
+	// CallID is the model's identifier of the call.
+	CallID string `json:"callId"`
+	// Tool is the name called.
+	Tool string `json:"tool"`
+	// Arguments is the model's JSON text.
+	Arguments string `json:"arguments"`
+	// Parent is the parent call's token for a nested call.
+	Parent string `json:"parent,omitempty"`
+	// Requester is the identity that submitted the call.
+	Requester string `json:"requester,omitempty"`
+	// Session, Turn and Index place the call in model order.
+	Session string `json:"session,omitempty"`
+	Turn    int64  `json:"turn"`
+	Index   int    `json:"index"`
+}
+
+// Call is the immutable identity every stage sees. It is passed by value;
+// its Arguments are frozen.
+type Call struct {
+	Token     string
+	CallID    string
+	Tool      string
+	Args      Arguments
+	Parent    string
+	Requester string
+	Session   string
+	Turn      int64
+	Index     int
+}
+
+// Nested reports whether the call is a sub-call of another call.
+func (c Call) Nested() bool { return c.Parent != "" }
+
+// Exec is what a body receives besides its arguments.
+type Exec struct {
+	// Call is the call's identity.
+	Call Call
+	// Attempt is the 1-based attempt number.
+	Attempt int
+	// Resumed is true when Execute is re-invoked for an attempt that was
+	// already started (Reattach bodies re-attach to it).
+	Resumed bool
+	// StartedAt is the persisted start of the first attempt; timeouts are
+	// measured from it.
+	StartedAt time.Time
+
+	deferred []Context
+}
+
+// DeferContext queues a message for the model, delivered after the whole
+// turn has committed. Nested calls' contexts are dropped.
+func (e *Exec) DeferContext(c Context) {
+	c.Source = SourceTool
+	e.deferred = append(e.deferred, c)
+}
+
+// Context is an additional message for the model.
+type Context struct {
+	// Source is SourceTool or SourcePolicy.
+	Source string `json:"source"`
+	// Rule is the post-execute listener that attached it.
+	Rule string `json:"rule,omitempty"`
+	// Message is the text.
+	Message string `json:"message"`
+}
+
+// Context sources.
+const (
+	SourceTool   = "Tool"
+	SourcePolicy = "Policy"
+)
+
+// Outcome classifies a result.
+type Outcome string
+
+// Outcomes.
+const (
+	Succeeded Outcome = "Succeeded"
+	Failed    Outcome = "Failed"
+	Denied    Outcome = "Denied"
+	Cancelled Outcome = "Cancelled"
+	TimedOut  Outcome = "TimedOut"
+)
+
+// Result is the single authoritative result of a call.
+type Result struct {
+	Token   string  `json:"token"`
+	CallID  string  `json:"callId"`
+	Tool    string  `json:"tool"`
+	Outcome Outcome `json:"outcome"`
+	// Code is the stable error code of a non-success outcome.
+	Code Code `json:"code,omitempty"`
+	// Message explains a non-success outcome.
+	Message string `json:"message,omitempty"`
+	// Value is the canonical value as JSON text; empty for failures.
+	Value string `json:"value,omitempty"`
+	// Content is the model-facing content.
+	Content string `json:"content,omitempty"`
+	// Contexts are delivered after the turn commits.
+	Contexts []Context `json:"contexts,omitempty"`
+}
+
+// ResultView is a read-only view of a settled result, for finalizers and
+// observers: they can read it, never change it.
+type ResultView struct{ r *Result }
+
+// Outcome of the result.
+func (v ResultView) Outcome() Outcome { return v.r.Outcome }
+
+// Code of the result.
+func (v ResultView) Code() Code { return v.r.Code }
+
+// Message of the result.
+func (v ResultView) Message() string { return v.r.Message }
+
+// Value of the result, as JSON text.
+func (v ResultView) Value() string { return v.r.Value }
+
+// Content of the result.
+func (v ResultView) Content() string { return v.r.Content }
+
+// CallID of the result.
+func (v ResultView) CallID() string { return v.r.CallID }
+
+// Token of the result.
+func (v ResultView) Token() string { return v.r.Token }
+
+// Contexts returns a copy of the result's contexts.
+func (v ResultView) Contexts() []Context { return append([]Context(nil), v.r.Contexts...) }
