@@ -126,7 +126,7 @@ func trace(st *State) string {
 	return strings.Join(parts, " ")
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -194,21 +194,18 @@ func (p *parser) str() (string, error) {
 	return "", p.fail(errors.New("unterminated string"))
 }
 
-// escapedStr decodes a string with escapes by deferring to encoding/json,
-// which implements the escape rules (surrogate pairs included).
+// escapedStr decodes a string with escapes. A lone UTF-16 surrogate
+// (\ud800 without its pair) is refused: decoders would otherwise replace it
+// silently, and the value would not be what the model sent.
 func (p *parser) escapedStr(start int) (string, error) {
+	var b strings.Builder
 	j := start
 	for j < len(p.s) {
-		switch c := p.s[j]; {
-		case c == '\\':
-			j += 2
-			continue
+		c := p.s[j]
+		switch {
 		case c == '"':
-			var out string
-			if err := json.Unmarshal([]byte(p.s[start-1:j+1]), &out); err != nil {
-				return "", p.fail(err)
-			}
-			if !utf8.ValidString(p.s[start:j]) {
+			out := b.String()
+			if !utf8.ValidString(out) {
 				return "", p.fail(errors.New("invalid UTF-8 in string"))
 			}
 			p.i = j + 1
@@ -216,10 +213,72 @@ func (p *parser) escapedStr(start int) (string, error) {
 		case c < 0x20:
 			p.i = j
 			return "", p.fail(errors.New("control character in string"))
+		case c != '\\':
+			b.WriteByte(c)
+			j++
+			continue
 		}
-		j++
+		if j+1 >= len(p.s) {
+			break
+		}
+		switch e := p.s[j+1]; e {
+		case '"', '\\', '/':
+			b.WriteByte(e)
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'u':
+			r, n, err := p.unicodeEscape(j)
+			if err != nil {
+				return "", err
+			}
+			b.WriteRune(r)
+			j += n
+			continue
+		default:
+			p.i = j
+			return "", p.fail(fmt.Errorf("invalid escape \\%c", e))
+		}
+		j += 2
 	}
 	return "", p.fail(errors.New("unterminated string"))
+}
+
+// unicodeEscape decodes \uXXXX at j (and its low surrogate, if it is a high
+// one), returning the rune and the bytes consumed.
+func (p *parser) unicodeEscape(j int) (rune, int, error) {
+	hex4 := func(at int) (rune, bool) {
+		if at+6 > len(p.s) || p.s[at] != '\\' || p.s[at+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(p.s[at+2:at+6], 16, 32)
+		return rune(v), err == nil
+	}
+	r, ok := hex4(j)
+	if !ok {
+		p.i = j
+		return 0, 0, p.fail(errors.New("invalid \\u escape"))
+	}
+	switch {
+	case r >= 0xD800 && r < 0xDC00:
+		lo, ok := hex4(j + 6)
+		if !ok || lo < 0xDC00 || lo >= 0xE000 {
+			p.i = j
+			return 0, 0, p.fail(errors.New("unpaired UTF-16 surrogate"))
+		}
+		return (r-0xD800)<<10 + (lo - 0xDC00) + 0x10000, 12, nil
+	case r >= 0xDC00 && r < 0xE000:
+		p.i = j
+		return 0, 0, p.fail(errors.New("unpaired UTF-16 surrogate"))
+	}
+	return r, 6, nil
 }
 
 func (p *parser) number() (any, error) {

@@ -35,24 +35,30 @@ func TestParseJSONKeepsNumbersExact(t *testing.T) {
 
 func TestParseJSONRefusesAmbiguousInput(t *testing.T) {
 	for name, in := range map[string]string{
-		"duplicate key":     `{"a":1,"a":2}`,
-		"negative zero":     `-0`,
-		"negative zero.0":   `{"x":-0.0}`,
-		"negative zero exp": `[-0e10]`,
-		"trailing data":     `{} {}`,
-		"leading zero":      `012`,
-		"bare fraction":     `1.`,
-		"invalid utf8":      "\"\xff\"",
-		"control char":      "\"a\nb\"",
-		"unterminated":      `{"a":`,
-		"empty":             ``,
-		"single quotes":     `{'a':1}`,
-		"NaN":               `NaN`,
-		"deep":              strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2),
+		"duplicate key":      `{"a":1,"a":2}`,
+		"negative zero":      `-0`,
+		"negative zero.0":    `{"x":-0.0}`,
+		"negative zero exp":  `[-0e10]`,
+		"trailing data":      `{} {}`,
+		"leading zero":       `012`,
+		"bare fraction":      `1.`,
+		"invalid utf8":       "\"\xff\"",
+		"control char":       "\"a\nb\"",
+		"unterminated":       `{"a":`,
+		"empty":              ``,
+		"single quotes":      `{'a':1}`,
+		"NaN":                `NaN`,
+		"lone surrogate":     `"\ud800"`,
+		"lone low surrogate": `"\udc00x"`,
+		"bad escape":         `"\q"`,
+		"deep":               strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2),
 	} {
 		if _, err := ParseJSON(in); err == nil {
 			t.Errorf("%s: ParseJSON(%q) accepted", name, in)
 		}
+	}
+	if v, err := ParseJSON(`"\ud83d\ude00 \u00e9\n\/"`); err != nil || v != "😀 é\n/" {
+		t.Errorf("escapes: %q %v", v, err)
 	}
 	if _, err := ParseJSON(`-0.5`); err != nil {
 		t.Errorf("-0.5 refused: %v", err)

@@ -1,0 +1,214 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestCancelAfterDispatchStopsOwnedWorkBeforeSettlement: the body owns a
+// goroutine; the caller cancels while it runs; the result must not settle
+// before that goroutine has stopped.
+func TestCancelAfterDispatchStopsOwnedWorkBeforeSettlement(t *testing.T) {
+	h := newHarness(t)
+	var workerStopped atomic.Bool
+	started := make(chan struct{})
+	h.echo("echo", func(d *Definition) {
+		d.Execute = func(ctx context.Context, _ Arguments, _ *Exec) (any, error) {
+			h.bodies.Add(1)
+			done := make(chan struct{})
+			go func() { // owned work
+				defer close(done)
+				<-ctx.Done()
+				time.Sleep(10 * time.Millisecond) // quiescing takes a moment
+				workerStopped.Store(true)
+			}()
+			close(started)
+			<-done
+			return nil, ctx.Err()
+		}
+	})
+	h.allowAll()
+	var stoppedAtSettlement atomic.Bool
+	must(t, h.reg.Observe(h.scope, "check", func(ResultView) { stoppedAtSettlement.Store(workerStopped.Load()) }))
+	p := h.pipeline(Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-started; cancel() }()
+	st := NewState(req("echo", `{"text":"x"}`))
+	res := p.Resume(ctx, st, nil)
+	if res.Outcome != Cancelled || res.Code != CodeCancelled {
+		t.Fatalf("outcome %s/%s", res.Outcome, res.Code)
+	}
+	if !stoppedAtSettlement.Load() {
+		t.Fatal("the result settled before the owned work stopped")
+	}
+	if got, want := trace(st), traceHead+"execute:error "+traceTail+"Cancelled"; got != want {
+		t.Errorf("trace %s, want %s", got, want)
+	}
+}
+
+// TestCancellationReplacesOnlySuccess: after invocation, a success becomes a
+// cancellation, but a more specific failure stays.
+func TestCancellationReplacesOnlySuccess(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ret  error
+		want Code
+	}{
+		{"success becomes cancelled", nil, CodeCancelled},
+		{"a tool failure stays", errors.New("broken"), CodeToolError},
+		{"a sandbox denial stays", Fail(CodeSandboxDenied, "escape"), CodeSandboxDenied},
+		{"a timeout stays", Fail(CodeTimeout, "pod deadline"), CodeTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			h.echo("echo", func(d *Definition) {
+				d.Execute = func(context.Context, Arguments, *Exec) (any, error) {
+					h.bodies.Add(1)
+					cancel() // the caller cancels while the body runs
+					if tc.ret != nil {
+						return nil, tc.ret
+					}
+					return "done", nil
+				}
+			})
+			h.allowAll()
+			res := h.pipeline(Options{}).Run(ctx, req("echo", `{"text":"x"}`))
+			if res.Code != tc.want || h.bodies.Load() != 1 || h.results.Load() != 1 {
+				t.Fatalf("code %s bodies %d results %d, want %s/1/1", res.Code, h.bodies.Load(), h.results.Load(), tc.want)
+			}
+			if res.Value != "" {
+				t.Errorf("a cancelled call kept value %q", res.Value)
+			}
+		})
+	}
+}
+
+// TestWrapperCannotDetachTheBodyFromItsCaller: a wrapper substitutes a
+// context that is never cancelled; the caller's cancellation still reaches
+// the body, because the registry re-fuses it before the body.
+func TestWrapperCannotDetachTheBodyFromItsCaller(t *testing.T) {
+	h := newHarness(t)
+	started := make(chan struct{})
+	var sawValue atomic.Bool
+	type key struct{}
+	h.echo("echo", func(d *Definition) {
+		d.Execute = func(ctx context.Context, _ Arguments, _ *Exec) (any, error) {
+			h.bodies.Add(1)
+			sawValue.Store(ctx.Value(key{}) == "wrapper")
+			close(started)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(5 * time.Second):
+				return "not cancelled", nil
+			}
+		}
+	})
+	h.allowAll()
+	must(t, h.reg.WrapExecute(h.scope, "detach", func(_ context.Context, _ Call, next Next) (any, error) {
+		return next(context.WithValue(context.Background(), key{}, "wrapper"))
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-started; cancel() }()
+	res := h.pipeline(Options{}).Run(ctx, req("echo", `{"text":"x"}`))
+	if res.Code != CodeCancelled {
+		t.Fatalf("code %s: the body was not cancelled through the wrapper's context", res.Code)
+	}
+	if !sawValue.Load() {
+		t.Error("the wrapper's substitute context did not reach the body")
+	}
+}
+
+// TestStagesCannotRewriteTheInput: a listener mutating its decoded copy of
+// the arguments changes nothing any later stage sees.
+func TestStagesCannotRewriteTheInput(t *testing.T) {
+	h := newHarness(t)
+	var bodyText string
+	h.echo("echo", func(d *Definition) {
+		d.Execute = func(_ context.Context, a Arguments, e *Exec) (any, error) {
+			h.bodies.Add(1)
+			bodyText, _ = a.Field("text")
+			return bodyText, nil
+		}
+	})
+	must(t, h.reg.OnPreExecute(h.scope, "tamper", 0, func(_ context.Context, c Call) Decision {
+		m := c.Args.Value().(map[string]any)
+		m["text"] = "rm -rf /"
+		c.Tool = "other"
+		return Decision{Action: Allow}
+	}))
+	must(t, h.reg.AddGuard(h.scope, "tamper-too", func(c Call) (string, bool) {
+		c.Args.Value().(map[string]any)["text"] = "again"
+		return "", false
+	}))
+	res := h.pipeline(Options{}).Run(context.Background(), req("echo", `{"text":"safe"}`))
+	if res.Outcome != Succeeded || bodyText != "safe" || res.Tool != "echo" {
+		t.Fatalf("outcome %s, body saw %q, tool %q", res.Outcome, bodyText, res.Tool)
+	}
+}
+
+// TestApprovalDeadlineFailsClosed: an approver that never answers is asked
+// until the deadline anchored at the ask record, then the call is denied.
+func TestApprovalDeadlineFailsClosed(t *testing.T) {
+	h := newHarness(t)
+	h.echo("echo", nil)
+	must(t, h.reg.OnPreExecute(h.scope, "ask", 0, func(context.Context, Call) Decision { return Decision{Action: Ask} }))
+	approver := &clockApprover{clock: h.clock, step: 4 * time.Minute}
+	p := h.pipeline(Options{Approver: approver, ApprovalTimeout: 10 * time.Minute, PollInterval: time.Millisecond})
+	st := NewState(req("echo", `{"text":"x"}`))
+	res := p.Resume(context.Background(), st, nil)
+	if res.Code != CodeApprovalExpired || res.Outcome != Denied || h.bodies.Load() != 0 {
+		t.Fatalf("code %s outcome %s bodies %d", res.Code, res.Outcome, h.bodies.Load())
+	}
+	if approver.asked.Load() != 3 {
+		t.Errorf("asked %d times, want 3 (at 0, 4 and 8 minutes)", approver.asked.Load())
+	}
+	if got, want := trace(st), "call:admitted pre-execute:ask approval:expired "+traceTail+"Denied"; got != want {
+		t.Errorf("trace %s, want %s", got, want)
+	}
+}
+
+// clockApprover never answers; each question moves the clock.
+type clockApprover struct {
+	clock *fakeClock
+	step  time.Duration
+	asked atomic.Int32
+}
+
+func (a *clockApprover) Approve(context.Context, Question) (Answer, string) {
+	a.asked.Add(1)
+	a.clock.Advance(a.step)
+	return AnswerPending, ""
+}
+
+// TestApproverSeesTheQuestion: the question carries the identity, the
+// deciding rule and the deadline.
+func TestApproverSeesTheQuestion(t *testing.T) {
+	h := newHarness(t)
+	h.echo("echo", nil)
+	must(t, h.reg.OnPreExecute(h.scope, "ask-writes", 0, func(context.Context, Call) Decision {
+		return Decision{Action: Ask, Message: "writes need a person"}
+	}))
+	var q Question
+	p := h.pipeline(Options{ApprovalTimeout: time.Hour, Approver: approverFunc(func(_ context.Context, got Question) (Answer, string) {
+		q = got
+		return AllowedOnce, ""
+	})})
+	res := p.Run(context.Background(), req("echo", `{"text":"x"}`))
+	if res.Outcome != Succeeded {
+		t.Fatalf("outcome %s", res.Outcome)
+	}
+	if q.Reason != "ask-writes" || q.Message != "writes need a person" || q.Call.Token != res.Token ||
+		!q.Deadline.Equal(h.clock.Now().Add(time.Hour)) {
+		t.Errorf("question %+v", q)
+	}
+}
+
+type approverFunc func(context.Context, Question) (Answer, string)
+
+func (f approverFunc) Approve(ctx context.Context, q Question) (Answer, string) { return f(ctx, q) }

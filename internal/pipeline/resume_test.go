@@ -1,0 +1,152 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+var errCrash = errors.New("crash")
+
+// runUntilCrash runs a call and "crashes" right after the k-th boundary was
+// persisted, returning the persisted state as JSON.
+func runUntilCrash(p *Pipeline, r Request, k int) (persisted []byte, finished bool) {
+	n := 0
+	st := NewState(r)
+	res := p.Resume(context.Background(), st, func(s *State) error {
+		n++
+		data, err := json.Marshal(s)
+		if err != nil {
+			panic(err)
+		}
+		persisted = data
+		if n == k {
+			return errCrash
+		}
+		return nil
+	})
+	return persisted, res.Token != ""
+}
+
+// TestResumeAfterEveryBoundary stops the call after each boundary, restores
+// the persisted state in a fresh pipeline and state, and resumes: the result
+// is the one an uninterrupted run gives and the body ran once — except after
+// the dispatch boundary of a body not declared idempotent, where the attempt
+// may have started: it is never run again and settles as interrupted.
+func TestResumeAfterEveryBoundary(t *testing.T) {
+	for _, idempotent := range []bool{false, true} {
+		name := map[bool]string{false: "not idempotent", true: "idempotent"}[idempotent]
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			h.echo("echo", func(d *Definition) {
+				d.Idempotent = idempotent
+				inner := d.Execute
+				d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
+					e.DeferContext(Context{Message: "later"})
+					return inner(ctx, a, e)
+				}
+			})
+			h.allowAll()
+			must(t, h.reg.OnPostExecute(h.scope, "tag", 0, func(Call, PostInput) PostDecision {
+				return PostDecision{Contexts: []string{"checked"}}
+			}))
+			r := req("echo", `{"text":"hello"}`)
+
+			ref := NewState(r)
+			want := h.pipeline(Options{}).Resume(context.Background(), ref, nil)
+			boundaries := len(ref.Records)
+
+			for k := 1; k <= boundaries; k++ {
+				h.bodies.Store(0)
+				data, _ := runUntilCrash(h.pipeline(Options{}), r, k)
+				restored := &State{}
+				must(t, json.Unmarshal(data, restored))
+				afterDispatch := restored.Next == StageExecute
+				got := h.pipeline(Options{}).Resume(context.Background(), restored, nil)
+
+				if afterDispatch && !idempotent {
+					if got.Code != CodeInterrupted || h.bodies.Load() != 0 {
+						t.Errorf("k=%d: %s with %d body runs, want interrupted and none", k, got.Code, h.bodies.Load())
+					}
+					continue
+				}
+				want.Token = got.Token // each run mints its own token; everything else must match
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("k=%d (resumed at %s): result\n got %+v\nwant %+v", k, restored.Next, got, want)
+				}
+				if h.bodies.Load() != 1 {
+					t.Errorf("k=%d (resumed at %s): body ran %d times in all, want 1", k, restored.Next, h.bodies.Load())
+				}
+			}
+		})
+	}
+}
+
+// TestResumeReattachesToAStartedAttempt: a Reattach body (a pod with a
+// deterministic name) is re-invoked with Resumed set instead of being
+// started again, and may answer Pending until its work is done.
+func TestResumeReattachesToAStartedAttempt(t *testing.T) {
+	h := newHarness(t)
+	polls := 0
+	var resumedFlags []bool
+	h.echo("echo", func(d *Definition) {
+		d.Reattach = true
+		d.Execute = func(_ context.Context, _ Arguments, e *Exec) (any, error) {
+			resumedFlags = append(resumedFlags, e.Resumed)
+			if !e.Resumed {
+				h.bodies.Add(1) // the work starts only here
+			}
+			polls++
+			if polls < 3 {
+				return nil, Pending
+			}
+			return "done", nil
+		}
+	})
+	h.allowAll()
+	r := req("echo", `{"text":"x"}`)
+	// Crash right after the dispatch boundary.
+	var data []byte
+	for k := 1; ; k++ {
+		d, _ := runUntilCrash(h.pipeline(Options{}), r, k)
+		st := &State{}
+		must(t, json.Unmarshal(d, st))
+		if st.Next == StageExecute {
+			data = d
+			break
+		}
+	}
+	restored := &State{}
+	must(t, json.Unmarshal(data, restored))
+	h.bodies.Store(0)
+	polls = 0
+	resumedFlags = nil
+	got := h.pipeline(Options{PollInterval: 1}).Resume(context.Background(), restored, nil)
+	if got.Outcome != Succeeded || got.Value != `"done"` {
+		t.Fatalf("outcome %s %s", got.Outcome, got.Code)
+	}
+	if h.bodies.Load() != 0 {
+		t.Errorf("the work was started again %d times", h.bodies.Load())
+	}
+	for i, r := range resumedFlags {
+		if !r {
+			t.Errorf("invocation %d was not marked resumed", i)
+		}
+	}
+}
+
+// TestPendingFromABodyThatCannotReattach is a wrapper-level contract
+// violation: only Reattach bodies may answer Pending.
+func TestPendingFromABodyThatCannotReattach(t *testing.T) {
+	h := newHarness(t)
+	h.echo("echo", func(d *Definition) {
+		d.Execute = func(context.Context, Arguments, *Exec) (any, error) { return nil, Pending }
+	})
+	h.allowAll()
+	res := h.pipeline(Options{}).Run(context.Background(), req("echo", `{"text":"x"}`))
+	if res.Outcome != Failed || res.Code != CodeToolError {
+		t.Fatalf("outcome %s/%s", res.Outcome, res.Code)
+	}
+}
