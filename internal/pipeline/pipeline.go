@@ -102,11 +102,11 @@ func randomToken() string {
 type Progress int
 
 const (
-	// Advanced: a boundary was crossed; persist the state, then step again.
+	// Advanced means a boundary was crossed; persist the state, then step again.
 	Advanced Progress = iota
-	// Waiting: nothing changed; step again after the returned delay.
+	// Waiting means nothing changed; step again after the returned delay.
 	Waiting
-	// Finished: the call has its durable result.
+	// Finished means the call has its durable result.
 	Finished
 )
 

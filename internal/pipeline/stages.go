@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -208,9 +209,18 @@ func (p *Pipeline) dispatch(ctx context.Context, st *State, snap snapshot) (Prog
 	st.Attempt++
 	st.AttemptStartedAt = now
 	st.dispatched, st.reattaching = true, false
-	st.record(StageDispatch, VerdictDispatched, fmt.Sprintf("attempt-%d", st.Attempt), now)
+	st.record(StageDispatch, VerdictDispatched, attemptReason(st.Attempt), now)
 	st.Next = StageExecute
 	return Advanced, 0
+}
+
+var attemptReasons = [...]string{"", "attempt-1", "attempt-2", "attempt-3", "attempt-4", "attempt-5"}
+
+func attemptReason(n int) string {
+	if n < len(attemptReasons) {
+		return attemptReasons[n]
+	}
+	return "attempt-" + strconv.Itoa(n)
 }
 
 // retryable codes are the body's own failures; denials, cancellation and
@@ -274,60 +284,76 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 // codePending marks a Reattach body's Pending answer inside invoke.
 const codePending Code = "pending"
 
+// attempt is one dispatch of the body: what invoke needs to tell a body's
+// own failure from a wrapper's, and whether the timeout fired.
+type attempt struct {
+	p        *Pipeline
+	st       *State
+	def      *Definition
+	exec     *Exec
+	caller   context.Context
+	calls    int
+	err      error
+	panicked bool
+	timeout  context.Context // nil without a timeout
+}
+
+// body is the innermost Next: it re-fuses the caller's cancellation,
+// applies the timeout anchored at the persisted attempt start, and runs the
+// body once.
+func (a *attempt) body(wctx context.Context) (v any, err error) {
+	a.calls++
+	if a.calls > 1 {
+		return nil, Fail(CodeWrapperFailed, "a wrapper dispatched the body twice in one attempt")
+	}
+	bctx := fuse(wctx, a.caller)
+	if a.def.Timeout > 0 {
+		deadline := a.st.AttemptStartedAt.Add(a.def.Timeout)
+		var cancel context.CancelFunc
+		bctx, cancel = context.WithTimeout(bctx, deadline.Sub(a.p.opts.Clock.Now()))
+		defer cancel()
+		a.timeout = bctx
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			a.panicked = true
+			v, err = nil, Fail(CodeToolPanic, "the tool body panicked")
+		}
+		a.err = err
+	}()
+	return a.def.Execute(bctx, a.exec.Call.Args, a.exec)
+}
+
+func (a *attempt) timedOut() bool {
+	return a.timeout != nil && errors.Is(a.timeout.Err(), context.DeadlineExceeded) && a.caller.Err() == nil
+}
+
 // invoke calls the wrappers (first registered outermost) around the body and
 // classifies what came back.
 func (p *Pipeline) invoke(ctx context.Context, st *State, snap snapshot, exec *Exec) (any, *Failure) {
-	def := snap.tool.def
-	var (
-		bodyCalls    int
-		bodyErr      error
-		bodyPanicked bool
-		timedOut     func() bool
-	)
-	inner := func(wctx context.Context) (v any, err error) {
-		bodyCalls++
-		if bodyCalls > 1 {
-			return nil, Fail(CodeWrapperFailed, "a wrapper dispatched the body twice in one attempt")
-		}
-		bctx := fuse(wctx, ctx)
-		if def.Timeout > 0 {
-			deadline := st.AttemptStartedAt.Add(def.Timeout)
-			var cancel context.CancelFunc
-			bctx, cancel = context.WithTimeout(bctx, deadline.Sub(p.opts.Clock.Now()))
-			defer cancel()
-			tctx := bctx
-			timedOut = func() bool { return errors.Is(tctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil }
-		}
-		defer func() {
-			if r := recover(); r != nil {
-				bodyPanicked = true
-				v, err = nil, Fail(CodeToolPanic, "the tool body panicked")
-			}
-			bodyErr = err
-		}()
-		return def.Execute(bctx, exec.Call.Args, exec)
-	}
-	next := Next(inner)
+	def := &snap.tool.def
+	a := &attempt{p: p, st: st, def: def, exec: exec, caller: ctx}
+	next := Next(a.body)
 	for i := len(snap.wrappers) - 1; i >= 0; i-- {
 		next = wrap(snap.wrappers[i].fn, exec.Call, next)
 	}
 	value, err := next(ctx)
-	if timedOut != nil && timedOut() {
+	if a.timedOut() {
 		return nil, &Failure{Code: CodeTimeout, Message: fmt.Sprintf("the body exceeded its %s timeout", def.Timeout)}
 	}
 	if err == nil {
-		if bodyCalls == 0 {
+		if a.calls == 0 {
 			return nil, &Failure{Code: CodeWrapperFailed, Message: "a wrapper returned without dispatching the body"}
 		}
 		return value, nil
 	}
 	var f *Failure
 	switch {
-	case errors.Is(err, Pending) && def.Reattach && err == bodyErr:
+	case errors.Is(err, Pending) && def.Reattach && err == a.err:
 		return nil, &Failure{Code: codePending}
-	case errors.As(err, &f) && (err == bodyErr || bodyPanicked || f.Code == CodeWrapperFailed):
+	case errors.As(err, &f) && (err == a.err || a.panicked || f.Code == CodeWrapperFailed):
 		return nil, ownCode(f, ctx.Err() != nil)
-	case err != bodyErr:
+	case err != a.err:
 		return nil, &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper failed: " + bounded(err.Error())}
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return nil, &Failure{Code: CodeCancelled, Message: "the body stopped on cancellation"}

@@ -112,7 +112,8 @@ type State struct {
 
 // NewState returns the state of a call just recorded (durable tool/call).
 func NewState(req Request) *State {
-	return &State{Request: req, Next: StageCall}
+	// A successful call crosses nine boundaries; one allocation holds them.
+	return &State{Request: req, Next: StageCall, Records: make([]Record, 0, 10)}
 }
 
 // Done reports whether the call has its durable result.

@@ -94,6 +94,19 @@ func (th *turnHarness) index(e string) int {
 	return slices.Index(th.events, e)
 }
 
+// inOrder reports whether the events happened, in this order.
+func (th *turnHarness) inOrder(events ...string) bool {
+	last := -1
+	for _, e := range events {
+		i := th.index(e)
+		if i <= last {
+			return false
+		}
+		last = i
+	}
+	return true
+}
+
 func call(id, tool, args string) Request {
 	return Request{CallID: id, Tool: tool, Arguments: args, Session: "s", Turn: 1}
 }
@@ -132,15 +145,15 @@ func TestTurnCommitsInModelOrderWhenTheFirstBodyIsSlowest(t *testing.T) {
 		t.Errorf("B did not finish first: %v", th.events)
 	}
 	// ...yet post-execute followed model order.
-	if !(th.index("post A") < th.index("post B") && th.index("post B") < th.index("post C") && th.index("post C") < th.index("post D")) {
+	if !th.inOrder("post A", "post B", "post C", "post D") {
 		t.Errorf("post-execute out of model order: %v", th.events)
 	}
 	// Pre-execute followed model order.
-	if !(th.index("pre A") < th.index("pre B") && th.index("pre B") < th.index("pre C") && th.index("pre C") < th.index("pre D")) {
+	if !th.inOrder("pre A", "pre B", "pre C", "pre D") {
 		t.Errorf("pre-execute out of model order: %v", th.events)
 	}
 	// C is a barrier: it starts after A and B committed, D after C.
-	if !(th.index("post B") < th.index("pre C") && th.index("post C") < th.index("pre D")) {
+	if !th.inOrder("post B", "pre C") || !th.inOrder("post C", "pre D") {
 		t.Errorf("the exclusive call was not a barrier: %v", th.events)
 	}
 	// D reads what C wrote: read-after-write ordering held.
