@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 var errCrash = errors.New("crash")
@@ -148,5 +149,43 @@ func TestPendingFromABodyThatCannotReattach(t *testing.T) {
 	res := h.pipeline(Options{}).Run(context.Background(), req("echo", `{"text":"x"}`))
 	if res.Outcome != Failed || res.Code != CodeToolError {
 		t.Fatalf("outcome %s/%s", res.Outcome, res.Code)
+	}
+}
+
+// TestTimeoutIsAnchoredAtThePersistedStart: a restarted driver measures the
+// timeout from the attempt start in the state, not from its own start.
+func TestTimeoutIsAnchoredAtThePersistedStart(t *testing.T) {
+	h := newHarness(t)
+	var sawExpired bool
+	h.echo("echo", func(d *Definition) {
+		d.Reattach = true
+		d.Timeout = time.Minute
+		d.Execute = func(ctx context.Context, _ Arguments, e *Exec) (any, error) {
+			sawExpired = ctx.Err() != nil
+			if !e.Resumed {
+				return nil, Pending
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	})
+	h.allowAll()
+	st := NewState(req("echo", `{"text":"x"}`))
+	p := h.pipeline(Options{})
+	for st.Next != StageExecute {
+		p.Step(context.Background(), st)
+	}
+	data, err := json.Marshal(st)
+	must(t, err)
+	restored := &State{}
+	must(t, json.Unmarshal(data, restored))
+
+	h.clock.Advance(2 * time.Minute) // the manager was down for two minutes
+	res := h.pipeline(Options{}).Resume(context.Background(), restored, nil)
+	if res.Code != CodeTimeout || res.Outcome != TimedOut {
+		t.Fatalf("outcome %s/%s, want a timeout", res.Outcome, res.Code)
+	}
+	if !sawExpired {
+		t.Error("the resumed body got a fresh timeout instead of the remainder")
 	}
 }
