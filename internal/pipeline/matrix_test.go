@@ -301,6 +301,12 @@ func matrix() []matrixCase {
 			trace: traceHead + "execute:ok post-execute:error " + traceTail + "Failed",
 		},
 		{
+			name: "a post listener that cannot decide fails the post stage", req: hello,
+			setup:   post(func(Call, PostInput) PostDecision { return PostDecision{Err: errors.New("no such key")} }),
+			outcome: Failed, code: CodePostFailed, bodies: 1,
+			trace: traceHead + "execute:ok post-execute:error " + traceTail + "Failed",
+		},
+		{
 			name: "a panicking post listener fails the post stage", req: hello,
 			setup:   post(func(Call, PostInput) PostDecision { panic("boom") }),
 			outcome: Failed, code: CodePostFailed, bodies: 1,

@@ -69,6 +69,9 @@ type PostDecision struct {
 	// Contexts are attached to the result.
 	Contexts []string
 	Message  string
+	// Err reports that the listener could not decide; the result fails as
+	// post_failed.
+	Err error
 }
 
 // PostListener inspects a successful result and may accept or block it.

@@ -453,7 +453,7 @@ func (p *Pipeline) postExecute(ctx context.Context, st *State, snap snapshot) {
 	acted := ""
 	for _, l := range snap.post {
 		d, ok := safePost(l.fn, call, PostInput{Value: st.Body.Value, Content: st.Body.Content})
-		if !ok {
+		if !ok || d.Err != nil {
 			st.record(StagePostExecute, VerdictError, l.name, now)
 			st.Body = nil
 			st.settle(CodePostFailed, "the post-execute listener "+l.name+" failed")

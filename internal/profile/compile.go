@@ -1,0 +1,338 @@
+package profile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/google/cel-go/cel"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/pipeline"
+)
+
+// Runner runs a tool's body (a container argv or a built-in) for one
+// attempt: the sandbox seam, as the compiled profile consumes it. It returns
+// the tool's output text (stdout), or a failure.
+type Runner func(ctx context.Context, tool *toolgatev1alpha1.ToolDefinition, args pipeline.Arguments, exec *pipeline.Exec) (string, error)
+
+// Error is a compile error: a reason (one of the Ready condition reasons)
+// and a message naming the tool or rule.
+type Error struct {
+	Reason  string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Reason + ": " + e.Message }
+
+func fail(reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Compiled is an immutable compiled profile.
+type Compiled struct {
+	// Generation is the ToolProfile generation compiled.
+	Generation int64
+	// Registry holds the tools and listeners.
+	Registry *pipeline.Registry
+	// Default is the decision for calls no rule matches (the preset).
+	Default pipeline.Decision
+	// Tools are the resolved tools, for status.
+	Tools []toolgatev1alpha1.ResolvedTool
+	// Spec is the compiled spec (defaults applied by the API server).
+	Spec toolgatev1alpha1.ToolProfileSpec
+
+	scope *lifecycle.Scope
+}
+
+// Dispose releases the registry's registrations.
+func (c *Compiled) Dispose() { c.scope.Dispose() }
+
+// Compile compiles a profile. run executes tool bodies.
+func Compile(p *toolgatev1alpha1.ToolProfile, run Runner) (*Compiled, error) {
+	env, err := celEnv()
+	if err != nil {
+		return nil, err
+	}
+	c := &Compiled{
+		Generation: p.Generation,
+		Registry:   pipeline.NewRegistry(),
+		Spec:       *p.Spec.DeepCopy(),
+		scope:      lifecycle.NewScope(),
+	}
+	if err := c.compile(env, run); err != nil {
+		c.Dispose()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Compiled) compile(env *cel.Env, run Runner) error {
+	spec := &c.Spec
+	for i := range spec.Tools {
+		if err := c.compileTool(env, &spec.Tools[i], run); err != nil {
+			return err
+		}
+	}
+	for i, r := range spec.PreExecute {
+		if err := c.compilePre(env, i, r); err != nil {
+			return err
+		}
+	}
+	for _, g := range spec.Guards {
+		if err := c.compileGuard(env, g); err != nil {
+			return err
+		}
+	}
+	for i, r := range spec.PostExecute {
+		if err := c.compilePost(env, i, r); err != nil {
+			return err
+		}
+	}
+	switch spec.PermissionPreset {
+	case toolgatev1alpha1.PresetTrusted:
+		c.Default = pipeline.Decision{Action: pipeline.Allow, Reason: "preset-trusted"}
+	case toolgatev1alpha1.PresetSupervised:
+		c.Default = pipeline.Decision{Action: pipeline.Ask, Reason: "preset-supervised", Message: "no rule covers this call; a person must approve it"}
+	default:
+		c.Default = pipeline.Decision{Action: pipeline.Deny, Reason: "preset-restricted", Message: "no rule allows this call"}
+	}
+	return nil
+}
+
+func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition, run Runner) error {
+	params, output := string(t.Parameters.Raw), string(t.Output.Schema.Raw)
+	if doc, err := pipeline.ParseJSON(params); err != nil {
+		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, err)
+	} else if m, ok := doc.(map[string]any); !ok || (m["type"] != nil && m["type"] != "object") {
+		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: parameters must describe an object", t.Name)
+	}
+	if _, err := pipeline.CompileSchema(params); err != nil {
+		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, oneLine(err))
+	}
+	if _, err := pipeline.CompileSchema(output); err != nil {
+		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: output schema: %v", t.Name, oneLine(err))
+	}
+	render, err := renderer(t)
+	if err != nil {
+		return fail(toolgatev1alpha1.ReasonTemplateInvalid, "tool %s: render template: %v", t.Name, oneLine(err))
+	}
+	def := pipeline.Definition{
+		Name:         t.Name,
+		Description:  t.Description,
+		Parameters:   params,
+		Output:       pipeline.Output{Schema: output, Render: render},
+		Timeout:      time.Duration(t.TimeoutSeconds) * time.Second,
+		Idempotent:   t.Idempotent,
+		Reattach:     true, // sandbox providers re-attach to an attempt, or report it lost
+		MaxAttempts:  1,
+		RetryBackoff: 0,
+	}
+	if t.Retry != nil {
+		def.MaxAttempts = int(t.Retry.MaxAttempts)
+		def.RetryBackoff = time.Duration(t.Retry.BackoffSeconds) * time.Second
+	}
+	stringOutput := schemaType(output) == "string"
+	tool := t.DeepCopy()
+	def.Execute = func(ctx context.Context, args pipeline.Arguments, exec *pipeline.Exec) (any, error) {
+		out, err := run(ctx, tool, args, exec)
+		if err != nil {
+			return nil, err
+		}
+		if stringOutput {
+			return out, nil
+		}
+		return json.RawMessage(out), nil
+	}
+	if t.IsConcurrencySafe != "" {
+		prg, err := compileExpr(env, t.IsConcurrencySafe, nil)
+		if err != nil {
+			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "tool %s: isConcurrencySafe: %v", t.Name, oneLine(err))
+		}
+		def.IsConcurrencySafe = func(a pipeline.Arguments) any {
+			out, err := prg.eval(map[string]any{"args": celValue(a.Value())})
+			if err != nil {
+				return err
+			}
+			return out.Value()
+		}
+	}
+	if err := c.Registry.Register(c.scope, def); err != nil {
+		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: %v", t.Name, oneLine(err))
+	}
+	runtime := "container"
+	if t.Builtin != nil {
+		runtime = "builtin:" + t.Builtin.Name
+	}
+	c.Tools = append(c.Tools, toolgatev1alpha1.ResolvedTool{
+		Name: t.Name, Runtime: runtime, ConcurrencyClassified: t.IsConcurrencySafe != "", Idempotent: t.Idempotent,
+	})
+	return nil
+}
+
+// renderer turns the render declaration into a pipeline renderer (nil for
+// JSON and Text, which the pipeline renders itself).
+func renderer(t *toolgatev1alpha1.ToolDefinition) (func(pipeline.Arguments, any) (string, error), error) {
+	switch t.Output.Render.Format {
+	case toolgatev1alpha1.RenderTemplate:
+		tpl, err := parseTemplate(t.Name, t.Output.Render.Template)
+		if err != nil {
+			return nil, err
+		}
+		return func(a pipeline.Arguments, v any) (string, error) {
+			return execTemplate(tpl, a, v)
+		}, nil
+	case toolgatev1alpha1.RenderJSON:
+		return func(_ pipeline.Arguments, v any) (string, error) { return pipeline.CanonicalJSON(v) }, nil
+	default: // Text: a string as is, anything else as JSON
+		return nil, nil
+	}
+}
+
+func parseTemplate(name, text string) (*template.Template, error) {
+	return template.New(name).Option("missingkey=error").Parse(text)
+}
+
+func execTemplate(tpl *template.Template, a pipeline.Arguments, v any) (string, error) {
+	var b bytes.Buffer
+	if err := tpl.Execute(&b, map[string]any{"Args": a.Value(), "Value": v}); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// appliesTo reports whether a rule's tool list covers tool.
+func appliesTo(tools []string, tool string) bool {
+	if len(tools) == 0 {
+		return true
+	}
+	for _, t := range tools {
+		if t == tool {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule) error {
+	var when *program
+	if r.When != "" {
+		var err error
+		if when, err = compileExpr(env, r.When, cel.BoolType); err != nil {
+			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "preExecute rule %s: when: %v", r.Name, oneLine(err))
+		}
+	}
+	action := map[toolgatev1alpha1.PolicyAction]pipeline.Action{
+		toolgatev1alpha1.ActionAllow: pipeline.Allow, toolgatev1alpha1.ActionDeny: pipeline.Deny, toolgatev1alpha1.ActionAsk: pipeline.Ask,
+	}[r.Action]
+	return c.Registry.OnPreExecute(c.scope, r.Name, i, func(_ context.Context, call pipeline.Call) pipeline.Decision {
+		if !appliesTo(r.Tools, call.Tool) {
+			return pipeline.Decision{}
+		}
+		if when != nil {
+			ok, err := when.evalBool(callVars(call))
+			if err != nil {
+				// A rule that cannot be evaluated denies: fail closed.
+				return pipeline.Decision{Action: pipeline.Deny, Reason: r.Name, Message: "the rule could not be evaluated"}
+			}
+			if !ok {
+				return pipeline.Decision{}
+			}
+		}
+		return pipeline.Decision{Action: action, Reason: r.Name, Message: r.Message}
+	})
+}
+
+func (c *Compiled) compileGuard(env *cel.Env, g toolgatev1alpha1.GuardRule) error {
+	deny, err := compileExpr(env, g.Deny, cel.BoolType)
+	if err != nil {
+		return fail(toolgatev1alpha1.ReasonExpressionInvalid, "guard %s: deny: %v", g.Name, oneLine(err))
+	}
+	return c.Registry.AddGuard(c.scope, g.Name, func(call pipeline.Call) (string, bool) {
+		if !appliesTo(g.Tools, call.Tool) {
+			return "", false
+		}
+		denied, err := deny.evalBool(callVars(call))
+		if err != nil {
+			return g.Message + " (the guard could not be evaluated)", true
+		}
+		return g.Message, denied
+	})
+}
+
+func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule) error {
+	var when, replaceValue *program
+	var replaceContent *template.Template
+	var err error
+	if r.When != "" {
+		if when, err = compileExpr(env, r.When, cel.BoolType); err != nil {
+			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "postExecute rule %s: when: %v", r.Name, oneLine(err))
+		}
+	}
+	if r.ReplaceValue != "" {
+		if replaceValue, err = compileExpr(env, r.ReplaceValue, nil); err != nil {
+			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "postExecute rule %s: replaceValue: %v", r.Name, oneLine(err))
+		}
+	}
+	if r.ReplaceContent != "" {
+		if replaceContent, err = parseTemplate(r.Name, r.ReplaceContent); err != nil {
+			return fail(toolgatev1alpha1.ReasonTemplateInvalid, "postExecute rule %s: replaceContent: %v", r.Name, oneLine(err))
+		}
+	}
+	return c.Registry.OnPostExecute(c.scope, r.Name, i, func(call pipeline.Call, in pipeline.PostInput) pipeline.PostDecision {
+		if !appliesTo(r.Tools, call.Tool) {
+			return pipeline.PostDecision{}
+		}
+		value, _ := pipeline.ParseJSON(in.Value)
+		vars := callVars(call)
+		vars["result"] = map[string]any{"value": celValue(value), "content": in.Content}
+		if when != nil {
+			ok, err := when.evalBool(vars)
+			if err != nil {
+				return pipeline.PostDecision{Err: err}
+			}
+			if !ok {
+				return pipeline.PostDecision{}
+			}
+		}
+		d := pipeline.PostDecision{Block: r.Action == toolgatev1alpha1.PostBlock, Contexts: r.Contexts, Message: r.Message}
+		if replaceContent != nil {
+			s, err := execTemplate(replaceContent, call.Args, value)
+			if err != nil {
+				return pipeline.PostDecision{Err: err}
+			}
+			d.ReplaceContent = &s
+		}
+		if replaceValue != nil {
+			v, err := replaceValue.evalJSON(vars)
+			if err != nil {
+				return pipeline.PostDecision{Err: err}
+			}
+			d.ReplaceValue = v
+		}
+		return d
+	})
+}
+
+func schemaType(schema string) string {
+	doc, err := pipeline.ParseJSON(schema)
+	if err != nil {
+		return ""
+	}
+	m, _ := doc.(map[string]any)
+	t, _ := m["type"].(string)
+	return t
+}
+
+func oneLine(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}

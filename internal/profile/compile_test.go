@@ -1,0 +1,231 @@
+package profile
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// echoRunner returns the "text" argument, as a container tool printing it
+// would.
+func echoRunner(_ context.Context, _ *toolgatev1alpha1.ToolDefinition, a pipeline.Arguments, _ *pipeline.Exec) (string, error) {
+	s, _ := a.Field("text")
+	return s, nil
+}
+
+func TestCompileSampleProfile(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "toolgate_v1alpha1_toolprofile.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &toolgatev1alpha1.ToolProfile{}
+	if err := yaml.UnmarshalStrict(data, p); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Compile(p, echoRunner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Dispose()
+	if len(c.Tools) != 4 || c.Default.Action != pipeline.Deny {
+		t.Fatalf("tools %d default %s", len(c.Tools), c.Default.Action)
+	}
+	tools, listeners := c.Registry.Counts()
+	if tools != 4 || listeners != 4 { // 2 pre rules, 1 guard, 1 post rule
+		t.Fatalf("registry has %d tools, %d listeners", tools, listeners)
+	}
+	c.Dispose()
+	if tools, listeners := c.Registry.Counts(); tools != 0 || listeners != 0 {
+		t.Fatalf("after Dispose: %d tools, %d listeners", tools, listeners)
+	}
+}
+
+func TestCompileErrorsNameTheToolOrRule(t *testing.T) {
+	for name, tc := range map[string]struct {
+		edit   func(*tu.ToolProfileWrapper)
+		reason string
+		names  string
+	}{
+		"parameters not an object": {func(w *tu.ToolProfileWrapper) {
+			w.Spec.Tools[0].Parameters = tu.JSON(`{"type":"string"}`)
+		}, toolgatev1alpha1.ReasonSchemaInvalid, "tool echo: parameters"},
+		"invalid output schema": {func(w *tu.ToolProfileWrapper) {
+			w.Spec.Tools[0].Output.Schema = tu.JSON(`{"type":"strang"}`)
+		}, toolgatev1alpha1.ReasonSchemaInvalid, "tool echo: output schema"},
+		"remote $ref": {func(w *tu.ToolProfileWrapper) {
+			w.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object","properties":{"x":{"$ref":"https://example.com/x.json"}}}`)
+		}, toolgatev1alpha1.ReasonSchemaInvalid, "tool echo: parameters"},
+		"classifier syntax": {func(w *tu.ToolProfileWrapper) {
+			w.Spec.Tools[0].IsConcurrencySafe = "args.text =="
+		}, toolgatev1alpha1.ReasonExpressionInvalid, "tool echo: isConcurrencySafe"},
+		"rule when not bool": {func(w *tu.ToolProfileWrapper) {
+			w.PreRule("reads", toolgatev1alpha1.ActionAllow, "'yes'")
+		}, toolgatev1alpha1.ReasonExpressionInvalid, "preExecute rule reads: when"},
+		"guard unknown variable": {func(w *tu.ToolProfileWrapper) {
+			w.Guard("no-secrets", "secret.path == 'x'", "no")
+		}, toolgatev1alpha1.ReasonExpressionInvalid, "guard no-secrets: deny"},
+		"post template": {func(w *tu.ToolProfileWrapper) {
+			w.PostRule(toolgatev1alpha1.PostRule{Name: "redact", Action: toolgatev1alpha1.PostAccept, ReplaceContent: "{{.Value"})
+		}, toolgatev1alpha1.ReasonTemplateInvalid, "postExecute rule redact: replaceContent"},
+		"render template": {func(w *tu.ToolProfileWrapper) {
+			w.Spec.Tools[0].Output.Render = toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderTemplate, Template: "{{range}}"}
+		}, toolgatev1alpha1.ReasonTemplateInvalid, "tool echo: render template"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := tu.MakeToolProfile("ns", "p")
+			tc.edit(w)
+			_, err := Compile(w.Obj(), echoRunner)
+			var cerr *Error
+			if err == nil || !asError(err, &cerr) {
+				t.Fatalf("compiled, or a non-compile error: %v", err)
+			}
+			if cerr.Reason != tc.reason || !strings.HasPrefix(cerr.Message, tc.names) {
+				t.Fatalf("got %s %q, want %s %q...", cerr.Reason, cerr.Message, tc.reason, tc.names)
+			}
+		})
+	}
+}
+
+func asError(err error, target **Error) bool {
+	e, ok := err.(*Error)
+	*target = e
+	return ok
+}
+
+// run compiles w and runs one call of tool with args through a pipeline
+// using the profile's default decision.
+func run(t *testing.T, w *tu.ToolProfileWrapper, tool, args string) pipeline.Result {
+	t.Helper()
+	c, err := Compile(w.Obj(), echoRunner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Dispose()
+	p := pipeline.New(c.Registry, pipeline.Options{Default: c.Default})
+	return p.Run(context.Background(), pipeline.Request{CallID: "c", Tool: tool, Arguments: args, Requester: "agent", Session: "s"})
+}
+
+func TestCompiledRulesDecide(t *testing.T) {
+	profile := func() *tu.ToolProfileWrapper {
+		return tu.MakeToolProfile("ns", "p").
+			PreRule("deny-shouting", toolgatev1alpha1.ActionDeny, "call.args.text.upperAscii() == call.args.text").
+			PreRule("allow-echo", toolgatev1alpha1.ActionAllow, "", "echo").
+			Guard("no-passwords", "call.args.text.contains('password')", "passwords stay home", "echo")
+	}
+	for _, tc := range []struct {
+		args string
+		code pipeline.Code
+	}{
+		{`{"text":"hello"}`, ""},
+		{`{"text":"HELLO"}`, pipeline.CodePolicyDenied},
+		{`{"text":"my password"}`, pipeline.CodeGuardDenied},
+	} {
+		if res := run(t, profile(), "echo", tc.args); res.Code != tc.code {
+			t.Errorf("%s: code %q (%s), want %q", tc.args, res.Code, res.Message, tc.code)
+		}
+	}
+	// No rule matches another tool: the Restricted preset denies it.
+	w := profile().Tools(tu.MakeTool("echo").Obj(), tu.MakeTool("other").Obj())
+	if res := run(t, w, "other", `{"text":"hi"}`); res.Code != pipeline.CodePolicyDenied || !strings.Contains(res.Message, "no rule allows") {
+		t.Errorf("other: %s %q", res.Code, res.Message)
+	}
+	if res := run(t, w.Preset(toolgatev1alpha1.PresetTrusted), "other", `{"text":"hi"}`); res.Outcome != pipeline.Succeeded {
+		t.Errorf("trusted preset: %s", res.Code)
+	}
+}
+
+func TestCompiledPostRules(t *testing.T) {
+	base := func() *tu.ToolProfileWrapper {
+		return tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted)
+	}
+	block := base().PostRule(toolgatev1alpha1.PostRule{
+		Name: "no-keys", Action: toolgatev1alpha1.PostBlock, When: "result.content.contains('PRIVATE KEY')",
+		Message: "holds a key", Contexts: []string{"withheld"},
+	})
+	if res := run(t, block, "echo", `{"text":"-----BEGIN PRIVATE KEY-----"}`); res.Code != pipeline.CodePostBlocked || res.Value != "" || len(res.Contexts) != 1 {
+		t.Errorf("block: %+v", res)
+	}
+	if res := run(t, block, "echo", `{"text":"fine"}`); res.Outcome != pipeline.Succeeded {
+		t.Errorf("no block: %+v", res)
+	}
+	value := base().PostRule(toolgatev1alpha1.PostRule{Name: "upper", Action: toolgatev1alpha1.PostAccept, ReplaceValue: "result.value.upperAscii()"})
+	if res := run(t, value, "echo", `{"text":"abc"}`); res.Value != `"ABC"` || res.Content != "ABC" {
+		t.Errorf("replaceValue: %+v", res)
+	}
+	content := base().PostRule(toolgatev1alpha1.PostRule{Name: "wrap", Action: toolgatev1alpha1.PostAccept, ReplaceContent: "[{{.Value}} for {{.Args.text}}]"})
+	if res := run(t, content, "echo", `{"text":"abc"}`); res.Value != `"abc"` || res.Content != "[abc for abc]" {
+		t.Errorf("replaceContent: %+v", res)
+	}
+	broken := base().PostRule(toolgatev1alpha1.PostRule{Name: "broken", Action: toolgatev1alpha1.PostAccept, When: "result.value.size() > call.args.missing"})
+	if res := run(t, broken, "echo", `{"text":"abc"}`); res.Code != pipeline.CodePostFailed {
+		t.Errorf("a rule that cannot be evaluated: %+v", res)
+	}
+}
+
+func TestCompiledClassifierIsExact(t *testing.T) {
+	for expr, want := range map[string]pipeline.Mode{
+		"true":                     pipeline.Parallel,
+		"args.text == 'read'":      pipeline.Exclusive, // false for "x"
+		"'true'":                   pipeline.Exclusive,
+		"1 == 1 ? 1 : 0":           pipeline.Exclusive,
+		"args.missing == 'x'":      pipeline.Exclusive, // evaluation error
+		"args.text.startsWith('')": pipeline.Parallel,
+	} {
+		w := tu.MakeToolProfile("ns", "p")
+		w.Spec.Tools[0].IsConcurrencySafe = expr
+		c, err := Compile(w.Obj(), echoRunner)
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		p := pipeline.New(c.Registry, pipeline.Options{})
+		if got := p.Classify(pipeline.Request{Tool: "echo", Arguments: `{"text":"x"}`}); got != want {
+			t.Errorf("%s: %s, want %s", expr, got, want)
+		}
+		c.Dispose()
+	}
+}
+
+func TestTemplateRenderAndLargeIntegers(t *testing.T) {
+	w := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Tools(
+		tu.MakeTool("count").Parameters(`{"type":"object","properties":{"text":{"type":"string"},"n":{"type":"integer"}}}`).Obj())
+	w.Spec.Tools[0].Output = toolgatev1alpha1.OutputDeclaration{
+		Schema: tu.JSON(`{"type":"object","properties":{"n":{"type":"integer"}}}`),
+		Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderTemplate, Template: "n={{.Value.n}}"},
+	}
+	c, err := Compile(w.Obj(), func(context.Context, *toolgatev1alpha1.ToolDefinition, pipeline.Arguments, *pipeline.Exec) (string, error) {
+		return `{"n": 123456789012345678901234567890}`, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Dispose()
+	res := pipeline.New(c.Registry, pipeline.Options{Default: c.Default}).Run(context.Background(),
+		pipeline.Request{CallID: "c", Tool: "count", Arguments: `{"n": 1}`})
+	if res.Value != `{"n":123456789012345678901234567890}` || res.Content != "n=123456789012345678901234567890" {
+		t.Fatalf("%+v", res)
+	}
+}
+
+// TestCostLimitFailsClosed: an expression too expensive to evaluate stops
+// at the cost limit; a guard then denies.
+func TestCostLimitFailsClosed(t *testing.T) {
+	w := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).
+		Guard("quadratic", "call.args.items.all(a, call.args.items.all(b, a == b || a != b)) && false", "too costly")
+	w.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object"}`)
+	items := strings.Repeat(`1,`, 2000) + "1"
+	res := run(t, w, "echo", `{"text":"x","items":[`+items+`]}`)
+	if res.Code != pipeline.CodeGuardDenied || !strings.Contains(res.Message, "could not be evaluated") {
+		t.Fatalf("%s %q", res.Code, res.Message)
+	}
+	if res := run(t, w, "echo", `{"text":"x","items":[1,2]}`); res.Outcome != pipeline.Succeeded {
+		t.Fatalf("a cheap evaluation: %s %q", res.Code, res.Message)
+	}
+}
