@@ -126,6 +126,89 @@ type ToolCallStatus struct {
 	// commitSequence is the call's position in the session's committed log.
 	// +optional
 	CommitSequence *int64 `json:"commitSequence,omitempty"`
+
+	// released is set by the session when every earlier call of the turn
+	// has committed: the call may run post-execute and settle. It keeps
+	// post-execute and commitment in model order.
+	// +optional
+	Released bool `json:"released,omitempty"`
+
+	// checkpoint is the rest of the pipeline's durable state, so that a
+	// restarted manager resumes the call exactly where it stopped.
+	// +optional
+	Checkpoint *PipelineCheckpoint `json:"checkpoint,omitempty"`
+}
+
+// PipelineCheckpoint is the part of a call's pipeline state not shown
+// elsewhere in its status.
+type PipelineCheckpoint struct {
+	// next is the next pipeline stage to run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Next string `json:"next,omitempty"`
+
+	// askedAt is when pre-execute asked for approval; the approval deadline
+	// is measured from it.
+	// +optional
+	AskedAt *metav1.Time `json:"askedAt,omitempty"`
+
+	// askReason is the rule that asked.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	AskReason string `json:"askReason,omitempty"`
+
+	// askMessage is the rule's message to the approver.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	AskMessage string `json:"askMessage,omitempty"`
+
+	// notBefore delays the next attempt (retry backoff).
+	// +optional
+	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+
+	// body is the validated, rendered output of the body, before
+	// post-execute.
+	// +optional
+	Body *CheckpointBody `json:"body,omitempty"`
+
+	// failure is the settled failure, before finalization.
+	// +optional
+	Failure *CheckpointFailure `json:"failure,omitempty"`
+
+	// decisions are the contexts post-execute rules attached.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Decisions []AdditionalContext `json:"decisions,omitempty"`
+}
+
+// CheckpointBody is a body's output.
+type CheckpointBody struct {
+	// value is the canonical value as JSON text.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Value string `json:"value,omitempty"`
+	// content is the rendered content.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Content string `json:"content,omitempty"`
+	// contexts are the tool-deferred contexts.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Contexts []AdditionalContext `json:"contexts,omitempty"`
+}
+
+// CheckpointFailure is a settled failure.
+type CheckpointFailure struct {
+	// code is the stable error code.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Code string `json:"code"`
+	// message explains it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
 }
 
 // ToolCallPhase is a call's place in the pipeline.

@@ -4,6 +4,7 @@ package main
 import (
 	"flag"
 	"os"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -14,17 +15,21 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/controller"
 )
 
 func main() {
 	var (
-		metricsAddr string
-		probeAddr   string
-		leaderElect bool
+		metricsAddr  string
+		probeAddr    string
+		leaderElect  bool
+		workspaceDir string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one manager reconciles at a time.")
+	flag.StringVar(&workspaceDir, "process-workspace-dir", filepath.Join(os.TempDir(), "toolgate-workspaces"),
+		"Where the Process sandbox provider (development only, not isolating) keeps session workspaces.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -44,6 +49,10 @@ func main() {
 	})
 	if err != nil {
 		log.Error(err, "manager not created")
+		os.Exit(1)
+	}
+	if err := controller.Setup(mgr, controller.Config{ProcessWorkspaceDir: workspaceDir}); err != nil {
+		log.Error(err, "controllers not set up")
 		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

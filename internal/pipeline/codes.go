@@ -34,6 +34,8 @@ const (
 	CodePostFailed          Code = "post_failed"          // a post-execute listener failed, or replaced the value badly
 	CodeNormalizationFailed Code = "normalization_failed" // the finalizer panicked
 	CodeInternal            Code = "internal"             // a pipeline invariant broke; reported, never hidden
+	CodeProfileUnavailable  Code = "profile_unavailable"  // the call's profile is missing or not Ready
+	CodeSessionGone         Code = "session_gone"         // the call's session does not exist
 )
 
 // outcomeOf maps a code to the outcome it settles as.

@@ -189,3 +189,33 @@ func TestTimeoutIsAnchoredAtThePersistedStart(t *testing.T) {
 		t.Error("the resumed body got a fresh timeout instead of the remainder")
 	}
 }
+
+// TestLostAttempt: a Reattach body that finds its attempt's work gone is
+// treated as interrupted: never run twice unless idempotent.
+func TestLostAttempt(t *testing.T) {
+	for _, idempotent := range []bool{false, true} {
+		h := newHarness(t)
+		h.echo("echo", func(d *Definition) {
+			d.Reattach, d.Idempotent = true, idempotent
+			d.Execute = func(_ context.Context, _ Arguments, e *Exec) (any, error) {
+				if e.Resumed {
+					return nil, ErrAttemptLost
+				}
+				h.bodies.Add(1)
+				return "ran", nil
+			}
+		})
+		h.allowAll()
+		st := NewState(req("echo", `{"text":"x"}`))
+		p := h.pipeline(Options{})
+		for st.Next != StageExecute {
+			p.Step(context.Background(), st)
+		}
+		st.SetLive(false, false) // as after a restart
+		res := p.Resume(context.Background(), st, nil)
+		want := map[bool]Code{false: CodeInterrupted, true: ""}[idempotent]
+		if res.Code != want || h.bodies.Load() != map[bool]int32{false: 0, true: 1}[idempotent] {
+			t.Errorf("idempotent=%v: code %q bodies %d", idempotent, res.Code, h.bodies.Load())
+		}
+	}
+}

@@ -240,22 +240,22 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 	}
 	def := snap.tool.def
 	if !st.dispatched && !def.Reattach {
-		// Restarted after dispatch: the attempt may have run.
-		if def.Idempotent {
-			st.record(StageExecute, VerdictInterrupted, "rerun-idempotent", now)
-			st.Next = StageDispatch
-			return Advanced, 0
-		}
-		st.record(StageExecute, VerdictInterrupted, string(CodeInterrupted), now)
-		st.settle(CodeInterrupted, "the attempt was interrupted and the body is not idempotent; it is never run twice")
-		return Advanced, 0
+		return p.interrupted(st, def, now)
 	}
 	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: !st.dispatched || st.reattaching, StartedAt: st.AttemptStartedAt}
 	value, fail := p.invoke(ctx, st, snap, exec)
 	now = p.opts.Clock.Now()
+	if fail != nil && fail.Code == codeLost {
+		return p.interrupted(st, def, now)
+	}
 	if fail != nil && fail.Code == codePending {
 		st.reattaching = true
-		return Waiting, p.opts.PollInterval
+		wait := p.opts.PollInterval
+		if def.Timeout > 0 {
+			// Come back no later than the deadline, so a timeout fires on time.
+			wait = min(wait, max(st.AttemptStartedAt.Add(def.Timeout).Sub(now), time.Millisecond))
+		}
+		return Waiting, wait
 	}
 	if fail == nil {
 		fail = p.accept(st, snap.tool, exec, value)
@@ -281,8 +281,25 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 	return Advanced, 0
 }
 
-// codePending marks a Reattach body's Pending answer inside invoke.
-const codePending Code = "pending"
+// interrupted handles an attempt that may have run in a process that is gone:
+// an idempotent body is dispatched again, any other is never run twice.
+func (p *Pipeline) interrupted(st *State, def Definition, now time.Time) (Progress, time.Duration) {
+	if def.Idempotent {
+		st.record(StageExecute, VerdictInterrupted, "rerun-idempotent", now)
+		st.Next = StageDispatch
+		return Advanced, 0
+	}
+	st.record(StageExecute, VerdictInterrupted, string(CodeInterrupted), now)
+	st.settle(CodeInterrupted, "the attempt was interrupted and the body is not idempotent; it is never run twice")
+	return Advanced, 0
+}
+
+// codePending and codeLost mark a Reattach body's Pending and
+// ErrAttemptLost answers inside invoke.
+const (
+	codePending Code = "pending"
+	codeLost    Code = "lost"
+)
 
 // attempt is one dispatch of the body: what invoke needs to tell a body's
 // own failure from a wrapper's, and whether the timeout fired.
@@ -351,6 +368,8 @@ func (p *Pipeline) invoke(ctx context.Context, st *State, snap snapshot, exec *E
 	switch {
 	case errors.Is(err, Pending) && def.Reattach && err == a.err:
 		return nil, &Failure{Code: codePending}
+	case errors.Is(err, ErrAttemptLost) && def.Reattach && err == a.err:
+		return nil, &Failure{Code: codeLost}
 	case errors.As(err, &f) && (err == a.err || a.panicked || f.Code == CodeWrapperFailed):
 		return nil, ownCode(f, ctx.Err() != nil)
 	case err != a.err:
@@ -369,7 +388,7 @@ func ownCode(f *Failure, callerCancelled bool) *Failure {
 	switch f.Code {
 	case CodePolicyDenied, CodeApprovalRejected, CodeApprovalUnavailable, CodeApprovalExpired,
 		CodeApprovalCancelled, CodeGuardDenied, CodePostBlocked, CodePostFailed, CodeUnknownTool,
-		CodeInvalidArguments, CodeNormalizationFailed, CodeInternal, codePending:
+		CodeInvalidArguments, CodeNormalizationFailed, CodeInternal, CodeProfileUnavailable, CodeSessionGone, codePending, codeLost:
 		return &Failure{Code: CodeToolError, Message: "the body claimed " + string(f.Code) + ": " + bounded(f.Message)}
 	case CodeCancelled:
 		if !callerCancelled {

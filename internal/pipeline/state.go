@@ -110,6 +110,19 @@ type State struct {
 	args Arguments
 }
 
+// SetLive tells a state rebuilt from storage what this process knows of the
+// current attempt: whether this process dispatched it, and whether its body
+// was already invoked here (a Reattach body then re-attaches). A driver that
+// rebuilds the State on every step (a controller) keeps that knowledge in
+// memory; after a restart it is lost, which is exactly what makes a resumed
+// attempt look interrupted.
+func (s *State) SetLive(dispatched, invoked bool) {
+	s.dispatched, s.reattaching = dispatched, invoked
+}
+
+// Live reports what SetLive sets.
+func (s *State) Live() (dispatched, invoked bool) { return s.dispatched, s.reattaching }
+
 // NewState returns the state of a call just recorded (durable tool/call).
 func NewState(req Request) *State {
 	// A successful call crosses nine boundaries; one allocation holds them.
@@ -129,6 +142,18 @@ func (s *State) LastRecord() Record {
 
 func (s *State) record(stage Stage, verdict, reason string, now time.Time) {
 	s.Records = append(s.Records, Record{Stage: stage, Verdict: verdict, Reason: reason, Time: now})
+}
+
+// Abort fails a call for a reason outside the pipeline (its profile is gone,
+// its session was deleted) and skips to finalize. A call past finalize keeps
+// its result: there is only ever one.
+func (s *State) Abort(code Code, message string, now time.Time) {
+	if !s.Next.before(StageFinalize) {
+		return
+	}
+	s.record(s.Next, VerdictError, string(code), now)
+	s.Body, s.Decisions = nil, nil
+	s.settle(code, message)
 }
 
 // settle fails the call with code and skips to finalize.

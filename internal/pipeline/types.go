@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 )
 
@@ -62,6 +63,12 @@ var Pending = &pendingMarker{}
 type pendingMarker struct{}
 
 func (*pendingMarker) Error() string { return "pending" }
+
+// ErrAttemptLost is returned by a Reattach body asked to re-attach to an
+// attempt whose work no longer exists (its process died with the previous
+// manager). The pipeline then treats the attempt as interrupted: an
+// idempotent body is dispatched again, any other settles as interrupted.
+var ErrAttemptLost = errors.New("the attempt's work was lost")
 
 // Arguments are a call's frozen arguments: the model's JSON text, byte for
 // byte. Every accessor returns a fresh copy, so no stage can change what a

@@ -1,0 +1,210 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+const (
+	// sessionFinalizer keeps a deleted session until every call it owns has
+	// settled and committed: deleting a session cancels its calls, and each
+	// still gets its one result.
+	sessionFinalizer = "toolgate.dev/settle-calls"
+
+	// indexCallSession indexes ToolCalls by their session's name.
+	indexCallSession = "spec.sessionRef.name"
+	// indexSessionProfile indexes AgentSessions by their profile's name.
+	indexSessionProfile = "spec.profileRef.name"
+)
+
+// AgentSessionReconciler is the agent loop's durable side: it schedules a
+// session's calls (admission in model order, exclusive barriers, a rolling
+// pool of maxParallel), releases them for post-execute in model order,
+// commits their results in model order, and keeps the session's log head.
+type AgentSessionReconciler struct {
+	Client   client.Client
+	Profiles *Profiles
+	Clock    clock.PassiveClock
+}
+
+// Reconcile schedules one session and patches its status once.
+func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	s := &toolgatev1alpha1.AgentSession{}
+	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	calls, err := r.calls(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !s.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s, calls)
+	}
+	if !controllerutil.ContainsFinalizer(s, sessionFinalizer) {
+		base := s.DeepCopy()
+		controllerutil.AddFinalizer(s, sessionFinalizer)
+		if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	base := s.DeepCopy()
+	defer func() {
+		if err := r.Client.Status().Patch(ctx, s, client.MergeFrom(base)); err != nil && retErr == nil {
+			retErr = client.IgnoreNotFound(err)
+		}
+	}()
+	if err := r.reconcileWorkspace(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	ready := r.profileCondition(ctx, s)
+	if err := r.schedule(ctx, s, calls); err != nil {
+		return ctrl.Result{}, err
+	}
+	setSessionStatus(s, calls)
+	meta.SetStatusCondition(&s.Status.Conditions, ready)
+	if ready.Status == metav1.ConditionTrue {
+		s.Status.ObservedGeneration = s.Generation
+	}
+	return ctrl.Result{}, nil
+}
+
+// calls lists the session's calls.
+func (r *AgentSessionReconciler) calls(ctx context.Context, s *toolgatev1alpha1.AgentSession) ([]*toolgatev1alpha1.ToolCall, error) {
+	list := &toolgatev1alpha1.ToolCallList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingFields{indexCallSession: s.Name}); err != nil {
+		return nil, err
+	}
+	out := make([]*toolgatev1alpha1.ToolCall, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	sortModelOrder(out)
+	return out, nil
+}
+
+// reconcileDelete cancels every unsettled call, keeps scheduling so each
+// settles and commits, and lets the session go once all have.
+func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
+	pending := false
+	for _, c := range calls {
+		if c.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+			continue
+		}
+		pending = true
+		if !c.Spec.CancelRequested {
+			base := c.DeepCopy()
+			c.Spec.CancelRequested = true
+			if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+				return err
+			}
+		}
+	}
+	if pending {
+		return r.schedule(ctx, s, calls)
+	}
+	base := s.DeepCopy()
+	controllerutil.RemoveFinalizer(s, sessionFinalizer)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, s, client.MergeFrom(base)))
+}
+
+// profileCondition reports whether the session's profile is usable.
+func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolgatev1alpha1.AgentSession) metav1.Condition {
+	cond := metav1.Condition{Type: toolgatev1alpha1.ConditionReady, ObservedGeneration: s.Generation}
+	compiled, obj, cerr, err := r.Profiles.Resolve(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ProfileRef.Name})
+	switch {
+	case err != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, toolgatev1alpha1.ReasonProfileNotReady, "the ToolProfile could not be read"
+	case obj == nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ReasonProfileNotFound, "ToolProfile "+s.Spec.ProfileRef.Name+" does not exist; calls settle as profile_unavailable"
+	case compiled == nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ReasonProfileNotReady, cerr.Message
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ReasonSessionActive, "the session accepts calls"
+	}
+	return cond
+}
+
+// reconcileWorkspace creates the session's workspace claim from its
+// template, owned by the session, and records the claim to mount.
+func (r *AgentSessionReconciler) reconcileWorkspace(ctx context.Context, s *toolgatev1alpha1.AgentSession) error {
+	ws := s.Spec.Workspace
+	switch {
+	case ws == nil:
+		s.Status.WorkspaceClaimName = ""
+		return nil
+	case ws.ExistingClaim != "":
+		s.Status.WorkspaceClaimName = ws.ExistingClaim
+		return nil
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: workspaceClaimName(s)}}
+	_, err := controllerutil.CreateOrPatch(ctx, r.Client, pvc, func() error {
+		if pvc.CreationTimestamp.IsZero() {
+			pvc.Spec = corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ws.VolumeClaimTemplate.StorageClassName,
+				Resources: corev1.VolumeResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceStorage: ws.VolumeClaimTemplate.Size},
+				},
+			}
+		}
+		return controllerutil.SetControllerReference(s, pvc, r.Client.Scheme())
+	})
+	if err != nil {
+		return err
+	}
+	s.Status.WorkspaceClaimName = pvc.Name
+	return nil
+}
+
+// workspaceClaimName is the deterministic name of a session's claim.
+func workspaceClaimName(s *toolgatev1alpha1.AgentSession) string { return s.Name + "-workspace" }
+
+// SetupWithManager registers the reconciler and its indexes.
+func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ctx := context.Background()
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &toolgatev1alpha1.ToolCall{}, indexCallSession, func(o client.Object) []string {
+		return []string{o.(*toolgatev1alpha1.ToolCall).Spec.SessionRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &toolgatev1alpha1.AgentSession{}, indexSessionProfile, func(o client.Object) []string {
+		return []string{o.(*toolgatev1alpha1.AgentSession).Spec.ProfileRef.Name}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&toolgatev1alpha1.AgentSession{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Watches(&toolgatev1alpha1.ToolCall{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			tc := o.(*toolgatev1alpha1.ToolCall)
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}}}
+		})).
+		Watches(&toolgatev1alpha1.ToolProfile{}, handler.EnqueueRequestsFromMapFunc(r.sessionsOfProfile)).
+		Named("agentsession").
+		Complete(r)
+}
+
+func (r *AgentSessionReconciler) sessionsOfProfile(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &toolgatev1alpha1.AgentSessionList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSessionProfile: o.GetName()}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, len(list.Items))
+	for i, s := range list.Items {
+		out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)}
+	}
+	return out
+}

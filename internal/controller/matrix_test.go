@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+const (
+	success     = "call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:ok post-execute:accept finalize:ok observe:ok result:Succeeded"
+	settledTail = "finalize:ok observe:ok result:"
+	echoShell   = "echo ran >> runs; cat"
+)
+
+// matrixTools are the tools of the matrix: each appends a line to "runs" in
+// the workspace when its body runs.
+func matrixTools() []toolgatev1alpha1.ToolDefinition {
+	sleeper := shTool("sleep", "echo ran >> runs; sleep 2; echo finished >> finished; echo slept").Obj()
+	sleeper.TimeoutSeconds = 60
+	quick := shTool("quick_sleep", "echo ran >> runs; sleep 3; echo finished >> finished; echo slept").Obj()
+	quick.TimeoutSeconds = 1
+	return []toolgatev1alpha1.ToolDefinition{
+		shTool("echo", echoShell).ConcurrencySafe("true").Obj(),
+		shTool("fail", "echo ran >> runs; echo broken >&2; exit 3").Obj(),
+		sleeper, quick,
+	}
+}
+
+func expectResult(c *toolgatev1alpha1.ToolCall, outcome toolgatev1alpha1.Outcome, code, trace string) {
+	ExpectWithOffset(1, c.Status.Result).NotTo(BeNil())
+	ExpectWithOffset(1, c.Status.Result.Outcome).To(Equal(outcome), c.Status.Result.Message)
+	ExpectWithOffset(1, c.Status.Result.ErrorCode).To(Equal(code), c.Status.Result.Message)
+	ExpectWithOffset(1, stageTrace(c)).To(Equal(trace))
+	ExpectWithOffset(1, c.Status.CommitSequence).NotTo(BeNil())
+}
+
+// approvalRequest waits for the call's ApprovalRequest.
+func approvalRequest(ns, call string) *toolgatev1alpha1.ApprovalRequest {
+	ar := &toolgatev1alpha1.ApprovalRequest{}
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: call}, ar)).To(Succeed())
+		g.Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalPending))
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	return ar
+}
+
+func decide(ar *toolgatev1alpha1.ApprovalRequest, action toolgatev1alpha1.DecisionAction) {
+	base := ar.DeepCopy()
+	ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: action, DecidedBy: "alice", Message: "checked"}
+	Expect(k8s.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
+}
+
+var _ = Describe("the seed's test matrix through the controllers", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	allowAll := func() *tu.ToolProfileWrapper {
+		return processProfile(ns, matrixTools()...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "")
+	}
+
+	It("allow: the body runs once and the call succeeds", func() {
+		setup(allowAll())
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeSucceeded, "", success)
+		Expect(c.Status.Result.Value).To(Equal(`"{\"text\":\"hello\"}"`))
+		Expect(bodyRuns(ns, "runs")).To(Equal(1))
+		Expect(*c.Status.CommitSequence).To(Equal(int64(0)))
+		Expect(c.Status.Token).NotTo(BeEmpty())
+		s := &toolgatev1alpha1.AgentSession{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.Counts.Succeeded).To(Equal(int64(1)))
+			g.Expect(s.Status.NextSequence).To(Equal(int64(1)))
+		}).Should(Succeed())
+	})
+
+	It("deny: no body runs", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("deny-all", toolgatev1alpha1.ActionDeny, ""))
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeDenied, "policy_denied", "call:admitted pre-execute:deny "+settledTail+"Denied")
+		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+	})
+
+	It("ask + approve: an ApprovalRequest owned by the call, then the body runs once", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
+			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.RedactArguments = []string{"secret"} }))
+		submit(ns, "c1", "echo", `{"text":"hello","secret":"hunter2"}`, 0, 0)
+		ar := approvalRequest(ns, "c1")
+		Expect(ar.Spec.ArgumentsPreview).To(Equal(`{"secret":"[redacted]","text":"hello"}`))
+		Expect(ar.Spec.Requester).To(Equal("agent"))
+		Expect(ar.OwnerReferences).To(HaveLen(1))
+		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+		decide(ar, toolgatev1alpha1.DecisionApprove)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeSucceeded, "",
+			"call:admitted pre-execute:ask approval:allowed-once guard:abstain dispatch:dispatched execute:ok post-execute:accept "+settledTail+"Succeeded")
+		Expect(bodyRuns(ns, "runs")).To(Equal(1))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
+		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
+	})
+
+	It("ask + deny: no body runs", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, ""))
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		decide(approvalRequest(ns, "c1"), toolgatev1alpha1.DecisionDeny)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_rejected", "call:admitted pre-execute:ask approval:rejected "+settledTail+"Denied")
+		Expect(c.Status.Result.Message).To(ContainSubstring("denied by alice: checked"))
+		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+	})
+
+	It("ask + deadline passed: fails closed", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, ""),
+			func(s *tu.AgentSessionWrapper) { s.ApprovalTimeout(10) })
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		ar := approvalRequest(ns, "c1")
+		c := committedCall(ns, "c1", 30*time.Second)
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_expired", "call:admitted pre-execute:ask approval:expired "+settledTail+"Denied")
+		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
+			g.Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalExpired))
+		}).Should(Succeed())
+	})
+
+	It("ask with the none provider: fails closed without asking anyone", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
+			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.Provider = toolgatev1alpha1.ApprovalProviderNone }))
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeDenied, "approval_unavailable", "call:admitted pre-execute:ask approval:unavailable "+settledTail+"Denied")
+		list := &toolgatev1alpha1.ApprovalRequestList{}
+		Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		Expect(list.Items).To(BeEmpty())
+	})
+
+	It("guard denial after a pre-execute allow: no body runs", func() {
+		setup(allowAll().Guard("no-hello", "call.args.text == 'hello'", "hello is off limits"))
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "guard_denied", "call:admitted pre-execute:allow guard:deny "+settledTail+"Denied")
+		Expect(c.Status.Stages[2].Reason).To(Equal("no-hello"))
+		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+	})
+
+	It("body failure: one normalized error result", func() {
+		setup(allowAll())
+		submit(ns, "c1", "fail", `{}`, 0, 0)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeFailed, "tool_error",
+			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:error "+settledTail+"Failed")
+		Expect(c.Status.Result.Message).To(Equal("exit code 3: broken"))
+		Expect(c.Status.Result.Value).To(BeEmpty())
+		Expect(bodyRuns(ns, "runs")).To(Equal(1))
+	})
+
+	It("post block: a valueless failure", func() {
+		setup(allowAll().PostRule(toolgatev1alpha1.PostRule{
+			Name: "no-secrets", Action: toolgatev1alpha1.PostBlock, When: "result.content.contains('secret')",
+			Message: "the output holds a secret", Contexts: []string{"the output was withheld"},
+		}))
+		submit(ns, "c1", "echo", `{"text":"a secret"}`, 0, 0)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeFailed, "post_blocked",
+			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:ok post-execute:block "+settledTail+"Failed")
+		Expect(c.Status.Result.Value).To(BeEmpty())
+		Expect(c.Status.Result.Contexts).To(ConsistOf(toolgatev1alpha1.AdditionalContext{
+			Source: toolgatev1alpha1.ContextSourcePolicy, Rule: "no-secrets", Message: "the output was withheld",
+		}))
+	})
+
+	It("timeout: the body is killed and the call times out", func() {
+		setup(allowAll())
+		submit(ns, "c1", "quick_sleep", `{}`, 0, 0)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeTimedOut, "timeout",
+			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:error "+settledTail+"TimedOut")
+		Consistently(func() string { return workspaceFile(ns, "finished") }, 3*time.Second).Should(BeEmpty())
+	})
+
+	It("cancellation before dispatch: no stage runs, one result", func() {
+		setup(allowAll())
+		c := tu.MakeToolCall(ns, "c1", "s").Tool("echo", `{"text":"hello"}`).Obj()
+		c.Spec.CancelRequested = true
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeCancelled, "cancelled", "call:cancelled "+settledTail+"Cancelled")
+		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+	})
+
+	It("cancellation after dispatch: the body is stopped before the result settles", func() {
+		setup(allowAll())
+		submit(ns, "c1", "sleep", `{}`, 0, 0)
+		Eventually(func() int { return bodyRuns(ns, "runs") }, 10*time.Second, 20*time.Millisecond).Should(Equal(1))
+		c := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1"}, c)).To(Succeed())
+		base := c.DeepCopy()
+		c.Spec.CancelRequested = true
+		Expect(k8s.Patch(ctx, c, client.MergeFrom(base))).To(Succeed())
+		c = committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeCancelled, "cancelled",
+			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:error "+settledTail+"Cancelled")
+		Consistently(func() string { return workspaceFile(ns, "finished") }, 2500*time.Millisecond).Should(BeEmpty())
+	})
+
+	It("a missing profile settles the call with a stable error instead of hanging", func() {
+		Expect(k8s.Create(ctx, tu.MakeAgentSession(ns, "s", "nope").Obj())).To(Succeed())
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		c := committedCall(ns, "c1")
+		Expect(c.Status.Result.ErrorCode).To(Equal("profile_unavailable"))
+		s := &toolgatev1alpha1.AgentSession{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+		Expect(readyStatus(s.Status.Conditions)).To(Equal(metav1.ConditionFalse))
+	})
+})

@@ -1,0 +1,83 @@
+package controller
+
+import (
+	"context"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/profile"
+)
+
+// Profiles compiles ToolProfiles once per generation and shares the result
+// between the controllers. A compiled profile is replaced, never edited;
+// the previous one is disposed.
+type Profiles struct {
+	Reader client.Reader
+	Run    profile.Runner
+
+	mu      sync.Mutex
+	entries map[types.NamespacedName]*profileEntry
+}
+
+type profileEntry struct {
+	generation int64
+	compiled   *profile.Compiled
+	err        *profile.Error
+}
+
+// NewProfiles returns a cache reading ToolProfiles through r.
+func NewProfiles(r client.Reader, run profile.Runner) *Profiles {
+	return &Profiles{Reader: r, Run: run, entries: map[types.NamespacedName]*profileEntry{}}
+}
+
+// Resolve returns the compiled profile for key at its current generation.
+// found is false when the ToolProfile does not exist; cerr is set when it
+// does not compile.
+func (p *Profiles) Resolve(ctx context.Context, key types.NamespacedName) (compiled *profile.Compiled, obj *toolgatev1alpha1.ToolProfile, cerr *profile.Error, err error) {
+	obj = &toolgatev1alpha1.ToolProfile{}
+	if err := p.Reader.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			p.forget(key)
+			return nil, nil, nil, nil
+		}
+		return nil, nil, nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.entries[key]; ok && e.generation == obj.Generation {
+		return e.compiled, obj, e.err, nil
+	}
+	e := &profileEntry{generation: obj.Generation}
+	c, cerr2 := profile.Compile(obj, p.Run)
+	if cerr2 != nil {
+		pe, ok := cerr2.(*profile.Error)
+		if !ok {
+			return nil, obj, nil, cerr2
+		}
+		e.err = pe
+	} else {
+		e.compiled = c
+	}
+	if old, ok := p.entries[key]; ok && old.compiled != nil {
+		// Calls running on the old registry keep their snapshot; new steps
+		// use the new one. Disposal only removes registrations.
+		old.compiled.Dispose()
+	}
+	p.entries[key] = e
+	return e.compiled, obj, e.err, nil
+}
+
+func (p *Profiles) forget(key types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.entries[key]; ok {
+		if e.compiled != nil {
+			e.compiled.Dispose()
+		}
+		delete(p.entries, key)
+	}
+}

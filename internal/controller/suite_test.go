@@ -1,0 +1,190 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/testenv"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+var (
+	env          *testenv.Env
+	k8s          client.Client
+	ctx          = context.Background()
+	workspaceDir string
+	stopManager  context.CancelFunc
+	managerDone  chan struct{}
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controllers (real kube-apiserver, process sandbox)")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	env, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s = env.Client
+	workspaceDir, err = os.MkdirTemp("", "toolgate-ws-")
+	Expect(err).NotTo(HaveOccurred())
+	startManager(env.Config)
+})
+
+var _ = AfterSuite(func() {
+	if stopManager != nil {
+		stopManager()
+		<-managerDone
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+	_ = os.RemoveAll(workspaceDir)
+})
+
+// startManager runs the controllers as cmd/manager composes them, with
+// cfg's client wrapped when a test needs to interfere.
+func startManager(cfg *rest.Config, opts ...func(*ctrl.Options)) {
+	o := ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	mgr, err := ctrl.NewManager(cfg, o)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(Setup(mgr, Config{ProcessWorkspaceDir: workspaceDir, PollInterval: 500 * time.Millisecond, Scope: lifecycle.NewScope()})).To(Succeed())
+	mctx, cancel := context.WithCancel(ctx)
+	stopManager = cancel
+	managerDone = make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(managerDone)
+		Expect(mgr.Start(mctx)).To(Succeed())
+	}()
+}
+
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ctrl-"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+// shTool is a container tool run by /bin/sh with an exact script (the
+// process provider runs it in the session's workspace directory): it reads
+// the arguments on stdin and its stdout is the value.
+func shTool(name, script string) *tu.ToolWrapper {
+	w := tu.MakeTool(name).Parameters(`{"type":"object"}`)
+	w.Container.Command = []string{"/bin/sh", "-c", script}
+	w.Output = toolgatev1alpha1.OutputDeclaration{
+		Schema: tu.JSON(`{"type":"string"}`),
+		Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText},
+	}
+	return w
+}
+
+// processProfile is a profile on the process provider.
+func processProfile(ns string, tools ...toolgatev1alpha1.ToolDefinition) *tu.ToolProfileWrapper {
+	return tu.MakeToolProfile(ns, "p").Tools(tools...).Sandbox(func(s *toolgatev1alpha1.SandboxPolicy) {
+		s.Provider = toolgatev1alpha1.SandboxProviderProcess
+		s.Mode = toolgatev1alpha1.SandboxWorkspaceWrite
+	})
+}
+
+// setup creates the profile and a session "s" using it, and waits for the
+// profile to be Ready.
+func setup(p *tu.ToolProfileWrapper, edit ...func(*tu.AgentSessionWrapper)) {
+	Expect(k8s.Create(ctx, p.Obj())).To(Succeed())
+	s := tu.MakeAgentSession(p.Namespace, "s", p.Name)
+	for _, e := range edit {
+		e(s)
+	}
+	Expect(k8s.Create(ctx, s.Obj())).To(Succeed())
+	Eventually(func(g Gomega) {
+		got := &toolgatev1alpha1.ToolProfile{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p.Obj()), got)).To(Succeed())
+		g.Expect(readyStatus(got.Status.Conditions)).To(Equal(metav1.ConditionTrue))
+	}).Should(Succeed())
+}
+
+func readyStatus(conds []metav1.Condition) metav1.ConditionStatus {
+	for _, c := range conds {
+		if c.Type == toolgatev1alpha1.ConditionReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// submit creates a call of tool at (turn, index) in session "s".
+func submit(ns, name, tool, args string, turn int64, index int32) *toolgatev1alpha1.ToolCall {
+	c := tu.MakeToolCall(ns, name, "s").Tool(tool, args).At(turn, index).Obj()
+	Expect(k8s.Create(ctx, c)).To(Succeed())
+	return c
+}
+
+// committedCall waits until the call has committed and returns it.
+func committedCall(ns, name string, timeout ...time.Duration) *toolgatev1alpha1.ToolCall {
+	wait := 20 * time.Second
+	if len(timeout) > 0 {
+		wait = timeout[0]
+	}
+	got := &toolgatev1alpha1.ToolCall{}
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(toolgatev1alpha1.PhaseCommitted))
+	}, wait, 50*time.Millisecond).Should(Succeed())
+	return got
+}
+
+// stageTrace renders a call's status.stages as "stage:verdict".
+func stageTrace(c *toolgatev1alpha1.ToolCall) string {
+	parts := make([]string, len(c.Status.Stages))
+	for i, s := range c.Status.Stages {
+		parts[i] = s.Stage + ":" + s.Verdict
+	}
+	return strings.Join(parts, " ")
+}
+
+// bodyRuns counts the lines a tool appended to file in the session's
+// workspace: how many times bodies ran.
+func bodyRuns(ns, file string) int {
+	data, err := os.ReadFile(filepath.Join(workspaceDir, ns, "s", file))
+	if os.IsNotExist(err) {
+		return 0
+	}
+	Expect(err).NotTo(HaveOccurred())
+	return strings.Count(string(data), "\n")
+}
+
+func workspaceFile(ns, file string) string {
+	data, err := os.ReadFile(filepath.Join(workspaceDir, ns, "s", file))
+	if os.IsNotExist(err) {
+		return ""
+	}
+	Expect(err).NotTo(HaveOccurred())
+	return string(data)
+}
+
+var _ = fmt.Sprintf

@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+)
+
+// The pipeline's State lives in ToolCall.status: the visible part in
+// token, executionMode, stages, attempt, startTime and result; the rest in
+// checkpoint. These two functions are the only translation between them.
+
+// requestOf is the pipeline request of a call: its immutable identity.
+func requestOf(tc *toolgatev1alpha1.ToolCall) pipeline.Request {
+	r := pipeline.Request{
+		CallID: tc.Spec.CallID, Tool: tc.Spec.Tool, Arguments: tc.Spec.Arguments,
+		Requester: tc.Spec.Requester, Session: tc.Spec.SessionRef.Name,
+		Turn: tc.Spec.Turn, Index: int(tc.Spec.Index),
+	}
+	if tc.Spec.ParentRef != nil {
+		r.Parent = tc.Spec.ParentRef.Name
+	}
+	return r
+}
+
+// stateOf rebuilds the pipeline state from a call's status.
+func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
+	st := pipeline.NewState(requestOf(tc))
+	s := &tc.Status
+	st.Token = s.Token
+	st.Mode = pipeline.Mode(s.ExecutionMode)
+	st.Attempt = int(s.Attempt)
+	if s.StartTime != nil {
+		st.AttemptStartedAt = s.StartTime.Time
+	}
+	for _, r := range s.Stages {
+		st.Records = append(st.Records, pipeline.Record{Stage: pipeline.Stage(r.Stage), Verdict: r.Verdict, Reason: r.Reason, Time: r.Time.Time})
+	}
+	if cp := s.Checkpoint; cp != nil {
+		if cp.Next != "" {
+			st.Next = pipeline.Stage(cp.Next)
+		}
+		st.AskedAt = timeOf(cp.AskedAt)
+		st.AskReason, st.AskText = cp.AskReason, cp.AskMessage
+		st.NotBefore = timeOf(cp.NotBefore)
+		if b := cp.Body; b != nil {
+			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts)}
+		}
+		if f := cp.Failure; f != nil {
+			st.Failure = &pipeline.Failure{Code: pipeline.Code(f.Code), Message: f.Message}
+		}
+		st.Decisions = contextsIn(cp.Decisions)
+	}
+	if res := s.Result; res != nil {
+		st.Result = &pipeline.Result{
+			Token: s.Token, CallID: tc.Spec.CallID, Tool: tc.Spec.Tool,
+			Outcome: pipeline.Outcome(res.Outcome), Code: pipeline.Code(res.ErrorCode), Message: res.Message,
+			Value: res.Value, Content: res.Content, Contexts: contextsIn(res.Contexts),
+		}
+	}
+	return st
+}
+
+// writeState stores st in the call's status. The result, once written, is
+// never rewritten.
+func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time) {
+	s := &tc.Status
+	s.Token = st.Token
+	s.ExecutionMode = toolgatev1alpha1.ExecutionMode(st.Mode)
+	s.Attempt = int32(st.Attempt)
+	if !st.AttemptStartedAt.IsZero() {
+		t := metav1.NewTime(st.AttemptStartedAt)
+		s.StartTime = &t
+	}
+	s.Stages = s.Stages[:0]
+	for _, r := range st.Records {
+		s.Stages = append(s.Stages, toolgatev1alpha1.StageRecord{Stage: string(r.Stage), Verdict: r.Verdict, Reason: r.Reason, Time: metav1.NewTime(r.Time)})
+	}
+	cp := &toolgatev1alpha1.PipelineCheckpoint{
+		Next: string(st.Next), AskReason: st.AskReason, AskMessage: st.AskText,
+		AskedAt: metaTime(st.AskedAt), NotBefore: metaTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
+	}
+	if b := st.Body; b != nil {
+		cp.Body = &toolgatev1alpha1.CheckpointBody{Value: b.Value, Content: b.Content, Contexts: contextsOut(b.Contexts)}
+	}
+	if f := st.Failure; f != nil {
+		cp.Failure = &toolgatev1alpha1.CheckpointFailure{Code: string(f.Code), Message: f.Message}
+	}
+	s.Checkpoint = cp
+	if st.Result != nil && s.Result == nil {
+		r := st.Result
+		s.Result = &toolgatev1alpha1.ToolCallResult{
+			Outcome: toolgatev1alpha1.Outcome(r.Outcome), ErrorCode: string(r.Code), Message: r.Message,
+			Value: r.Value, Content: r.Content, Contexts: contextsOut(r.Contexts), SettledAt: metav1.NewTime(now),
+		}
+	}
+	if st.Done() {
+		// The result holds everything; the checkpoint is no longer needed.
+		s.Checkpoint = nil
+	}
+	if s.Phase != toolgatev1alpha1.PhaseCommitted {
+		s.Phase = phaseOf(st)
+	}
+}
+
+// phaseOf summarizes a state for people.
+func phaseOf(st *pipeline.State) toolgatev1alpha1.ToolCallPhase {
+	switch {
+	case st.Result != nil:
+		return toolgatev1alpha1.PhaseSettled
+	case st.Next == pipeline.StageApproval:
+		return toolgatev1alpha1.PhaseAwaitingApproval
+	case st.Next == pipeline.StageCall || st.Next == pipeline.StagePreExecute:
+		return toolgatev1alpha1.PhasePending
+	default:
+		return toolgatev1alpha1.PhaseRunning
+	}
+}
+
+func timeOf(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+func metaTime(t time.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	m := metav1.NewTime(t)
+	return &m
+}
+
+func contextsIn(in []toolgatev1alpha1.AdditionalContext) []pipeline.Context {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]pipeline.Context, len(in))
+	for i, c := range in {
+		out[i] = pipeline.Context{Source: c.Source, Rule: c.Rule, Message: c.Message}
+	}
+	return out
+}
+
+func contextsOut(in []pipeline.Context) []toolgatev1alpha1.AdditionalContext {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]toolgatev1alpha1.AdditionalContext, len(in))
+	for i, c := range in {
+		out[i] = toolgatev1alpha1.AdditionalContext{Source: c.Source, Rule: c.Rule, Message: c.Message}
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package controller
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+)
+
+// ToolProfileReconciler resolves ToolProfiles: it compiles them and reports
+// the resolved profile in status.
+type ToolProfileReconciler struct {
+	Client    client.Client
+	Profiles  *Profiles
+	Sandboxes *sandbox.Mounts
+	Approvals *approval.Mounts
+	Clock     clock.PassiveClock
+}
+
+// Reconcile compiles one profile and patches its status once.
+func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	compiled, obj, cerr, err := r.Profiles.Resolve(ctx, req.NamespacedName)
+	if err != nil || obj == nil {
+		return ctrl.Result{}, err
+	}
+	base := obj.DeepCopy()
+	defer func() {
+		if err := r.Client.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil && retErr == nil {
+			retErr = client.IgnoreNotFound(err)
+		}
+	}()
+
+	st := &obj.Status
+	spec := &obj.Spec
+	st.PermissionPreset = spec.PermissionPreset
+	st.Sandbox = r.resolveSandbox(spec.Sandbox)
+	provider, mounted := r.Approvals.Get(string(spec.Approval.Provider))
+	st.Approval = &toolgatev1alpha1.ResolvedApproval{Provider: spec.Approval.Provider, Available: mounted && provider.Available()}
+
+	cond := metav1.Condition{Type: toolgatev1alpha1.ConditionReady, ObservedGeneration: obj.Generation}
+	if cerr != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, cerr.Reason, cerr.Message
+		st.Tools, st.ToolCount = nil, 0
+		log.FromContext(ctx).Info("profile not resolved", "reason", cerr.Reason)
+	} else {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ReasonResolved, "every schema, expression and template compiled"
+		st.Tools = compiled.Tools
+		st.ToolCount = int32(len(compiled.Tools))
+		st.ObservedGeneration = obj.Generation
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+	return ctrl.Result{}, nil
+}
+
+// resolveSandbox reports the policy as the mounted provider enforces it.
+func (r *ToolProfileReconciler) resolveSandbox(p toolgatev1alpha1.SandboxPolicy) *toolgatev1alpha1.ResolvedSandbox {
+	out := &toolgatev1alpha1.ResolvedSandbox{Mode: p.Mode, WorkspaceRoot: p.WorkspaceRoot, Provider: p.Provider}
+	provider, ok := r.Sandboxes.Get(string(p.Provider))
+	if !ok {
+		out.Enforcement = toolgatev1alpha1.EnforcementPartial
+		out.EnforcementReason = "the " + string(p.Provider) + " sandbox provider is not mounted in this manager; calls fail until it is"
+		return out
+	}
+	full, reason := provider.Enforcement(p)
+	out.Enforcement = toolgatev1alpha1.EnforcementFull
+	if !full {
+		out.Enforcement, out.EnforcementReason = toolgatev1alpha1.EnforcementPartial, reason
+	}
+	return out
+}
+
+// SetupWithManager registers the reconciler.
+func (r *ToolProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&toolgatev1alpha1.ToolProfile{}).
+		Named("toolprofile").
+		Complete(r)
+}

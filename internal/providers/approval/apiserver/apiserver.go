@@ -1,0 +1,161 @@
+// Package apiserver is the approval provider backed by the API server: a
+// question is an ApprovalRequest owned by its ToolCall and named after it; a
+// person answers by setting spec.decision (kubectl edit/patch, or
+// `kubectl toolgate approve`). Admission decides who may answer.
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+)
+
+// Provider creates and reads ApprovalRequests.
+type Provider struct {
+	Client client.Client
+	Clock  clock.PassiveClock
+}
+
+var _ approval.Provider = &Provider{}
+
+// New returns a provider using c.
+func New(c client.Client, clk clock.PassiveClock) *Provider {
+	return &Provider{Client: c, Clock: clk}
+}
+
+// Name is the deterministic name of the ApprovalRequest for a call: the
+// call's own name, so a restart finds (adopts) the one it created.
+func Name(call client.Object) string { return call.GetName() }
+
+// Approve gets or creates the call's ApprovalRequest and maps its decision:
+// Approve → allowed-once, Deny → rejected, none yet → pending. An API error
+// is answered as pending, so the question is asked again until the
+// pipeline's deadline fails it closed.
+func (p *Provider) Approve(ctx context.Context, q pipeline.Question) (pipeline.Answer, string) {
+	subj, ok := approval.SubjectFrom(ctx)
+	if !ok || subj.Owner == nil {
+		return pipeline.Unavailable, "the approval question has no subject"
+	}
+	ar := &toolgatev1alpha1.ApprovalRequest{}
+	key := client.ObjectKey{Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner)}
+	err := p.Client.Get(ctx, key, ar)
+	if apierrors.IsNotFound(err) {
+		if err := p.create(ctx, subj, q); err != nil && !apierrors.IsAlreadyExists(err) {
+			return pipeline.AnswerPending, ""
+		}
+		return pipeline.AnswerPending, ""
+	}
+	if err != nil {
+		return pipeline.AnswerPending, ""
+	}
+	if !metav1.IsControlledBy(ar, subj.Owner) {
+		// A same-named request this call does not own is not its question.
+		return pipeline.Unavailable, "an ApprovalRequest of that name belongs to another object"
+	}
+	d := ar.Spec.Decision
+	if d == nil {
+		return pipeline.AnswerPending, ""
+	}
+	switch d.Action {
+	case toolgatev1alpha1.DecisionApprove:
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
+		return pipeline.AllowedOnce, ""
+	case toolgatev1alpha1.DecisionDeny:
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalDenied)
+		msg := "denied by " + d.DecidedBy
+		if d.Message != "" {
+			msg += ": " + d.Message
+		}
+		return pipeline.Rejected, msg
+	default:
+		return pipeline.Unavailable, "the decision is not understood"
+	}
+}
+
+func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline.Question) error {
+	reason := q.Reason
+	if q.Message != "" {
+		reason += ": " + q.Message
+	}
+	ar := &toolgatev1alpha1.ApprovalRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner)},
+		Spec: toolgatev1alpha1.ApprovalRequestSpec{
+			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
+			Tool:             q.Call.Tool,
+			ArgumentsPreview: approval.Preview(q.Call.Args, subj.Redact),
+			Reason:           truncate(reason, 1024),
+			Requester:        q.Call.Requester,
+			Deadline:         metav1.NewTime(q.Deadline),
+		},
+	}
+	if err := controllerutil.SetControllerReference(subj.Owner, ar, p.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := p.Client.Create(ctx, ar); err != nil {
+		return err
+	}
+	p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
+	return nil
+}
+
+// Close records an unanswered question's end: Expired for a passed
+// deadline, Cancelled otherwise.
+func (p *Provider) Close(ctx context.Context, subj approval.Subject, code pipeline.Code) error {
+	ar := &toolgatev1alpha1.ApprovalRequest{}
+	err := p.Client.Get(ctx, client.ObjectKey{Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner)}, ar)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ar.Status.Phase != "" && ar.Status.Phase != toolgatev1alpha1.ApprovalPending {
+		return nil
+	}
+	phase := toolgatev1alpha1.ApprovalCancelled
+	if code == pipeline.CodeApprovalExpired {
+		phase = toolgatev1alpha1.ApprovalExpired
+	}
+	return p.setPhaseErr(ctx, ar, phase)
+}
+
+// Available is true: a person can always answer through the API server.
+func (p *Provider) Available() bool { return true }
+
+func (p *Provider) setPhase(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) {
+	// Best effort: the phase is for people; the call's result does not
+	// depend on it.
+	_ = p.setPhaseErr(ctx, ar, phase)
+}
+
+func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) error {
+	if ar.Status.Phase == phase {
+		return nil
+	}
+	base := ar.DeepCopy()
+	ar.Status.Phase = phase
+	if phase != toolgatev1alpha1.ApprovalPending {
+		now := metav1.NewTime(p.Clock.Now())
+		ar.Status.ResolvedAt = &now
+	}
+	if err := p.Client.Status().Patch(ctx, ar, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("setting the approval request phase: %w", err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,84 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers"
+)
+
+// Job is one attempt of one call's body.
+type Job struct {
+	// Key identifies the attempt: the same key always names the same work,
+	// so a provider re-attaches to it instead of starting it twice.
+	Key string
+	// Owner is the ToolCall the attempt belongs to.
+	Owner types.NamespacedName
+	// OwnerUID is the ToolCall's UID (for owner references).
+	OwnerUID types.UID
+	// Tool is the definition to run.
+	Tool *toolgatev1alpha1.ToolDefinition
+	// Arguments is the call's JSON text.
+	Arguments string
+	// Policy is the profile's sandbox policy (defaults applied).
+	Policy toolgatev1alpha1.SandboxPolicy
+	// Workspace is the session's workspace, if any.
+	Workspace Workspace
+	// Resumed is true when the attempt was started before (by this process
+	// or a previous one): the provider must re-attach, never start again.
+	Resumed bool
+}
+
+// Workspace identifies the session's workspace.
+type Workspace struct {
+	// Session is the session's namespaced name.
+	Session types.NamespacedName
+	// ClaimName is the PersistentVolumeClaim mounted by pod providers; empty
+	// without a workspace.
+	ClaimName string
+}
+
+// Result is what the tool produced.
+type Result struct {
+	// Stdout is the tool's output (its value, as text).
+	Stdout string
+	// Stderr is a bounded tail of the tool's diagnostics.
+	Stderr string
+	// ExitCode is the process exit code.
+	ExitCode int
+	// Truncated says Stdout hit its bound and was cut.
+	Truncated bool
+}
+
+var (
+	// ErrPending means the attempt is still running; the provider notifies
+	// when it ends.
+	ErrPending = errors.New("sandbox: the attempt is still running")
+	// ErrLost means the attempt was started but its work no longer exists
+	// (for example it died with a previous manager process).
+	ErrLost = errors.New("sandbox: the attempt's work was lost")
+)
+
+// Provider runs attempts. Run starts the job's work the first time it sees
+// the key (unless Resumed), answers ErrPending while it runs, and returns its
+// Result once it has ended and its owned processes have stopped. When ctx is
+// cancelled or past its deadline, Run stops the work, waits for it to be
+// gone, and returns ctx.Err().
+type Provider interface {
+	Run(ctx context.Context, job Job) (Result, error)
+	// Enforcement says whether the provider enforces every restriction of
+	// policy, and if not, which one and why.
+	Enforcement(policy toolgatev1alpha1.SandboxPolicy) (full bool, reason string)
+	// Forget releases what the provider keeps about a settled attempt.
+	Forget(key string)
+}
+
+// Mounts are the mounted sandbox providers, by the profile's provider name.
+type Mounts = providers.Mounts[Provider]
+
+// Notifier is told when an attempt's work ends, so its call is reconciled at
+// once instead of at the next poll.
+type Notifier func(owner types.NamespacedName)
