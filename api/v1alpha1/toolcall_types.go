@@ -133,6 +133,13 @@ type ToolCallStatus struct {
 	// +optional
 	Released bool `json:"released,omitempty"`
 
+	// schedulingError is set by the session when it will never schedule the
+	// call (turn_closed: the call arrived for a turn after a later turn had
+	// started); the call then settles with that code.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SchedulingError string `json:"schedulingError,omitempty"`
+
 	// checkpoint is the rest of the pipeline's durable state, so that a
 	// restarted manager resumes the call exactly where it stopped.
 	// +optional

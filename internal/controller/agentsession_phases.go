@@ -73,6 +73,9 @@ func passedPreExecute(c *toolgatev1alpha1.ToolCall) bool {
 // model order, release the first uncommitted call for post-execute, and
 // admit calls to start.
 func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
+	if err := r.refuseLateCalls(ctx, calls); err != nil {
+		return err
+	}
 	turn := currentTurn(calls)
 	if turn == nil {
 		return nil
@@ -104,6 +107,29 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 		}
 	}
 	return r.admit(ctx, s, turn, first)
+}
+
+// refuseLateCalls refuses calls that arrived for a turn after a later turn
+// had started: they can no longer be ordered before it. Each still settles
+// (turn_closed) and commits.
+func (r *AgentSessionReconciler) refuseLateCalls(ctx context.Context, calls []*toolgatev1alpha1.ToolCall) error {
+	started := int64(-1)
+	for _, c := range calls {
+		if c.Status.ExecutionMode != "" || committed(c) {
+			started = max(started, c.Spec.Turn)
+		}
+	}
+	for _, c := range calls {
+		if c.Spec.Turn < started && c.Status.ExecutionMode == "" && c.Status.Result == nil && c.Status.SchedulingError == "" {
+			log.FromContext(ctx).Info("call refused", "call", c.Name, "code", pipeline.CodeTurnClosed)
+			if err := r.patchCall(ctx, c, func(c *toolgatev1alpha1.ToolCall) {
+				c.Status.SchedulingError = string(pipeline.CodeTurnClosed)
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // currentTurn returns the calls of the earliest turn that has an

@@ -93,6 +93,9 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	p, env := r.pipelineFor(ctx, tc, session, st, now)
+	if code := tc.Status.SchedulingError; code != "" {
+		st.Abort(pipeline.Code(code), "the session refused to schedule the call: a later turn had already started", now)
+	}
 	callCtx := r.callContext(ctx, tc, session, env)
 	base := tc.DeepCopy()
 	var requeue time.Duration
@@ -190,7 +193,7 @@ func (r *ToolCallReconciler) callContext(ctx context.Context, tc *toolgatev1alph
 func (r *ToolCallReconciler) gateOpen(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) bool {
 	switch st.Next {
 	case pipeline.StageCall, pipeline.StagePreExecute:
-		return tc.Status.ExecutionMode != "" || tc.Spec.CancelRequested
+		return tc.Status.ExecutionMode != "" || tc.Spec.CancelRequested || tc.Status.SchedulingError != ""
 	case pipeline.StagePostExecute, pipeline.StageFinalize, pipeline.StageObserve, pipeline.StageResult:
 		return tc.Status.Released
 	}

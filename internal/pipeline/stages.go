@@ -388,7 +388,7 @@ func ownCode(f *Failure, callerCancelled bool) *Failure {
 	switch f.Code {
 	case CodePolicyDenied, CodeApprovalRejected, CodeApprovalUnavailable, CodeApprovalExpired,
 		CodeApprovalCancelled, CodeGuardDenied, CodePostBlocked, CodePostFailed, CodeUnknownTool,
-		CodeInvalidArguments, CodeNormalizationFailed, CodeInternal, CodeProfileUnavailable, CodeSessionGone, codePending, codeLost:
+		CodeInvalidArguments, CodeNormalizationFailed, CodeInternal, CodeProfileUnavailable, CodeSessionGone, CodeTurnClosed, codePending, codeLost:
 		return &Failure{Code: CodeToolError, Message: "the body claimed " + string(f.Code) + ": " + bounded(f.Message)}
 	case CodeCancelled:
 		if !callerCancelled {

@@ -1,0 +1,115 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// loggingTool logs "start ID" and "end ID" (ID from the arguments) around
+// a sleep, then prints ID.
+func loggingTool(name, sleep string, parallel bool) toolgatev1alpha1.ToolDefinition {
+	script := `id=$(sed 's/.*"id":"\([A-Za-z0-9]*\)".*/\1/'); echo "start $id" >> log; sleep ` + sleep + `; echo "end $id" >> log; printf %s "$id"`
+	w := shTool(name, script)
+	if parallel {
+		w.ConcurrencySafe("args.id != ''")
+	}
+	return w.Obj()
+}
+
+// logIndex is the position of line in the workspace log (-1 if absent).
+func logIndex(ns, line string) int {
+	for i, l := range strings.Split(workspaceFile(ns, "log"), "\n") {
+		if l == line {
+			return i
+		}
+	}
+	return -1
+}
+
+var _ = Describe("ordering through the controllers", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("commits a mixed turn in model order while the first parallel body is slowest, and starts the next turn only after", func() {
+		setup(processProfile(ns,
+			loggingTool("slow", "1", true), loggingTool("fast", "0", true), loggingTool("excl", "0", false),
+		).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "").PostRule(toolgatev1alpha1.PostRule{
+			Name: "note", Action: toolgatev1alpha1.PostAccept, Contexts: []string{"checked"},
+		}))
+		submit(ns, "a", "slow", `{"id":"A"}`, 1, 0)
+		submit(ns, "b", "fast", `{"id":"B"}`, 1, 1)
+		submit(ns, "c", "excl", `{"id":"C"}`, 1, 2)
+		submit(ns, "d", "fast", `{"id":"D"}`, 1, 3)
+		// Turn 2 arrives while turn 1 runs: it must wait for turn 1.
+		submit(ns, "e", "fast", `{"id":"E"}`, 2, 0)
+
+		var seq []int64
+		var modes []toolgatev1alpha1.ExecutionMode
+		for _, name := range []string{"a", "b", "c", "d", "e"} {
+			c := committedCall(ns, name, 30*time.Second)
+			Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Status.Result.Message)
+			seq = append(seq, *c.Status.CommitSequence)
+			modes = append(modes, c.Status.ExecutionMode)
+		}
+		Expect(seq).To(Equal([]int64{0, 1, 2, 3, 4}), "commit sequence must equal model order")
+		Expect(modes).To(Equal([]toolgatev1alpha1.ExecutionMode{"Parallel", "Parallel", "Exclusive", "Parallel", "Parallel"}))
+
+		log := workspaceFile(ns, "log")
+		Expect(logIndex(ns, "end B")).To(BeNumerically("<", logIndex(ns, "end A")), "B should finish before A:\n"+log)
+		Expect(logIndex(ns, "start C")).To(BeNumerically(">", logIndex(ns, "end A")), "the exclusive call is a barrier:\n"+log)
+		Expect(logIndex(ns, "start D")).To(BeNumerically(">", logIndex(ns, "end C")), "nothing starts before the barrier commits:\n"+log)
+		Expect(logIndex(ns, "start E")).To(BeNumerically(">", logIndex(ns, "end D")), "turn 2 waits for turn 1:\n"+log)
+
+		s := &toolgatev1alpha1.AgentSession{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.CommittedTurn).To(Equal(int64(2)))
+			g.Expect(s.Status.NextSequence).To(Equal(int64(5)))
+			g.Expect(s.Status.Counts.Succeeded).To(Equal(int64(5)))
+			g.Expect(s.Status.CommitCursor).To(Equal(&toolgatev1alpha1.CallPosition{Turn: 2, Index: 0}))
+			g.Expect(s.Status.DeferredContexts).To(HaveLen(1))
+			g.Expect(s.Status.DeferredContexts[0].CallID).To(Equal("call_e"))
+		}).Should(Succeed())
+	})
+
+	It("refuses a call that arrives for a turn after a later turn started, and still settles it once", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "t2", "fast", `{"id":"T2"}`, 2, 0)
+		committedCall(ns, "t2")
+		submit(ns, "t1", "fast", `{"id":"T1"}`, 1, 0)
+		c := committedCall(ns, "t1")
+		Expect(c.Status.Result.ErrorCode).To(Equal("turn_closed"))
+		Expect(*c.Status.CommitSequence).To(Equal(int64(1)))
+		Expect(logIndex(ns, "start T1")).To(Equal(-1), "the refused call's body must not run")
+	})
+
+	It("never exceeds maxParallel, and does run calls side by side", func() {
+		setup(processProfile(ns, loggingTool("slow", "0.4", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
+			func(s *tu.AgentSessionWrapper) { s.MaxParallel(2) })
+		for i := range 6 {
+			submit(ns, fmt.Sprintf("c%d", i), "slow", fmt.Sprintf(`{"id":"C%d"}`, i), 0, int32(i))
+		}
+		for i := range 6 {
+			c := committedCall(ns, fmt.Sprintf("c%d", i), 30*time.Second)
+			Expect(*c.Status.CommitSequence).To(Equal(int64(i)))
+		}
+		inflight, peak := 0, 0
+		for _, l := range strings.Split(strings.TrimSpace(workspaceFile(ns, "log")), "\n") {
+			if strings.HasPrefix(l, "start") {
+				inflight++
+			} else {
+				inflight--
+			}
+			peak = max(peak, inflight)
+		}
+		Expect(peak).To(Equal(2), workspaceFile(ns, "log"))
+	})
+})
