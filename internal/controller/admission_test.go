@@ -1,0 +1,149 @@
+package controller
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/testenv"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// as returns a client acting as user.
+func as(user string) client.Client {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// installAdmission creates the objects of config/admission, with the
+// bindings narrowed to namespaces labelled for this spec (the policy is
+// cluster-wide; other specs run beside this one).
+func installAdmission(label string) {
+	for _, f := range []string{"approval_policy.yaml", "approver_role.yaml"} {
+		data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "admission", f))
+		Expect(err).NotTo(HaveOccurred())
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err == io.EOF {
+				break
+			} else {
+				Expect(err).NotTo(HaveOccurred())
+			}
+			if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
+				Expect(unstructured.SetNestedField(u.Object, map[string]any{
+					"namespaceSelector": map[string]any{"matchLabels": map[string]any{label: "true"}},
+				}, "spec", "matchResources")).To(Succeed())
+			}
+			u.SetName(label + "-" + u.GetName())
+			if p, found, _ := unstructured.NestedString(u.Object, "spec", "policyName"); found {
+				Expect(unstructured.SetNestedField(u.Object, label+"-"+p, "spec", "policyName")).To(Succeed())
+			}
+			Expect(k8s.Create(ctx, u)).To(Succeed(), u.GetKind())
+		}
+	}
+}
+
+func bind(ns, user, clusterRole string) {
+	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: user + "-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	})).To(Succeed())
+}
+
+var _ = Describe("admission", Ordered, func() {
+	const label = "admission-spec"
+	var ns string
+
+	BeforeAll(func() {
+		installAdmission(label)
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "admission-", Labels: map[string]string{label: "true"}}}
+		Expect(k8s.Create(ctx, n)).To(Succeed())
+		ns = n.Name
+		// Who may do what: alice approves; bob may edit requests but not
+		// approve; the agent submits calls and (wrongly) holds the approver
+		// role too, to prove the requester rule does not rest on RBAC.
+		editor := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-editor"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"approvalrequests", "toolcalls"}, Verbs: []string{"get", "list", "create", "update", "patch"}}},
+		}
+		Expect(k8s.Create(ctx, editor)).To(Succeed())
+		bind(ns, "alice", label+"-approver")
+		bind(ns, "bob", editor.Name)
+		bind(ns, "agent", editor.Name)
+		bind(ns, "agent", label+"-approver")
+		// The policies are live once the API server has loaded them.
+		Eventually(func(g Gomega) {
+			c := tu.MakeToolCall(ns, "probe", "s").Requester("someone-else").Obj()
+			err := as("agent").Create(ctx, c)
+			g.Expect(apierrors.IsInvalid(err) || apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	})
+
+	request := func(name string) *toolgatev1alpha1.ApprovalRequest {
+		ar := tu.MakeApprovalRequest(ns, name, name, metav1.NewTime(time.Now().Add(time.Hour))).Obj()
+		Expect(k8s.Create(ctx, ar)).To(Succeed())
+		return ar
+	}
+	decideAs := func(user string, ar *toolgatev1alpha1.ApprovalRequest, decidedBy string) error {
+		c := as(user)
+		got := &toolgatev1alpha1.ApprovalRequest{}
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
+		got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: decidedBy}
+		return c.Update(ctx, got)
+	}
+
+	It("refuses the requester's own approval", func() {
+		err := decideAs("agent", request("own"), "agent")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("the requester of a call may not decide its approval"))
+	})
+
+	It("refuses a user without the approve verb", func() {
+		err := decideAs("bob", request("no-verb"), "bob")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("needs the verb approve"))
+	})
+
+	It("refuses a decidedBy that is not the caller", func() {
+		err := decideAs("alice", request("spoofed"), "carol")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("decidedBy must be the user making the decision"))
+	})
+
+	It("admits an approver, once", func() {
+		ar := request("ok")
+		Expect(decideAs("alice", ar, "alice")).To(Succeed())
+		got := &toolgatev1alpha1.ApprovalRequest{}
+		Expect(as("alice").Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
+		got.Spec.Decision.Action = toolgatev1alpha1.DecisionDeny
+		err := as("alice").Update(ctx, got)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("decision can be set once"))
+	})
+
+	It("refuses a ToolCall that claims another requester, and admits an honest one", func() {
+		err := as("agent").Create(ctx, tu.MakeToolCall(ns, "forged", "s").Requester("alice").Obj())
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.requester must be the user creating the call"))
+		Expect(as("agent").Create(ctx, tu.MakeToolCall(ns, "honest", "s").Requester("agent").Obj())).To(Succeed())
+	})
+})

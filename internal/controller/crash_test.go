@@ -1,0 +1,143 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// crashAfter makes a manager's client fail every ToolCall status write
+// after the first n, and stop the manager at that moment: a crash right
+// after the n-th boundary became durable.
+func crashAfter(n int64, writes *atomic.Int64) func(*ctrl.Options) {
+	return func(o *ctrl.Options) {
+		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, opts)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					if _, ok := obj.(*toolgatev1alpha1.ToolCall); ok && sub == "status" {
+						if writes.Add(1) > n {
+							stopManager()
+							return errors.New("crashed")
+						}
+					}
+					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			}), nil
+		}
+	}
+}
+
+// approveAll decides every request in ns as soon as it appears, until stop.
+func approveAll(ns string, stop <-chan struct{}) {
+	go func() {
+		defer GinkgoRecover()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			list := &toolgatev1alpha1.ApprovalRequestList{}
+			if k8s.List(ctx, list, client.InNamespace(ns)) != nil {
+				continue
+			}
+			for i := range list.Items {
+				if ar := &list.Items[i]; ar.Spec.Decision == nil {
+					decide(ar, toolgatev1alpha1.DecisionApprove)
+				}
+			}
+		}
+	}()
+}
+
+var _ = Describe("crash safety", Ordered, func() {
+	// The scenario: one turn of a call that needs approval and runs a body
+	// that is not idempotent ("w"), and an idempotent parallel read ("r").
+	scenario := func(ns string) {
+		w := shTool("write", "echo ran >> wruns; sleep 0.3; echo written")
+		r := shTool("read", "echo ran >> rruns; echo read").ConcurrencySafe("true")
+		r.Idempotent = true
+		setup(processProfile(ns, w.Obj(), r.Obj()).
+			PreRule("ask-writes", toolgatev1alpha1.ActionAsk, "", "write").
+			PreRule("allow-reads", toolgatev1alpha1.ActionAllow, "", "read"))
+		submit(ns, "w", "write", `{}`, 0, 0)
+		submit(ns, "r", "read", `{}`, 0, 1)
+	}
+
+	BeforeAll(func() {
+		stopManager()
+		<-managerDone
+		DeferCleanup(func() { startManager(env.Config) })
+	})
+
+	It("yields one result per call, one body run at most, one ApprovalRequest and model order, whatever boundary the manager dies at", func() {
+		// A reference run counts the boundaries.
+		var writes atomic.Int64
+		ns := newNamespace()
+		startManager(env.Config, crashAfter(1<<30, &writes))
+		stop := make(chan struct{})
+		approveAll(ns, stop)
+		scenario(ns)
+		committedCall(ns, "w")
+		committedCall(ns, "r")
+		close(stop)
+		stopManager()
+		<-managerDone
+		total := writes.Load()
+		Expect(total).To(BeNumerically(">", 6))
+		GinkgoWriter.Printf("the scenario makes %d ToolCall status writes\n", total)
+
+		for n := int64(1); n < total; n++ {
+			By(fmt.Sprintf("crashing after status write %d of %d", n, total))
+			ns := newNamespace()
+			writes.Store(0)
+			stop := make(chan struct{})
+			approveAll(ns, stop)
+			startManager(env.Config, crashAfter(n, &writes))
+			scenario(ns)
+			Eventually(managerDone, 30*time.Second).Should(BeClosed())
+
+			startManager(env.Config)
+			wc, rc := committedCall(ns, "w", 30*time.Second), committedCall(ns, "r", 30*time.Second)
+			s := &toolgatev1alpha1.AgentSession{}
+			Eventually(func(g Gomega) {
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+				g.Expect(s.Status.NextSequence).To(Equal(int64(2)))
+			}).Should(Succeed())
+			close(stop)
+			stopManager()
+			<-managerDone
+
+			Expect(*wc.Status.CommitSequence).To(Equal(int64(0)))
+			Expect(*rc.Status.CommitSequence).To(Equal(int64(1)))
+			Expect(rc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), rc.Status.Result.Message)
+			runs := bodyRuns(ns, "wruns")
+			GinkgoWriter.Printf("crash after write %d: w %s %s (body runs %d), r %s\n", n, wc.Status.Result.Outcome, wc.Status.Result.ErrorCode, runs, rc.Status.Result.Outcome)
+			Expect(runs).To(BeNumerically("<=", 1), "a body not declared idempotent ran twice")
+			switch wc.Status.Result.Outcome {
+			case toolgatev1alpha1.OutcomeSucceeded:
+				Expect(runs).To(Equal(1))
+			default:
+				Expect(wc.Status.Result.ErrorCode).To(Equal("interrupted"), wc.Status.Result.Message)
+			}
+			list := &toolgatev1alpha1.ApprovalRequestList{}
+			Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			Expect(list.Items).To(HaveLen(1), "one question per call")
+		}
+	})
+})
