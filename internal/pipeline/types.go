@@ -78,6 +78,13 @@ type Arguments struct {
 	value any // parsed once, never handed out
 }
 
+// ArgumentsOf freezes JSON text as Arguments (for drivers and tests; the
+// pipeline itself freezes a call's arguments at admission).
+func ArgumentsOf(text string) Arguments {
+	v, _ := ParseJSON(text)
+	return Arguments{text: text, value: v}
+}
+
 // JSON returns the arguments as the model sent them.
 func (a Arguments) JSON() string { return a.text }
 

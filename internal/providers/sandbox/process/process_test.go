@@ -1,0 +1,107 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+)
+
+func job(key string, argv []string, args string) sandbox.Job {
+	return sandbox.Job{
+		Key: key, Owner: types.NamespacedName{Namespace: "ns", Name: "c"}, Arguments: args,
+		Tool:      &toolgatev1alpha1.ToolDefinition{Name: "t", Container: &toolgatev1alpha1.ContainerRuntime{Command: argv, MaxOutputBytes: 1024}},
+		Workspace: sandbox.Workspace{Session: types.NamespacedName{Namespace: "ns", Name: "s"}},
+	}
+}
+
+// wait polls the provider until the attempt ends.
+func wait(t *testing.T, p *Provider, j sandbox.Job) (sandbox.Result, error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := p.Run(context.Background(), j)
+		if !errors.Is(err, sandbox.ErrPending) {
+			return res, err
+		}
+		j.Resumed = true
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the attempt never ended")
+	return sandbox.Result{}, nil
+}
+
+func TestArgvIsExactNeverAShell(t *testing.T) {
+	p := New(t.TempDir(), nil)
+	hostile := []string{"$(touch pwned)", "; rm -rf /", "`id`", "a b", "'\"", "*", ""}
+	res, err := wait(t, p, job("k1", append([]string{"/usr/bin/printf", "%s|"}, hostile...), `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(hostile, "|") + "|"; res.Stdout != want {
+		t.Fatalf("argv reached the tool as %q, want %q", res.Stdout, want)
+	}
+	if _, err := os.Stat(filepath.Join(p.WorkspaceDir(types.NamespacedName{Namespace: "ns", Name: "s"}), "pwned")); err == nil {
+		t.Fatal("a shell interpreted the arguments")
+	}
+}
+
+func TestArgumentsOnStdinAndInAFile(t *testing.T) {
+	p := New(t.TempDir(), nil)
+	args := `{"text":"héllo","n":123456789012345678901}`
+	res, err := wait(t, p, job("k2", []string{"/bin/sh", "-c", `cat; cat "$TOOLGATE_ARGUMENTS_FILE"`}, args))
+	if err != nil || res.Stdout != args+args {
+		t.Fatalf("%q %v", res.Stdout, err)
+	}
+}
+
+func TestOutputIsBoundedAndFlagged(t *testing.T) {
+	p := New(t.TempDir(), nil)
+	res, err := wait(t, p, job("k3", []string{"/bin/sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x; echo oops >&2; exit 7"}, `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stdout) != 1024 || !res.Truncated || res.ExitCode != 7 || !strings.Contains(res.Stderr, "oops") {
+		t.Fatalf("len %d truncated %v exit %d stderr %q", len(res.Stdout), res.Truncated, res.ExitCode, res.Stderr)
+	}
+}
+
+func TestCancelStopsTheWholeProcessGroupFirst(t *testing.T) {
+	base := t.TempDir()
+	p := New(base, nil)
+	j := job("k4", []string{"/bin/sh", "-c", "(sleep 2; echo late > child-survived) & sleep 30"}, `{}`)
+	if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	j.Resumed = true
+	start := time.Now()
+	if _, err := p.Run(ctx, j); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancel: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("cancellation waited for the tool")
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(p.WorkspaceDir(j.Workspace.Session), "child-survived")); err == nil {
+		t.Fatal("a child of the tool outlived the cancellation")
+	}
+}
+
+func TestResumedAttemptUnknownToThisProcessIsLost(t *testing.T) {
+	p := New(t.TempDir(), nil)
+	j := job("k5", []string{"/bin/true"}, `{}`)
+	j.Resumed = true
+	if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrLost) {
+		t.Fatalf("%v, want ErrLost", err)
+	}
+}
