@@ -1,9 +1,6 @@
 package controller
 
 import (
-	"bytes"
-	"io"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -14,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,28 +32,20 @@ func as(user string) client.Client {
 // bindings narrowed to namespaces labelled for this spec (the policy is
 // cluster-wide; other specs run beside this one).
 func installAdmission(label string) {
-	for _, f := range []string{"approval_policy.yaml", "approver_role.yaml"} {
-		data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "admission", f))
-		Expect(err).NotTo(HaveOccurred())
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err == io.EOF {
-				break
-			} else {
-				Expect(err).NotTo(HaveOccurred())
-			}
-			if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
-				Expect(unstructured.SetNestedField(u.Object, map[string]any{
-					"namespaceSelector": map[string]any{"matchLabels": map[string]any{label: "true"}},
-				}, "spec", "matchResources")).To(Succeed())
-			}
-			u.SetName(label + "-" + u.GetName())
-			if p, found, _ := unstructured.NestedString(u.Object, "spec", "policyName"); found {
-				Expect(unstructured.SetNestedField(u.Object, label+"-"+p, "spec", "policyName")).To(Succeed())
-			}
-			Expect(k8s.Create(ctx, u)).To(Succeed(), u.GetKind())
+	dir := filepath.Join(testenv.RepoRoot(), "config", "admission")
+	objs, err := testenv.ReadObjects(filepath.Join(dir, "approval_policy.yaml"), filepath.Join(dir, "approver_role.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	for _, u := range objs {
+		if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			Expect(unstructured.SetNestedField(u.Object, map[string]any{
+				"namespaceSelector": map[string]any{"matchLabels": map[string]any{label: "true"}},
+			}, "spec", "matchResources")).To(Succeed())
 		}
+		u.SetName(label + "-" + u.GetName())
+		if p, found, _ := unstructured.NestedString(u.Object, "spec", "policyName"); found {
+			Expect(unstructured.SetNestedField(u.Object, label+"-"+p, "spec", "policyName")).To(Succeed())
+		}
+		Expect(k8s.Create(ctx, u)).To(Succeed(), u.GetKind())
 	}
 }
 

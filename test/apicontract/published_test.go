@@ -1,7 +1,6 @@
 package apicontract
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolgate/toolgate/internal/testenv"
@@ -21,24 +19,9 @@ func readSamples() []*unstructured.Unstructured {
 	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "toolgate_*.yaml"))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(files).NotTo(BeEmpty())
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		Expect(err).NotTo(HaveOccurred())
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err == io.EOF {
-				break
-			} else {
-				Expect(err).NotTo(HaveOccurred(), f)
-			}
-			if len(u.Object) > 0 {
-				out = append(out, u)
-			}
-		}
-	}
-	return out
+	objs, err := testenv.ReadObjects(files...)
+	Expect(err).NotTo(HaveOccurred())
+	return objs
 }
 
 var _ = Describe("config/samples", func() {
