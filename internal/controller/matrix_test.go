@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -216,5 +217,30 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		s := &toolgatev1alpha1.AgentSession{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
 		Expect(readyStatus(s.Status.Conditions)).To(Equal(metav1.ConditionFalse))
+	})
+})
+
+var _ = Describe("deleting a session", func() {
+	It("cancels its calls, stops their work, settles and commits each once, then lets the session go", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, matrixTools()...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "running", "sleep", `{}`, 0, 0)
+		submit(ns, "waiting", "echo", `{"text":"later"}`, 0, 1)
+		Eventually(func() int { return bodyRuns(ns, "runs") }, 10*time.Second, 20*time.Millisecond).Should(Equal(1))
+
+		s := &toolgatev1alpha1.AgentSession{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+		Expect(k8s.Delete(ctx, s)).To(Succeed())
+
+		running, waiting := committedCall(ns, "running"), committedCall(ns, "waiting")
+		Expect(running.Status.Result.ErrorCode).To(Equal("cancelled"))
+		Expect(waiting.Status.Result.ErrorCode).To(Equal("cancelled"))
+		Expect(stageTrace(waiting)).To(Equal("call:cancelled " + settledTail + "Cancelled"))
+		Expect([]int64{*running.Status.CommitSequence, *waiting.Status.CommitSequence}).To(Equal([]int64{0, 1}))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s))
+		}, 10*time.Second).Should(BeTrue(), "the session's finalizer was not removed")
+		Consistently(func() string { return workspaceFile(ns, "finished") }, 2500*time.Millisecond).Should(BeEmpty())
+		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 	})
 })

@@ -109,9 +109,31 @@ var _ = Describe("config/default", func() {
 		Expect(err).NotTo(HaveOccurred(), string(errText))
 		rendered, err := io.ReadAll(stdout)
 		Expect(err).NotTo(HaveOccurred())
-		file := filepath.Join(GinkgoT().TempDir(), "install.yaml")
+		dir := GinkgoT().TempDir()
+		file := filepath.Join(dir, "install.yaml")
 		Expect(os.WriteFile(file, rendered, 0o600)).To(Succeed())
+		objs, err := testenv.ReadObjects(file)
+		Expect(err).NotTo(HaveOccurred())
+		// The admission bindings would apply to every other spec of this
+		// suite; the server validates them (dry run) without keeping them.
+		var kept, bindings []byte
+		for _, o := range objs {
+			data, err := o.MarshalJSON()
+			Expect(err).NotTo(HaveOccurred())
+			if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+				bindings = append(bindings, append(data, '\n')...)
+			} else {
+				kept = append(kept, append(data, '\n')...)
+			}
+		}
+		Expect(bindings).NotTo(BeEmpty())
+		Expect(os.WriteFile(file, kept, 0o600)).To(Succeed())
+		bindingsFile := filepath.Join(dir, "bindings.json")
+		Expect(os.WriteFile(bindingsFile, bindings, 0o600)).To(Succeed())
 		_, stderr, err = kubectl.Run("apply", "--server-side", "--force-conflicts", "-f", file)
+		errText, _ = io.ReadAll(stderr)
+		Expect(err).NotTo(HaveOccurred(), string(errText))
+		_, stderr, err = kubectl.Run("apply", "--server-side", "--dry-run=server", "-f", bindingsFile)
 		errText, _ = io.ReadAll(stderr)
 		Expect(err).NotTo(HaveOccurred(), string(errText))
 		_, stderr, err = kubectl.Run("get", "deployment/toolgate-controller-manager", "-n", "toolgate-system")
