@@ -1,10 +1,12 @@
 package apicontract
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -54,17 +56,27 @@ var _ = Describe("the published API", func() {
 		Expect(err).NotTo(HaveOccurred())
 	})
 
-	run := func(args ...string) string {
+	try := func(args ...string) (string, error) {
 		stdout, stderr, err := kubectl.Run(args...)
 		out, _ := io.ReadAll(stdout)
 		errText, _ := io.ReadAll(stderr)
-		Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), errText)
-		return string(out)
+		if err != nil {
+			return "", fmt.Errorf("kubectl %s: %s: %w", strings.Join(args, " "), errText, err)
+		}
+		return string(out), nil
+	}
+	run := func(args ...string) string {
+		out, err := try(args...)
+		Expect(err).NotTo(HaveOccurred())
+		return out
 	}
 
 	DescribeTable("explains spec fields with their documentation",
 		func(field, text string) {
-			Expect(run("explain", field)).To(ContainSubstring(text))
+			// The API server publishes a new CRD's OpenAPI shortly after
+			// the CRD is established.
+			Eventually(func() (string, error) { return try("explain", field) }, 20*time.Second, 250*time.Millisecond).
+				Should(ContainSubstring(text))
 		},
 		Entry(nil, "toolprofile.spec.tools", "visible tool catalog"),
 		Entry(nil, "toolprofile.spec.tools.isConcurrencySafe", "Only the exact value true"),
