@@ -1,27 +1,27 @@
 // Package process is the sandbox provider that runs a tool as a local
-// subprocess of the manager. It exists for development and tests: it runs
-// the exact argv (never through a shell) with the arguments on stdin and in a
-// file, bounds its output, and kills its whole process group on cancellation
-// or timeout — but it does not isolate anything. Its enforcement is always
-// reported as partial.
+// subprocess of the manager, through the same runner code the pod provider
+// runs in its pods (exact argv, never a shell; arguments on stdin and in a
+// file; bounded output; the whole process group stopped on cancellation or
+// timeout). It exists for development and tests: it does not isolate
+// anything, and reports its enforcement as partial.
 package process
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/builtin"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
 )
+
+// grace is how long a cancelled tool gets between SIGTERM and SIGKILL.
+const grace = time.Second
 
 // Provider runs attempts as local subprocesses.
 type Provider struct {
@@ -43,9 +43,9 @@ func New(base string, notify sandbox.Notifier) *Provider {
 
 type run struct {
 	done   chan struct{}
+	stop   context.CancelFunc
 	result sandbox.Result
 	err    error
-	cmd    *exec.Cmd // nil for built-ins
 }
 
 // Enforcement is partial: a local subprocess is not confined.
@@ -70,7 +70,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		r = &run{done: make(chan struct{})}
 		p.runs[job.Key] = r
 		p.mu.Unlock()
-		if err := p.start(ctx, job, r); err != nil {
+		if err := p.start(job, r); err != nil {
 			return sandbox.Result{}, err
 		}
 	} else {
@@ -83,12 +83,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	}
 	if ctx.Err() != nil {
 		// Stop the owned work, and only then report.
-		p.mu.Lock()
-		cmd := r.cmd
-		p.mu.Unlock()
-		if cmd != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
+		r.stop()
 		<-r.done
 		return sandbox.Result{}, ctx.Err()
 	}
@@ -102,99 +97,45 @@ func (p *Provider) Forget(key string) {
 	delete(p.runs, key)
 }
 
-func (p *Provider) start(_ context.Context, job sandbox.Job, r *run) error {
+func (p *Provider) start(job sandbox.Job, r *run) error {
 	dir := p.WorkspaceDir(job.Workspace.Session)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("workspace: %w", err)
+		return err
 	}
-	finish := func(res sandbox.Result, err error) {
-		r.result, r.err = res, err
+	args, err := os.CreateTemp("", "toolgate-args-*.json")
+	if err != nil {
+		return err
+	}
+	if _, err := args.WriteString(job.Arguments); err != nil {
+		_ = args.Close()
+		return err
+	}
+	_ = args.Close()
+	spec := runner.Spec{
+		Workspace:     dir,
+		Writable:      job.Policy.Mode != toolgatev1alpha1.SandboxReadOnly,
+		ArgumentsFile: args.Name(),
+	}
+	if b := job.Tool.Builtin; b != nil {
+		spec.Builtin = b.Name
+	} else if c := job.Tool.Container; c != nil {
+		spec.Argv, spec.MaxOutputBytes = c.Command, int(c.MaxOutputBytes)
+		spec.Env = map[string]string{}
+		for _, e := range c.Env {
+			spec.Env[e.Name] = e.Value
+		}
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	go func() {
+		defer stop()
+		defer func() { _ = os.Remove(args.Name()) }()
+		h, stdout, stderr := runner.Execute(runCtx, spec, []byte(job.Arguments), grace)
+		r.result, r.err = runner.Outcome(h, stdout, stderr)
 		close(r.done)
 		if p.Notify != nil {
 			p.Notify(job.Owner)
 		}
-	}
-	if b := job.Tool.Builtin; b != nil {
-		writable := job.Policy.Mode != toolgatev1alpha1.SandboxReadOnly
-		go func() {
-			out, err := builtin.Run(b.Name, dir, writable, job.Arguments)
-			finish(sandbox.Result{Stdout: out}, err)
-		}()
-		return nil
-	}
-	c := job.Tool.Container
-	argsFile := filepath.Join(os.TempDir(), "toolgate-args-"+sanitize(job.Key)+".json")
-	if err := os.WriteFile(argsFile, []byte(job.Arguments), 0o600); err != nil {
-		return err
-	}
-	limit := int(c.MaxOutputBytes)
-	if limit <= 0 {
-		limit = 1 << 20
-	}
-	stdout := &boundedBuffer{limit: limit}
-	stderr := &boundedBuffer{limit: 16 << 10}
-	cmd := exec.Command(c.Command[0], c.Command[1:]...) // exact argv, never a shell
-	cmd.Dir = dir
-	cmd.Stdin = bytes.NewReader([]byte(job.Arguments))
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "TOOLGATE_ARGUMENTS_FILE=" + argsFile, "TOOLGATE_WORKSPACE=" + dir}
-	for _, e := range c.Env {
-		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = os.Remove(argsFile)
-		finish(sandbox.Result{ExitCode: 127, Stderr: "the tool could not start"}, nil)
-		return nil
-	}
-	p.mu.Lock()
-	r.cmd = cmd
-	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		// Reap the whole group: no process the tool started outlives it.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = os.Remove(argsFile)
-		res := sandbox.Result{Stdout: stdout.String(), Stderr: stderr.String(), Truncated: stdout.truncated}
-		if err != nil {
-			res.ExitCode = cmd.ProcessState.ExitCode()
-			if res.ExitCode < 0 {
-				res.ExitCode = 128 + int(cmd.ProcessState.Sys().(syscall.WaitStatus).Signal())
-			}
-		}
-		finish(res, nil)
 	}()
 	return nil
 }
-
-func sanitize(key string) string {
-	b := []byte(key)
-	for i, c := range b {
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && c != '-' {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
-
-// boundedBuffer keeps the first limit bytes and notes the rest was cut.
-type boundedBuffer struct {
-	buf       bytes.Buffer
-	limit     int
-	truncated bool
-}
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	room := b.limit - b.buf.Len()
-	if room < len(p) {
-		b.truncated = true
-		if room > 0 {
-			b.buf.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
-func (b *boundedBuffer) String() string { return b.buf.String() }

@@ -1,0 +1,198 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/internal/builtin"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+)
+
+// Environment variables the pod provider sets for the runner. The runner
+// removes both from its environment before the tool starts.
+const (
+	EnvSpec = "TOOLGATE_RUN"
+	EnvKey  = "TOOLGATE_FRAME_KEY"
+)
+
+// MaxStderrBytes bounds the captured stderr.
+const MaxStderrBytes = 16 << 10
+
+// Spec is what to run.
+type Spec struct {
+	// Argv is the exact argv of a container tool.
+	Argv []string `json:"argv,omitempty"`
+	// Env are the tool's literal environment variables.
+	Env map[string]string `json:"env,omitempty"`
+	// Builtin names a built-in workspace tool instead of Argv.
+	Builtin string `json:"builtin,omitempty"`
+	// Workspace is the workspace root ("" without a workspace); the tool's
+	// working directory.
+	Workspace string `json:"workspace,omitempty"`
+	// Writable allows built-in writes.
+	Writable bool `json:"writable,omitempty"`
+	// MaxOutputBytes bounds the captured stdout.
+	MaxOutputBytes int `json:"maxOutputBytes"`
+	// ArgumentsFile is where the arguments are (and the tool is told so).
+	ArgumentsFile string `json:"argumentsFile"`
+}
+
+// Execute runs the tool once and returns the frame header (without digest
+// and MAC) and the captured output. Cancelling ctx stops the tool's whole
+// process group (SIGTERM, then SIGKILL after grace) and waits for it.
+func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Duration) (Header, []byte, []byte) {
+	if spec.Builtin != "" {
+		root := spec.Workspace
+		if root == "" {
+			return Header{Error: "a built-in tool needs a workspace", Code: string(pipeline.CodeToolError)}, nil, nil
+		}
+		out, err := builtin.Run(spec.Builtin, root, spec.Writable, string(arguments))
+		if err != nil {
+			var f *pipeline.Failure
+			if errors.As(err, &f) {
+				return Header{Error: f.Message, Code: string(f.Code), ExitCode: 1}, nil, nil
+			}
+			return Header{Error: err.Error(), Code: string(pipeline.CodeToolError), ExitCode: 1}, nil, nil
+		}
+		return Header{}, []byte(out), nil
+	}
+	if len(spec.Argv) == 0 {
+		return Header{Error: "no argv", Code: string(pipeline.CodeToolError), ExitCode: 127}, nil, nil
+	}
+	limit := spec.MaxOutputBytes
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	stdout := &Bounded{Limit: limit}
+	stderr := &Bounded{Limit: MaxStderrBytes}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...) // exact argv, never a shell
+	cmd.Stdin = bytes.NewReader(arguments)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Dir = spec.Workspace
+	if cmd.Dir == "" {
+		cmd.Dir = os.TempDir()
+	}
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.TempDir(), "TOOLGATE_ARGUMENTS_FILE=" + spec.ArgumentsFile}
+	if spec.Workspace != "" {
+		cmd.Env = append(cmd.Env, "TOOLGATE_WORKSPACE="+spec.Workspace)
+	}
+	for k, v := range spec.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return Header{Error: "the tool could not start: " + err.Error(), Code: string(pipeline.CodeToolError), ExitCode: 127}, nil, nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var werr error
+	select {
+	case werr = <-done:
+	case <-ctx.Done():
+		pgid := cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case werr = <-done:
+		case <-time.After(grace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			werr = <-done
+		}
+	}
+	// No process the tool started outlives it.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	h := Header{Truncated: stdout.Truncated}
+	if werr != nil {
+		h.ExitCode = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			h.Signal = ws.Signal().String()
+			h.ExitCode = 128 + int(ws.Signal())
+		}
+	}
+	return h, stdout.Bytes(), stderr.Bytes()
+}
+
+// Main is the runner's "run" command: it reads its spec and key from the
+// environment, runs the tool, writes the frame to out and the header to the
+// termination log, and returns the process exit code (0 once a frame is
+// written: the tool's own exit code is in the frame).
+func Main(ctx context.Context, out io.Writer, terminationLog string) int {
+	// Non-dumpable: /proc/<runner>/{fd,environ,mem} become root-owned, so a
+	// tool running as the same user cannot reach the log or the key.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	key, err := hex.DecodeString(os.Getenv(EnvKey))
+	specText := os.Getenv(EnvSpec)
+	_ = os.Unsetenv(EnvKey)
+	_ = os.Unsetenv(EnvSpec)
+	if err != nil || len(key) < 16 {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: no frame key")
+		return 2
+	}
+	var spec Spec
+	if err := json.Unmarshal([]byte(specText), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: invalid spec")
+		return 2
+	}
+	arguments, err := os.ReadFile(spec.ArgumentsFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: arguments unreadable")
+		return 2
+	}
+	h, stdout, stderr := Execute(ctx, spec, arguments, 2*time.Second)
+	if err := WriteFrame(out, key, h, stdout, stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: frame not written")
+		return 2
+	}
+	if terminationLog != "" {
+		// The small integrity summary; the frame itself is in the log.
+		h.StdoutBytes, h.StderrBytes = len(stdout), len(stderr)
+		summary, _ := json.Marshal(h)
+		if len(summary) <= 4096 {
+			_ = os.WriteFile(terminationLog, summary, 0o644)
+		}
+	}
+	return 0
+}
+
+// Bounded keeps the first Limit bytes written and notes the rest was cut.
+type Bounded struct {
+	buf       bytes.Buffer
+	Limit     int
+	Truncated bool
+}
+
+func (b *Bounded) Write(p []byte) (int, error) {
+	room := b.Limit - b.buf.Len()
+	if room < len(p) {
+		b.Truncated = true
+		if room > 0 {
+			b.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+// Bytes returns what was kept.
+func (b *Bounded) Bytes() []byte { return b.buf.Bytes() }
+
+// Outcome turns a frame into the sandbox contract's answer: a built-in's
+// stable code or a runner failure becomes a pipeline failure; anything else
+// is the tool's result.
+func Outcome(h Header, stdout, stderr []byte) (sandbox.Result, error) {
+	if h.Code != "" {
+		return sandbox.Result{}, pipeline.Fail(pipeline.Code(h.Code), h.Error)
+	}
+	return sandbox.Result{Stdout: string(stdout), Stderr: string(stderr), ExitCode: h.ExitCode, Truncated: h.Truncated}, nil
+}

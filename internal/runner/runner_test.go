@@ -1,0 +1,145 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/pipeline"
+)
+
+var key = []byte("0123456789abcdef0123456789abcdef")
+
+func TestFrameRoundTrip(t *testing.T) {
+	var log bytes.Buffer
+	log.WriteString("noise the runtime printed first\n")
+	if err := WriteFrame(&log, key, Header{ExitCode: 3, Truncated: true}, []byte("out\nput"), []byte("err")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ReadFrame(&log, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r.Stdout) != "out\nput" || string(r.Stderr) != "err" || r.ExitCode != 3 || !r.Truncated {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestFrameCannotBeForgedOrAltered(t *testing.T) {
+	var good bytes.Buffer
+	if err := WriteFrame(&good, key, Header{}, []byte(`{"ok":true}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	var forged bytes.Buffer
+	if err := WriteFrame(&forged, []byte("a key the tool guessed, 32 bytes"), Header{}, []byte(`{"ok":true}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		log  string
+		want error
+	}{
+		"another key":       {forged.String(), ErrForged},
+		"payload altered":   {strings.Replace(good.String(), `"ok":true`, `"ok":fals`, 1), ErrForged},
+		"exit code altered": {strings.Replace(good.String(), `"exitCode":0`, `"exitCode":1`, 1), ErrForged},
+		"payload cut":       {good.String()[:len(good.String())-3], ErrIncomplete},
+		"no frame":          {"just output\n", ErrNoFrame},
+		"empty":             {"", ErrNoFrame},
+		"header not json":   {FramePrefix + "{nope\n", ErrForged},
+		"negative sizes":    {FramePrefix + `{"stdoutBytes":-1}` + "\n", ErrForged},
+	} {
+		if _, err := ReadFrame(strings.NewReader(tc.log), key); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+}
+
+func run(t *testing.T, spec Spec, args string) (Header, string, string) {
+	t.Helper()
+	if spec.ArgumentsFile == "" {
+		spec.ArgumentsFile = filepath.Join(t.TempDir(), "args.json")
+		if err := os.WriteFile(spec.ArgumentsFile, []byte(args), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spec.Workspace == "" && spec.Builtin == "" {
+		spec.Workspace = t.TempDir()
+	}
+	h, out, errb := Execute(context.Background(), spec, []byte(args), time.Second)
+	return h, string(out), string(errb)
+}
+
+func TestArgvIsExact(t *testing.T) {
+	hostile := []string{"$(id)", "; rm -rf /", "`touch x`", "a b", "'\"\\", "*", "", "--flag=$HOME", "\n"}
+	h, out, _ := run(t, Spec{Argv: append([]string{"/usr/bin/printf", "[%s]"}, hostile...)}, `{}`)
+	want := ""
+	for _, a := range hostile {
+		want += "[" + a + "]"
+	}
+	if h.ExitCode != 0 || out != want {
+		t.Fatalf("exit %d, argv arrived as %q, want %q", h.ExitCode, out, want)
+	}
+}
+
+func TestArgumentsReachTheToolOnStdinAndAsAFile(t *testing.T) {
+	args := `{"n":123456789012345678901234567890,"s":"naïve"}`
+	_, out, _ := run(t, Spec{Argv: []string{"/bin/sh", "-c", `cat; echo; cat "$TOOLGATE_ARGUMENTS_FILE"`}}, args)
+	if out != args+"\n"+args {
+		t.Fatalf("%q", out)
+	}
+}
+
+func TestOutputBoundsAndExitCodes(t *testing.T) {
+	h, out, errb := run(t, Spec{MaxOutputBytes: 100, Argv: []string{"/bin/sh", "-c", "head -c 1000 /dev/zero; head -c 20000 /dev/zero >&2; exit 42"}}, `{}`)
+	if len(out) != 100 || !h.Truncated || h.ExitCode != 42 || len(errb) != MaxStderrBytes {
+		t.Fatalf("stdout %d truncated %v exit %d stderr %d", len(out), h.Truncated, h.ExitCode, len(errb))
+	}
+	h, _, _ = run(t, Spec{Argv: []string{"/bin/sh", "-c", "kill -SEGV $$"}}, `{}`)
+	if h.Signal != "segmentation fault" || h.ExitCode != 128+11 {
+		t.Fatalf("signal %q exit %d", h.Signal, h.ExitCode)
+	}
+	h, _, _ = run(t, Spec{Argv: []string{"/nonexistent/tool"}}, `{}`)
+	if h.Code != string(pipeline.CodeToolError) || h.ExitCode != 127 {
+		t.Fatalf("missing binary: %+v", h)
+	}
+}
+
+func TestCancellationStopsAToolThatIgnoresSIGTERM(t *testing.T) {
+	ws := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	h, _, _ := Execute(ctx, Spec{Workspace: ws, ArgumentsFile: "/dev/null", Argv: []string{"/bin/sh", "-c", "trap '' TERM; (sleep 3; touch survived) & sleep 30"}}, nil, 300*time.Millisecond)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("took %s", took)
+	}
+	if h.Signal != "killed" {
+		t.Fatalf("signal %q", h.Signal)
+	}
+	time.Sleep(3500 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(ws, "survived")); err == nil {
+		t.Fatal("a child outlived the tool")
+	}
+}
+
+func TestBuiltinsThroughTheRunner(t *testing.T) {
+	ws := t.TempDir()
+	if h, out, _ := run(t, Spec{Builtin: "fs.write", Workspace: ws, Writable: true}, `{"path":"a.txt","content":"hi"}`); h.Code != "" || out != `{"bytes":2}` {
+		t.Fatalf("write: %+v %q", h, out)
+	}
+	if h, _, _ := run(t, Spec{Builtin: "fs.read", Workspace: ws}, `{"path":"../../etc/passwd"}`); h.Code != string(pipeline.CodeSandboxDenied) {
+		t.Fatalf("escape: %+v", h)
+	}
+	if h, _, _ := run(t, Spec{Builtin: "fs.write", Workspace: ws}, `{"path":"b.txt","content":"x"}`); h.Code != string(pipeline.CodeSandboxDenied) {
+		t.Fatalf("read-only write: %+v", h)
+	}
+	res, err := Outcome(Header{Code: string(pipeline.CodeSandboxDenied), Error: "escape"}, nil, nil)
+	var f *pipeline.Failure
+	if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxDenied || res.Stdout != "" {
+		t.Fatalf("outcome: %v", err)
+	}
+}
