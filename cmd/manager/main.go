@@ -6,16 +6,21 @@ import (
 	"os"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
 )
 
 func main() {
@@ -24,12 +29,16 @@ func main() {
 		probeAddr    string
 		leaderElect  bool
 		workspaceDir string
+		runnerImage  string
+		netpolicy    bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one manager reconciles at a time.")
 	flag.StringVar(&workspaceDir, "process-workspace-dir", filepath.Join(os.TempDir(), "toolgate-workspaces"),
 		"Where the Process sandbox provider (development only, not isolating) keeps session workspaces.")
+	flag.StringVar(&runnerImage, "runner-image", "", "Image holding /toolgate-runner; enables the Pod sandbox provider.")
+	flag.BoolVar(&netpolicy, "network-policy-enforced", false, "Declare that the cluster's CNI enforces NetworkPolicy (sandbox enforcement is reported as partial otherwise).")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -46,12 +55,19 @@ func main() {
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "toolgate-manager.toolgate.dev",
+		// Cache only tool pods, not every pod of the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelSandbox: "true"})},
+		}},
 	})
 	if err != nil {
 		log.Error(err, "manager not created")
 		os.Exit(1)
 	}
-	if err := controller.Setup(mgr, controller.Config{ProcessWorkspaceDir: workspaceDir}); err != nil {
+	if err := controller.Setup(mgr, controller.Config{
+		ProcessWorkspaceDir: workspaceDir, RunnerImage: runnerImage, ImagePullPolicy: corev1.PullIfNotPresent,
+		NetworkPolicyEnforced: netpolicy,
+	}); err != nil {
 		log.Error(err, "controllers not set up")
 		os.Exit(1)
 	}

@@ -3,6 +3,8 @@ package controller
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -12,6 +14,7 @@ import (
 	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 	approvalnone "github.com/toolgate/toolgate/internal/providers/approval/none"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
 	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
 )
 
@@ -26,6 +29,13 @@ type Config struct {
 	Clock clock.Clock
 	// Scope owns the mounted providers; disposing it unmounts them.
 	Scope *lifecycle.Scope
+	// RunnerImage enables the Pod sandbox provider: the image holding
+	// /toolgate-runner.
+	RunnerImage string
+	// ImagePullPolicy of tool pods.
+	ImagePullPolicy corev1.PullPolicy
+	// NetworkPolicyEnforced declares the CNI enforces NetworkPolicy.
+	NetworkPolicyEnforced bool
 }
 
 // Setup composes the providers and registers the controllers: the one place
@@ -51,6 +61,19 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	}
 	if err := sandboxes.Mount(cfg.Scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(cfg.ProcessWorkspaceDir, calls.Notify)); err != nil {
 		return err
+	}
+	if cfg.RunnerImage != "" {
+		logs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		provider := &pod.Provider{
+			Client: mgr.GetClient(), Logs: logs, Notify: calls.Notify, NetworkPolicyEnforced: cfg.NetworkPolicyEnforced,
+			Config: pod.Config{RunnerImage: cfg.RunnerImage, ImagePullPolicy: cfg.ImagePullPolicy},
+		}
+		if err := sandboxes.Mount(cfg.Scope, string(toolgatev1alpha1.SandboxProviderPod), provider); err != nil {
+			return err
+		}
 	}
 	profiles := NewProfiles(mgr.GetClient(), sandboxRunner)
 	calls.Profiles = profiles

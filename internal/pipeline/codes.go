@@ -28,6 +28,10 @@ const (
 	CodeToolError           Code = "tool_error"           // the body returned an error
 	CodeToolPanic           Code = "tool_panic"           // the body panicked
 	CodeInterrupted         Code = "interrupted"          // a non-idempotent attempt was interrupted; it is never re-run
+	CodeSandboxUnavailable  Code = "sandbox_unavailable"  // the sandbox could not run the tool (image missing, pod refused)
+	CodeSandboxOOMKilled    Code = "sandbox_oom_killed"   // the tool exceeded its memory limit
+	CodeSandboxEvicted      Code = "sandbox_evicted"      // the node evicted the tool's pod
+	CodeSandboxLost         Code = "sandbox_lost"         // the tool's pod disappeared (deleted by someone else) or its result cannot be verified
 	CodeOutputInvalid       Code = "output_invalid"       // the value is not lossless JSON or fails the output schema
 	CodeRenderFailed        Code = "render_failed"        // rendering the value failed
 	CodePostBlocked         Code = "post_blocked"         // a post-execute listener blocked the result

@@ -15,6 +15,8 @@ type Job struct {
 	// Key identifies the attempt: the same key always names the same work,
 	// so a provider re-attaches to it instead of starting it twice.
 	Key string
+	// Attempt is the 1-based attempt number.
+	Attempt int
 	// Owner is the ToolCall the attempt belongs to.
 	Owner types.NamespacedName
 	// OwnerUID is the ToolCall's UID (for owner references).

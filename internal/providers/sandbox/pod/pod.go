@@ -1,0 +1,326 @@
+// Package pod is the sandbox provider that runs each attempt of a call in its
+// own constrained pod (see BuildPod), owned by the ToolCall and named
+// deterministically, so that a restarted manager adopts the pod it created
+// instead of starting a second one. The result is read from the container log
+// as soon as the runner's authenticated frame arrives, not when the kubelet
+// reports the pod finished.
+package pod
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
+)
+
+// Provider runs attempts as pods.
+type Provider struct {
+	// Client reads and writes pods and network policies.
+	Client client.Client
+	// Logs reads pod logs (the controller-runtime client cannot stream).
+	Logs kubernetes.Interface
+	// Config is the operator's pod configuration.
+	Config Config
+	// NetworkPolicyEnforced declares that the cluster's CNI enforces
+	// NetworkPolicy; without it enforcement is reported as partial.
+	NetworkPolicyEnforced bool
+	// Notify wakes a call when its frame arrived.
+	Notify sandbox.Notifier
+
+	mu        sync.Mutex
+	followers map[string]*follower
+}
+
+var _ sandbox.Provider = &Provider{}
+
+type follower struct {
+	pod  types.NamespacedName
+	done chan struct{}
+	res  *runner.Result
+	err  error
+}
+
+// Enforcement is full when NetworkPolicy is enforced (or egress is allowed
+// anyway) and the mode is not FullAccess.
+func (p *Provider) Enforcement(policy toolgatev1alpha1.SandboxPolicy) (bool, string) {
+	var reasons []string
+	if policy.Mode == toolgatev1alpha1.SandboxFullAccess {
+		reasons = append(reasons, "mode FullAccess: the workspace is writable and egress is allowed")
+	} else if !policy.AllowEgress && !p.NetworkPolicyEnforced {
+		reasons = append(reasons, "network isolation relies on a NetworkPolicy, which only a CNI that enforces it applies; start the manager with --network-policy-enforced once yours does")
+	}
+	if policy.RuntimeClassName == nil {
+		reasons = append(reasons, "no runtimeClassName: tools share the node's kernel (set one for gVisor or Kata)")
+	}
+	return len(reasons) == 0, strings.Join(reasons, "; ")
+}
+
+// Run creates, adopts, polls or stops the attempt's pod.
+func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
+	if len(job.Arguments) > MaxArguments {
+		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf("arguments larger than %d bytes cannot be passed to a pod", MaxArguments))
+	}
+	// API work must go on when the call is cancelled: stopping the pod is
+	// exactly what cancellation needs.
+	api := context.WithoutCancel(ctx)
+	key := types.NamespacedName{Namespace: job.Owner.Namespace, Name: Name(job.Owner.Name, string(job.OwnerUID), job.Attempt)}
+	pod := &corev1.Pod{}
+	err := p.Client.Get(api, key, pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		f := p.follower(job.Key)
+		switch {
+		case ctx.Err() != nil:
+			// Never started, or stopped and now gone.
+			return sandbox.Result{}, ctx.Err()
+		case f != nil && isDone(f) && f.res != nil:
+			return runner.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
+		case f != nil:
+			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
+		case job.Resumed:
+			// Started by a previous manager and gone: its outcome is
+			// unknowable.
+			return sandbox.Result{}, sandbox.ErrLost
+		}
+		return sandbox.Result{}, p.create(api, job, key)
+	case err != nil:
+		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
+	}
+	if !metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: job.OwnerUID}) {
+		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "a pod of that name belongs to another object")
+	}
+	if ctx.Err() != nil {
+		// Stop the pod and report only once it is gone.
+		if pod.DeletionTimestamp.IsZero() {
+			_ = p.Client.Delete(api, pod, client.GracePeriodSeconds(5))
+		}
+		p.adopt(job.Key, pod)
+		return sandbox.Result{}, sandbox.ErrPending
+	}
+	f := p.adopt(job.Key, pod)
+	select {
+	case <-f.done:
+		if f.err != nil {
+			if code := failureOf(pod); code != nil {
+				return sandbox.Result{}, code
+			}
+			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+f.err.Error())
+		}
+		return runner.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
+	default:
+	}
+	if fail := failureOf(pod); fail != nil {
+		return sandbox.Result{}, fail
+	}
+	return sandbox.Result{}, sandbox.ErrPending
+}
+
+// failureOf maps a pod that can no longer produce a frame to a stable code.
+func failureOf(pod *corev1.Pod) error {
+	switch pod.Status.Reason {
+	case "Evicted":
+		return pipeline.Fail(pipeline.CodeSandboxEvicted, "the node evicted the tool's pod")
+	case "DeadlineExceeded":
+		return pipeline.Fail(pipeline.CodeTimeout, "the tool's pod exceeded its active deadline")
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError":
+				return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot start: "+w.Reason)
+			}
+		}
+		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
+			return pipeline.Fail(pipeline.CodeSandboxOOMKilled, "the tool exceeded its memory limit")
+		}
+	}
+	if !pod.DeletionTimestamp.IsZero() {
+		return pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is being deleted")
+	}
+	return nil
+}
+
+func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.NamespacedName) error {
+	if err := p.ensureNetworkPolicy(ctx, key.Namespace); err != nil {
+		return sandbox.ErrPending
+	}
+	frameKey := make([]byte, 32)
+	if _, err := rand.Read(frameKey); err != nil {
+		return err
+	}
+	pod, err := BuildPod(p.Config, job, key.Name, hex.EncodeToString(frameKey))
+	if err != nil {
+		return err
+	}
+	pod.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: job.Owner.Name, UID: job.OwnerUID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
+	if err := p.Client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return sandbox.ErrPending // adopted on the next poll
+		}
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod was refused: "+err.Error())
+		}
+		return sandbox.ErrPending
+	}
+	p.adopt(job.Key, pod)
+	return sandbox.ErrPending
+}
+
+func (p *Provider) ensureNetworkPolicy(ctx context.Context, namespace string) error {
+	err := p.Client.Create(ctx, DenyAll(namespace))
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+func (p *Provider) follower(key string) *follower {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.followers[key]
+}
+
+// adopt returns the attempt's log follower, starting one for a pod this
+// process has not followed yet (after a restart, the adopted pod's).
+func (p *Provider) adopt(key string, pod *corev1.Pod) *follower {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.followers == nil {
+		p.followers = map[string]*follower{}
+	}
+	if f, ok := p.followers[key]; ok {
+		return f
+	}
+	f := &follower{pod: client.ObjectKeyFromObject(pod), done: make(chan struct{})}
+	p.followers[key] = f
+	frameKey := ""
+	limit := int64(1 << 20)
+	for _, c := range pod.Spec.Containers {
+		if c.Name != containerTool {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == runner.EnvKey {
+				frameKey = e.Value
+			}
+		}
+	}
+	owner := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[LabelCall]}
+	for _, ref := range pod.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller {
+			owner.Name = ref.Name
+		}
+	}
+	go p.follow(f, frameKey, limit+runner.MaxStderrBytes+64<<10, owner)
+	return f
+}
+
+// follow streams the tool container's log until the frame arrives.
+func (p *Provider) follow(f *follower, frameKeyHex string, limit int64, owner types.NamespacedName) {
+	defer func() {
+		close(f.done)
+		if p.Notify != nil {
+			p.Notify(owner)
+		}
+	}()
+	key, err := hex.DecodeString(frameKeyHex)
+	if err != nil || len(key) == 0 {
+		f.err = errors.New("the pod has no frame key")
+		return
+	}
+	ctx := context.Background()
+	backoff := 50 * time.Millisecond
+	wait := func() {
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+	for {
+		pod := &corev1.Pod{}
+		if err := p.Client.Get(ctx, f.pod, pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				f.err = errors.New("the pod is gone")
+				return
+			}
+			wait()
+			continue
+		}
+		if failureOf(pod) != nil {
+			f.err = errors.New("the pod failed")
+			return
+		}
+		stream, err := p.Logs.CoreV1().Pods(f.pod.Namespace).GetLogs(f.pod.Name, &corev1.PodLogOptions{
+			Container: containerTool, Follow: true, LimitBytes: &limit,
+		}).Stream(ctx)
+		if err != nil {
+			wait() // the container has not started yet
+			continue
+		}
+		res, err := runner.ReadFrame(stream, key)
+		_ = stream.Close()
+		switch {
+		case err == nil:
+			f.res = res
+			return
+		case errors.Is(err, runner.ErrNoFrame):
+			if terminated(pod) {
+				f.err = err
+				return
+			}
+			wait()
+		default:
+			f.err = err
+			return
+		}
+	}
+}
+
+func isDone(f *follower) bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func terminated(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerTool && cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// Forget deletes a settled attempt's pod: one call per pod, then it is
+// discarded.
+func (p *Provider) Forget(key string) {
+	p.mu.Lock()
+	f, ok := p.followers[key]
+	delete(p.followers, key)
+	p.mu.Unlock()
+	if ok {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.pod.Namespace, Name: f.pod.Name}}
+		_ = client.IgnoreNotFound(p.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)))
+	}
+}

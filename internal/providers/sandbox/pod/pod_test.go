@@ -1,0 +1,170 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+// TestOnAPIServer runs the provider against a real API server (no kubelet:
+// pods are admitted and stored, never run; running them is the e2e suite's
+// job).
+func TestOnAPIServer(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	c := env.Client
+	logs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	newProvider := func() *Provider {
+		return &Provider{Client: c, Logs: logs, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
+	}
+	// A namespace enforcing Pod Security "restricted", and a call to own
+	// the pods.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pods-", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	must(t, c.Create(ctx, ns))
+	call := &toolgatev1alpha1.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "call-1"},
+		Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: "c1",
+			Tool: "wc", Arguments: `{"text":"a b"}`, Requester: "agent"},
+	}
+	must(t, c.Create(ctx, call))
+	job := func(attempt int, resumed bool) sandbox.Job {
+		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+		j.Owner.Namespace, j.OwnerUID, j.Attempt, j.Resumed = ns.Name, call.UID, attempt, resumed
+		j.Key = string(call.UID) + "/" + string(rune('0'+attempt))
+		return j
+	}
+	pods := func() []corev1.Pod {
+		list := &corev1.PodList{}
+		must(t, c.List(ctx, list, client.InNamespace(ns.Name)))
+		return list.Items
+	}
+
+	t.Run("the pod is admitted under Pod Security restricted, owned by the call, deterministically named", func(t *testing.T) {
+		p := newProvider()
+		if _, err := p.Run(ctx, job(1, false)); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("first run: %v", err)
+		}
+		got := pods()
+		if len(got) != 1 {
+			t.Fatalf("%d pods", len(got))
+		}
+		pod := got[0]
+		if pod.Name != Name("call-1", string(call.UID), 1) || !metav1.IsControlledBy(&pod, call) {
+			t.Fatalf("name %s owners %+v", pod.Name, pod.OwnerReferences)
+		}
+		// The namespace does enforce: a pod without the restrictions is refused.
+		loose := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "loose"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		if err := c.Create(ctx, loose); !apierrors.IsForbidden(err) {
+			t.Fatalf("an unrestricted pod was not refused: %v", err)
+		}
+		np := &networkingv1.NetworkPolicy{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: NetworkPolicyName}, np))
+	})
+
+	t.Run("a restarted manager adopts the pod: never a second one", func(t *testing.T) {
+		restarted := newProvider()
+		for range 3 {
+			if _, err := restarted.Run(ctx, job(1, true)); !errors.Is(err, sandbox.ErrPending) {
+				t.Fatalf("adopting: %v", err)
+			}
+		}
+		if n := len(pods()); n != 1 {
+			t.Fatalf("%d pods after adoption, want 1", n)
+		}
+	})
+
+	t.Run("a resumed attempt whose pod never existed is lost, and nothing is created", func(t *testing.T) {
+		if _, err := newProvider().Run(ctx, job(2, true)); !errors.Is(err, sandbox.ErrLost) {
+			t.Fatalf("%v, want ErrLost", err)
+		}
+		if n := len(pods()); n != 1 {
+			t.Fatalf("%d pods", n)
+		}
+	})
+
+	t.Run("failure modes map to stable codes", func(t *testing.T) {
+		p := newProvider()
+		name := Name("call-1", string(call.UID), 1)
+		for _, tc := range []struct {
+			status corev1.PodStatus
+			want   pipeline.Code
+		}{
+			{corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull"}}}}}, pipeline.CodeSandboxUnavailable},
+			{corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}, pipeline.CodeSandboxOOMKilled},
+			{corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, pipeline.CodeSandboxEvicted},
+			{corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}, pipeline.CodeTimeout},
+		} {
+			pod := &corev1.Pod{}
+			must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, pod))
+			pod.Status = tc.status
+			must(t, c.Status().Update(ctx, pod))
+			_, err := p.Run(ctx, job(1, true))
+			var f *pipeline.Failure
+			if !errors.As(err, &f) || f.Code != tc.want {
+				t.Errorf("status %+v: %v, want %s", tc.status, err, tc.want)
+			}
+		}
+	})
+
+	t.Run("cancellation stops the pod and reports only once it is gone", func(t *testing.T) {
+		p := newProvider()
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := p.Run(cctx, job(1, true))
+			if errors.Is(err, context.Canceled) {
+				break
+			}
+			if !errors.Is(err, sandbox.ErrPending) || time.Now().After(deadline) {
+				t.Fatalf("cancelling: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := len(pods()); n != 0 {
+			t.Fatalf("%d pods remain after cancellation reported", n)
+		}
+	})
+
+	t.Run("a pod Pod Security would refuse is a stable error", func(t *testing.T) {
+		p := newProvider()
+		j := job(3, false)
+		j.Policy.RuntimeClassName = nil
+		j.Tool.Container.Image = "" // an invalid pod: refused by validation
+		_, err := p.Run(ctx, j)
+		var f *pipeline.Failure
+		if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxUnavailable {
+			t.Fatalf("%v", err)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

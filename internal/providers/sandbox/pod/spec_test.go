@@ -1,0 +1,154 @@
+package pod
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
+)
+
+func testJob(mode toolgatev1alpha1.SandboxMode, claim string) sandbox.Job {
+	return sandbox.Job{
+		Key: "uid-1/2", Attempt: 2, Owner: types.NamespacedName{Namespace: "ns", Name: "call-1"}, OwnerUID: "uid-1",
+		Tool: &toolgatev1alpha1.ToolDefinition{
+			Name: "wc", TimeoutSeconds: 20,
+			Container: &toolgatev1alpha1.ContainerRuntime{Image: "tools:1", Command: []string{"/bin/wc", "-w"}, MaxOutputBytes: 4096,
+				Env: []toolgatev1alpha1.EnvVar{{Name: "LANG", Value: "C"}}},
+		},
+		Arguments: `{"text":"a b"}`,
+		Policy: toolgatev1alpha1.SandboxPolicy{
+			Mode: mode, WorkspaceRoot: "/workspace",
+			Resources: toolgatev1alpha1.SandboxResources{CPU: ptr.To(resource.MustParse("500m")), Memory: ptr.To(resource.MustParse("128Mi"))},
+		},
+		Workspace: sandbox.Workspace{Session: types.NamespacedName{Namespace: "ns", Name: "s"}, ClaimName: claim},
+	}
+}
+
+// TestPodSpecRestrictions checks every restriction of the design for each
+// sandbox mode.
+func TestPodSpecRestrictions(t *testing.T) {
+	for _, tc := range []struct {
+		mode              toolgatev1alpha1.SandboxMode
+		claim             string
+		egress            bool
+		wantWorkspace     bool
+		wantWorkspaceRO   bool
+		wantEgressAllowed bool
+	}{
+		{toolgatev1alpha1.SandboxReadOnly, "ws", false, true, true, false},
+		{toolgatev1alpha1.SandboxWorkspaceWrite, "ws", false, true, false, false},
+		{toolgatev1alpha1.SandboxWorkspaceWrite, "ws", true, true, false, true},
+		{toolgatev1alpha1.SandboxFullAccess, "ws", false, true, false, true},
+		{toolgatev1alpha1.SandboxReadOnly, "", false, false, false, false},
+	} {
+		name := string(tc.mode) + "/claim=" + tc.claim
+		job := testJob(tc.mode, tc.claim)
+		job.Policy.AllowEgress = tc.egress
+		pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00ff")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := pod.Spec
+		check := func(ok bool, what string) {
+			t.Helper()
+			if !ok {
+				t.Errorf("%s: %s", name, what)
+			}
+		}
+		check(s.RestartPolicy == corev1.RestartPolicyNever, "restartPolicy Never")
+		check(s.AutomountServiceAccountToken != nil && !*s.AutomountServiceAccountToken, "no service account token")
+		check(s.EnableServiceLinks != nil && !*s.EnableServiceLinks, "no service links")
+		check(!s.HostNetwork && !s.HostPID && !s.HostIPC, "no host namespaces")
+		check(s.ActiveDeadlineSeconds != nil && *s.ActiveDeadlineSeconds == 20+activeSlack, "activeDeadlineSeconds backstop")
+		check(*s.SecurityContext.RunAsNonRoot && s.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault, "pod runs as non-root with RuntimeDefault seccomp")
+		for _, c := range append(s.InitContainers, s.Containers...) {
+			sc := c.SecurityContext
+			check(sc != nil && !*sc.AllowPrivilegeEscalation && *sc.ReadOnlyRootFilesystem && *sc.RunAsNonRoot, c.Name+": no escalation, read-only root, non-root")
+			check(len(sc.Capabilities.Drop) == 1 && sc.Capabilities.Drop[0] == "ALL" && len(sc.Capabilities.Add) == 0, c.Name+": all capabilities dropped")
+			check(sc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault, c.Name+": RuntimeDefault seccomp")
+			check(c.Resources.Limits.Memory() != nil && !c.Resources.Limits.Memory().IsZero(), c.Name+": memory limit")
+		}
+		tool := s.Containers[0]
+		check(tool.Command[0] == "/toolgate/bin/toolgate-runner" && tool.Command[1] == "run", "the runner is the entrypoint")
+		check(s.InitContainers[0].Image == "runner:1" && s.InitContainers[0].Command[1] == "copy", "an init container injects the runner")
+		check(tool.Image == "tools:1", "any tool image works")
+		check(tool.Resources.Limits.Cpu().String() == "500m" && tool.Resources.Requests.Memory().String() == "128Mi", "resources from the profile")
+		var spec runner.Spec
+		for _, e := range tool.Env {
+			if e.Name == runner.EnvSpec {
+				_ = json.Unmarshal([]byte(e.Value), &spec)
+			}
+		}
+		check(strings.Join(spec.Argv, " ") == "/bin/wc -w" && spec.Env["LANG"] == "C", "the exact argv and env reach the runner")
+		check(pod.Annotations[AnnotationArgs] == job.Arguments, "the arguments ride in an annotation")
+		var tmp, ws *corev1.VolumeMount
+		for i, m := range tool.VolumeMounts {
+			switch m.MountPath {
+			case "/tmp":
+				tmp = &tool.VolumeMounts[i]
+			case "/workspace":
+				ws = &tool.VolumeMounts[i]
+			}
+		}
+		check(tmp != nil && !tmp.ReadOnly, "a writable /tmp")
+		check((ws != nil) == tc.wantWorkspace, "workspace mounted at the canonical root when there is one")
+		if ws != nil {
+			check(ws.ReadOnly == tc.wantWorkspaceRO, "workspace read-only exactly in ReadOnly mode")
+			check(spec.Workspace == "/workspace" && spec.Writable == !tc.wantWorkspaceRO, "the runner knows the root and mode")
+		}
+		check(pod.Labels[LabelEgress] == map[bool]string{true: "true", false: "false"}[tc.wantEgressAllowed], "egress label")
+		check(pod.Labels[LabelSandbox] == "true", "sandbox label for the NetworkPolicy")
+	}
+}
+
+func TestPodPlacement(t *testing.T) {
+	job := testJob(toolgatev1alpha1.SandboxReadOnly, "")
+	job.Policy.RuntimeClassName = ptr.To("gvisor")
+	job.Policy.NodeSelector = map[string]string{"pool": "sandbox"}
+	job.Policy.Tolerations = []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists}}
+	pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *pod.Spec.RuntimeClassName != "gvisor" || pod.Spec.NodeSelector["pool"] != "sandbox" || len(pod.Spec.Tolerations) != 1 {
+		t.Fatalf("%+v", pod.Spec)
+	}
+	job.Tool = &toolgatev1alpha1.ToolDefinition{Name: "read", Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}}
+	pod, _ = BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	if pod.Spec.Containers[0].Image != "runner:1" {
+		t.Fatal("a built-in runs in the runner image")
+	}
+}
+
+func TestNamesAreDeterministicAndShort(t *testing.T) {
+	a := Name(strings.Repeat("x", 250), "uid-1", 3)
+	if a != Name(strings.Repeat("x", 250), "uid-1", 3) || len(a) > 63 || !strings.HasSuffix(a, "-a3") {
+		t.Fatalf("%q", a)
+	}
+	if Name("c", "uid-1", 1) == Name("c", "uid-2", 1) {
+		t.Fatal("two calls of the same name (recreated) share a pod name")
+	}
+}
+
+func TestEnforcement(t *testing.T) {
+	p := &Provider{}
+	full, reason := p.Enforcement(toolgatev1alpha1.SandboxPolicy{Mode: toolgatev1alpha1.SandboxReadOnly})
+	if full || !strings.Contains(reason, "NetworkPolicy") || !strings.Contains(reason, "runtimeClassName") {
+		t.Fatalf("%v %q", full, reason)
+	}
+	p.NetworkPolicyEnforced = true
+	if full, reason := p.Enforcement(toolgatev1alpha1.SandboxPolicy{Mode: toolgatev1alpha1.SandboxReadOnly, RuntimeClassName: ptr.To("gvisor")}); !full {
+		t.Fatalf("partial: %s", reason)
+	}
+	if full, _ := p.Enforcement(toolgatev1alpha1.SandboxPolicy{Mode: toolgatev1alpha1.SandboxFullAccess, RuntimeClassName: ptr.To("gvisor")}); full {
+		t.Fatal("FullAccess reported as full enforcement")
+	}
+}
