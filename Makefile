@@ -58,6 +58,27 @@ envtest-bins: ## Build kube-apiserver, etcd and kubectl from source (cached).
 test: envtest-bins ## Run every test: unit and envtest (real kube-apiserver).
 	go test ./... -count=1 -v
 
+##@ Local cluster and demo
+
+.PHONY: demo
+demo: ## Bring up the local cluster, install toolgate, run two turns of tool calls, print the transcript.
+	hack/demo.sh
+
+.PHONY: demo-down
+demo-down: cluster-down ## Remove everything the demo started.
+
+.PHONY: cluster-up
+cluster-up: ## Start the local single-node cluster (built from source, cached).
+	hack/cluster-up.sh
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove its processes, mounts, bridge and state.
+	hack/cluster-down.sh
+
+.PHONY: images
+images: ## Build the images without a Docker engine and import them into the local cluster.
+	hack/images.sh
+
 ##@ Build
 
 .PHONY: build

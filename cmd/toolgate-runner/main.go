@@ -17,7 +17,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolgate-runner copy DEST | run")
+		fmt.Fprintln(os.Stderr, "usage: toolgate-runner copy DEST | run | pause")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -30,6 +30,12 @@ func main() {
 			fmt.Fprintln(os.Stderr, "toolgate-runner: copy failed:", err)
 			os.Exit(1)
 		}
+	case "pause":
+		// The pod sandbox ("pause") image of the local cluster: hold the
+		// pod's namespaces until asked to stop.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		<-ctx.Done()
 	case "run":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

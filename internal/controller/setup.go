@@ -68,7 +68,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 			return err
 		}
 		provider := &pod.Provider{
-			Client: mgr.GetClient(), Logs: logs, Notify: calls.Notify, NetworkPolicyEnforced: cfg.NetworkPolicyEnforced,
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Logs: logs, Notify: calls.Notify, NetworkPolicyEnforced: cfg.NetworkPolicyEnforced,
 			Config: pod.Config{RunnerImage: cfg.RunnerImage, ImagePullPolicy: cfg.ImagePullPolicy},
 		}
 		if err := sandboxes.Mount(cfg.Scope, string(toolgatev1alpha1.SandboxProviderPod), provider); err != nil {

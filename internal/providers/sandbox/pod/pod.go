@@ -32,8 +32,11 @@ import (
 
 // Provider runs attempts as pods.
 type Provider struct {
-	// Client reads and writes pods and network policies.
+	// Client writes pods and network policies.
 	Client client.Client
+	// Reader reads pods from the API server itself: a cache that has not
+	// yet seen a pod just created would make it look deleted.
+	Reader client.Reader
 	// Logs reads pod logs (the controller-runtime client cannot stream).
 	Logs kubernetes.Interface
 	// Config is the operator's pod configuration.
@@ -82,7 +85,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	api := context.WithoutCancel(ctx)
 	key := types.NamespacedName{Namespace: job.Owner.Namespace, Name: Name(job.Owner.Name, string(job.OwnerUID), job.Attempt)}
 	pod := &corev1.Pod{}
-	err := p.Client.Get(api, key, pod)
+	err := p.Reader.Get(api, key, pod)
 	switch {
 	case apierrors.IsNotFound(err):
 		f := p.follower(job.Key)
@@ -256,7 +259,7 @@ func (p *Provider) follow(f *follower, frameKeyHex string, limit int64, owner ty
 	}
 	for {
 		pod := &corev1.Pod{}
-		if err := p.Client.Get(ctx, f.pod, pod); err != nil {
+		if err := p.Reader.Get(ctx, f.pod, pod); err != nil {
 			if apierrors.IsNotFound(err) {
 				f.err = errors.New("the pod is gone")
 				return

@@ -35,7 +35,7 @@ func TestOnAPIServer(t *testing.T) {
 	}
 	ctx := context.Background()
 	newProvider := func() *Provider {
-		return &Provider{Client: c, Logs: logs, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
+		return &Provider{Client: c, Reader: c, Logs: logs, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
 	}
 	// A namespace enforcing Pod Security "restricted", and a call to own
 	// the pods.

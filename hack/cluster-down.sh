@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Stops every process cluster-up started (by pid), removes pod sandboxes and
+# mounts under the state directory, the bridge, and the state itself.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/hack/cluster-env.sh"
+D=$CLUSTER_DIR
+[ -d "$D" ] || exit 0
+stop() {
+  local f="$D/pids/$1"
+  [ -f "$f" ] || return
+  local pid
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+  fi
+  rm -f "$f"
+}
+stop toolgate-manager
+stop kubelet
+# Containers outlive the kubelet: stop their shims (children of containerd's
+# state dir) before containerd.
+if [ -S "$CONTAINERD_SOCK" ]; then
+  for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s KILL "$t" >/dev/null 2>&1; done
+fi
+pkill -KILL -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null
+stop containerd
+stop kube-scheduler
+stop kube-controller-manager
+stop kube-apiserver
+stop etcd
+# Unmount everything below the state directory, deepest first.
+grep " $D" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+ip link del tgbr0 2>/dev/null
+rm -rf "$D"
+echo "cluster-down: removed $D"

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Brings up a real single-node Kubernetes cluster on loopback: etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, containerd (runc,
+# bridge CNI) and a kubelet, all under one state directory. Idempotent: a
+# running cluster is left as is. See docs/local-cluster.md.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/hack/cluster-env.sh"
+D=$CLUSTER_DIR
+log() { echo "cluster-up: $*" >&2; }
+
+if [ -f "$D/pids/kubelet" ] && kill -0 "$(cat "$D/pids/kubelet")" 2>/dev/null &&
+  kubectl get node localhost >/dev/null 2>&1; then
+  log "already running ($D)"
+  exit 0
+fi
+
+# Prerequisites: Debian packages and the source-built binaries.
+need=()
+for c in containerd runc ctr openssl iptables conntrack; do command -v "$c" >/dev/null || need+=("$c"); done
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+[ -x /bin/busybox ] || need+=(busybox-static)
+if [ ${#need[@]} -gt 0 ]; then
+  pkgs=()
+  for c in "${need[@]}"; do
+    case "$c" in ctr) pkgs+=(containerd) ;; *) pkgs+=("$c") ;; esac
+  done
+  log "installing ${pkgs[*]}"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+"$root/hack/build-k8s.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl >/dev/null
+
+mkdir -p "$D"/{pki,kubeconfig,pids,logs,etcd,kubelet,containerd,cni/net.d,pv}
+
+# --- PKI -------------------------------------------------------------------
+pki() { # name subject [san]
+  local n=$1 subj=$2 san=${3:-}
+  [ -f "$D/pki/$n.crt" ] && return
+  openssl req -newkey rsa:2048 -nodes -keyout "$D/pki/$n.key" -subj "$subj" -out "$D/pki/$n.csr" 2>/dev/null
+  local ext="$D/pki/$n.ext"
+  echo "basicConstraints=CA:FALSE" >"$ext"
+  echo "keyUsage=digitalSignature,keyEncipherment" >>"$ext"
+  if [ -n "$san" ]; then
+    echo "extendedKeyUsage=serverAuth,clientAuth" >>"$ext"
+    echo "subjectAltName=$san" >>"$ext"
+  else
+    echo "extendedKeyUsage=clientAuth" >>"$ext"
+  fi
+  openssl x509 -req -in "$D/pki/$n.csr" -CA "$D/pki/ca.crt" -CAkey "$D/pki/ca.key" -CAcreateserial \
+    -days 365 -extfile "$ext" -out "$D/pki/$n.crt" 2>/dev/null
+}
+if [ ! -f "$D/pki/ca.crt" ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$D/pki/ca.key" -days 365 -subj "/CN=toolgate-local-ca" -out "$D/pki/ca.crt" 2>/dev/null
+  openssl genrsa -out "$D/pki/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$D/pki/sa.key" -pubout -out "$D/pki/sa.pub" 2>/dev/null
+fi
+pki apiserver "/CN=kube-apiserver" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1"
+pki kubelet-serving "/CN=localhost" "DNS:localhost,IP:127.0.0.1"
+pki admin "/O=system:masters/CN=admin"
+pki apiserver-kubelet "/O=system:masters/CN=kube-apiserver-kubelet-client"
+pki controller-manager "/CN=system:kube-controller-manager"
+pki scheduler "/CN=system:kube-scheduler"
+pki kubelet "/O=system:nodes/CN=system:node:localhost"
+pki demo-agent "/CN=demo-agent"
+pki demo-approver "/CN=demo-approver"
+
+kubeconfig() { # name cert
+  local f="$D/kubeconfig/$1.kubeconfig"
+  [ -f "$f" ] && return
+  cat >"$f" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority: $D/pki/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $D/pki/$2.crt
+    client-key: $D/pki/$2.key
+contexts:
+- name: local
+  context: {cluster: local, user: $2}
+current-context: local
+KC
+}
+for u in admin controller-manager scheduler kubelet demo-agent demo-approver; do kubeconfig "$u" "$u"; done
+
+start() { # name command...
+  local n=$1
+  shift
+  if [ -f "$D/pids/$n" ] && kill -0 "$(cat "$D/pids/$n")" 2>/dev/null; then return; fi
+  setsid "$@" >"$D/logs/$n.log" 2>&1 &
+  echo $! >"$D/pids/$n"
+}
+wait_for() { # what command...
+  local what=$1
+  shift
+  for _ in $(seq 1 120); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  log "$what did not come up; see $D/logs"
+  exit 1
+}
+
+# --- control plane -----------------------------------------------------------
+start etcd "$K8S_BIN/etcd" --data-dir "$D/etcd" --name local \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls http://127.0.0.1:$((ETCD_PORT + 10)) --initial-advertise-peer-urls http://127.0.0.1:$((ETCD_PORT + 10)) \
+  --initial-cluster "local=http://127.0.0.1:$((ETCD_PORT + 10))"
+wait_for etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+
+start kube-apiserver "$K8S_BIN/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --secure-port "$API_PORT" \
+  --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+  --client-ca-file "$D/pki/ca.crt" --tls-cert-file "$D/pki/apiserver.crt" --tls-private-key-file "$D/pki/apiserver.key" \
+  --kubelet-client-certificate "$D/pki/apiserver-kubelet.crt" --kubelet-client-key "$D/pki/apiserver-kubelet.key" \
+  --kubelet-certificate-authority "$D/pki/ca.crt" --kubelet-preferred-address-types Hostname \
+  --service-account-key-file "$D/pki/sa.pub" --service-account-signing-key-file "$D/pki/sa.key" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-cluster-ip-range 10.96.0.0/24 --authorization-mode Node,RBAC --allow-privileged=false
+wait_for kube-apiserver kubectl get --raw /readyz
+
+start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+  --kubeconfig "$D/kubeconfig/controller-manager.kubeconfig" --controllers '*,-node-ipam-controller' \
+  --use-service-account-credentials=true --service-account-private-key-file "$D/pki/sa.key" \
+  --root-ca-file "$D/pki/ca.crt" --leader-elect=false --bind-address 127.0.0.1 --secure-port 10257
+start kube-scheduler "$K8S_BIN/kube-scheduler" \
+  --kubeconfig "$D/kubeconfig/scheduler.kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port 10259
+
+# --- containerd and CNI ------------------------------------------------------
+cat >"$D/cni/net.d/10-toolgate.conflist" <<'CNI'
+{
+  "cniVersion": "1.0.0",
+  "name": "toolgate",
+  "plugins": [
+    {"type": "bridge", "bridge": "tgbr0", "isGateway": false, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}},
+    {"type": "loopback"}
+  ]
+}
+CNI
+cat >"$D/containerd/config.toml" <<TOML
+version = 2
+root = "$D/containerd/root"
+state = "$D/containerd/state"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "toolgate.dev/pause:dev"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$D/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+TOML
+start containerd containerd --config "$D/containerd/config.toml"
+wait_for containerd ctr --address "$CONTAINERD_SOCK" version
+
+# --- images ------------------------------------------------------------------
+"$root/hack/images.sh" >/dev/null
+
+# --- kubelet -----------------------------------------------------------------
+cat >"$D/kubelet/config.yaml" <<KL
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+readOnlyPort: 0
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+enforceNodeAllocatable: []
+evictionHard: {}
+resolvConf: ""
+tlsCertFile: $D/pki/kubelet-serving.crt
+tlsPrivateKeyFile: $D/pki/kubelet-serving.key
+authentication:
+  x509: {clientCAFile: $D/pki/ca.crt}
+  webhook: {enabled: true}
+  anonymous: {enabled: false}
+authorization: {mode: Webhook}
+clusterDomain: cluster.local
+staticPodPath: ""
+KL
+start kubelet "$K8S_BIN/kubelet" --config "$D/kubelet/config.yaml" \
+  --kubeconfig "$D/kubeconfig/kubelet.kubeconfig" --hostname-override localhost \
+  --root-dir "$D/kubelet/root" --cert-dir "$D/kubelet/pki"
+wait_for "the node" kubectl wait --for=condition=Ready node/localhost --timeout=2s
+log "ready: export KUBECONFIG=$KUBECONFIG_ADMIN"
