@@ -60,6 +60,13 @@ test: envtest-bins ## Run every test: unit and envtest (real kube-apiserver).
 
 ##@ Local cluster and demo
 
+.PHONY: test-e2e
+test-e2e: ## Run the e2e suite on the local cluster (real pods), then remove the cluster.
+	hack/cluster-up.sh
+	hack/images.sh
+	hack/deploy.sh
+	go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v -ginkgo.v; rc=$$?; hack/cluster-down.sh; exit $$rc
+
 .PHONY: demo
 demo: ## Bring up the local cluster, install toolgate, run two turns of tool calls, print the transcript.
 	hack/demo.sh

@@ -35,4 +35,16 @@ stop etcd
 grep " $D" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
 ip link del tgbr0 2>/dev/null
 rm -rf "$D"
-echo "cluster-down: removed $D"
+# Prove nothing of ours is left: processes, mounts, the bridge, the state.
+left=$(
+  pgrep -af -- "$D" | grep -v "cluster-down" | sed 's/^/process: /'
+  grep " $D" /proc/mounts | sed 's/^/mount: /'
+  ip link show tgbr0 >/dev/null 2>&1 && echo "bridge: tgbr0"
+  [ -e "$D" ] && echo "state: $D"
+)
+if [ -n "$left" ]; then
+  echo "cluster-down: left behind:" >&2
+  echo "$left" >&2
+  exit 1
+fi
+echo "cluster-down: removed $D; no process, mount or bridge of the cluster is left"

@@ -18,9 +18,7 @@ hack/cluster-up.sh
 hack/images.sh
 
 say "toolgate"
-kubectl kustomize config/local | kubectl apply --server-side --force-conflicts -f - >/dev/null
-kubectl -n toolgate-system rollout restart deployment/toolgate-controller-manager >/dev/null
-kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=120s
+hack/deploy.sh
 
 say "namespace $ns: Pod Security restricted; demo-agent submits, demo-approver approves"
 kubectl apply -f - >/dev/null <<YAML

@@ -1,0 +1,269 @@
+//go:build e2e
+
+// Package e2e runs toolgate on the local single-node cluster (hack/
+// cluster-up.sh) with real pods: make test-e2e brings the cluster up,
+// installs toolgate (config/local) and runs this suite.
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+var (
+	clusterDir = envOr("TOOLGATE_CLUSTER_DIR", "/var/tmp/toolgate-cluster")
+	kubectlBin string
+	ns         string
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "e2e (local cluster, real pods)")
+}
+
+// kubectl runs kubectl as user (admin, demo-agent, demo-approver) and
+// returns stdout, or the error with stderr.
+func kubectl(user string, stdin string, args ...string) (string, error) {
+	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", filepath.Join(clusterDir, "kubeconfig", user+".kubeconfig")}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func admin(args ...string) string {
+	out, err := kubectl("admin", "", args...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return out
+}
+
+func apply(user, yaml string) {
+	_, err := kubectl(user, yaml, "apply", "-n", ns, "-f", "-")
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+}
+
+var _ = BeforeSuite(func() {
+	bin, err := testenv.BinaryAssetsDir()
+	Expect(err).NotTo(HaveOccurred())
+	kubectlBin = filepath.Join(bin, "kubectl")
+	admin("-n", "toolgate-system", "rollout", "status", "deployment/toolgate-controller-manager", "--timeout=120s")
+	ns = fmt.Sprintf("e2e-%d", time.Now().Unix())
+	admin("create", "namespace", ns)
+	admin("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+	admin("-n", ns, "create", "rolebinding", "agent", "--clusterrole=toolgate-agent", "--user=demo-agent")
+	admin("-n", ns, "create", "rolebinding", "approver", "--clusterrole=toolgate-approver", "--user=demo-approver")
+	// The agent may also approve, to prove the API server refuses its own
+	// approval for another reason than RBAC.
+	admin("-n", ns, "create", "rolebinding", "agent-approver", "--clusterrole=toolgate-approver", "--user=demo-agent")
+	pvDir := filepath.Join(clusterDir, "pv", ns)
+	Expect(os.MkdirAll(pvDir, 0o777)).To(Succeed())
+	Expect(os.Chmod(pvDir, 0o777)).To(Succeed())
+	_, err = kubectl("admin", fmt.Sprintf(`
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %[1]s}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  claimRef: {namespace: %[1]s, name: workspace}
+  hostPath: {path: %[2]s}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: workspace, namespace: %[1]s}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: %[1]s
+  resources: {requests: {storage: 1Gi}}
+`, ns, pvDir), "apply", "-f", "-")
+	Expect(err).NotTo(HaveOccurred())
+	profile, err := os.ReadFile("testdata/profile.yaml")
+	Expect(err).NotTo(HaveOccurred())
+	apply("admin", string(profile))
+	admin("-n", ns, "wait", "--for=condition=Ready", "toolprofile/e2e", "--timeout=60s")
+	apply("demo-agent", `
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentSession
+metadata: {name: s}
+spec:
+  profileRef: {name: e2e}
+  workspace: {existingClaim: workspace}
+  maxParallel: 4
+`)
+})
+
+var _ = ReportAfterEach(func(r SpecReport) {
+	if !r.Failed() {
+		return
+	}
+	for _, args := range [][]string{
+		{"-n", "toolgate-system", "logs", "deployment/toolgate-controller-manager", "--tail=200"},
+		{"-n", ns, "get", "events", "--sort-by=.lastTimestamp"},
+		{"-n", ns, "describe", "pods"},
+		{"-n", ns, "get", "toolcalls", "-o", "yaml"},
+	} {
+		out, err := kubectl("admin", "", args...)
+		AddReportEntry(strings.Join(args, " "), out+fmt.Sprint(err))
+	}
+})
+
+type toolCall struct {
+	Status struct {
+		Phase          string `json:"phase"`
+		ExecutionMode  string `json:"executionMode"`
+		CommitSequence *int64 `json:"commitSequence"`
+		Result         *struct {
+			Outcome   string `json:"outcome"`
+			ErrorCode string `json:"errorCode"`
+			Content   string `json:"content"`
+			Value     string `json:"value"`
+		} `json:"result"`
+	} `json:"status"`
+}
+
+var turn int64
+
+// submit creates calls of one new turn, as demo-agent, in model order.
+func submit(calls ...[3]string) {
+	turn++
+	var b strings.Builder
+	for i, c := range calls {
+		fmt.Fprintf(&b, `---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolCall
+metadata: {name: %s}
+spec:
+  sessionRef: {name: s}
+  turn: %d
+  index: %d
+  callId: call-%s
+  tool: %s
+  arguments: '%s'
+  requester: demo-agent
+`, c[0], turn, i, c[0], c[1], c[2])
+	}
+	apply("demo-agent", b.String())
+}
+
+func get(name string) toolCall {
+	var tc toolCall
+	out := admin("-n", ns, "get", "toolcall", name, "-o", "json")
+	ExpectWithOffset(1, json.Unmarshal([]byte(out), &tc)).To(Succeed())
+	return tc
+}
+
+func committed(name string) toolCall {
+	EventuallyWithOffset(1, func() string { return get(name).Status.Phase }, 90*time.Second, 200*time.Millisecond).Should(Equal("Committed"))
+	return get(name)
+}
+
+func podsOf(call string) int {
+	out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call="+call, "-o", "name")
+	return len(strings.Fields(out))
+}
+
+var _ = Describe("toolgate on real pods", Ordered, func() {
+	It("runs an allowed call in a pod and returns its output", func() {
+		submit([3]string{"allowed", "echo_args", `{"hello":"world"}`})
+		tc := committed("allowed")
+		Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"))
+		Expect(tc.Status.Result.Content).To(Equal(`{"hello":"world"}`))
+	})
+
+	It("creates no pod for a denied call", func() {
+		submit([3]string{"denied", "forbidden", `{}`})
+		tc := committed("denied")
+		Expect(tc.Status.Result.ErrorCode).To(Equal("policy_denied"))
+		Expect(podsOf("denied")).To(Equal(0))
+		Expect(admin("-n", ns, "get", "events", "--field-selector", "involvedObject.name=denied")).NotTo(ContainSubstring("Scheduled"))
+	})
+
+	It("asks a person: the requester's own approval is refused, a second identity's is not", func() {
+		submit([3]string{"asked", "echo_args", `{"approve":"please"}`})
+		Eventually(func() error { _, err := kubectl("demo-approver", "", "-n", ns, "get", "approvalrequest", "asked"); return err }, 30*time.Second).Should(Succeed())
+		Expect(podsOf("asked")).To(Equal(0))
+		_, err := kubectl("demo-agent", "", "-n", ns, "patch", "approvalrequest", "asked", "--type=merge",
+			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-agent"}}}`)
+		Expect(err).To(MatchError(ContainSubstring("the requester of a call may not decide its approval")))
+		_, err = kubectl("demo-approver", "", "-n", ns, "patch", "approvalrequest", "asked", "--type=merge",
+			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver"}}}`)
+		Expect(err).NotTo(HaveOccurred())
+		tc := committed("asked")
+		Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"))
+		Expect(tc.Status.Result.Content).To(Equal(`{"approve":"please"}`))
+	})
+
+	It("keeps a workspace write for the next call, and denies a path escape with a stable code", func() {
+		submit([3]string{"write", "write_file", `{"path":"dir/note.txt","content":"persisted"}`})
+		Expect(committed("write").Status.Result.Outcome).To(Equal("Succeeded"))
+		submit([3]string{"read", "read_file", `{"path":"dir/note.txt"}`}, [3]string{"escape", "read_file", `{"path":"../../../../etc/passwd"}`})
+		Expect(committed("read").Status.Result.Content).To(Equal("persisted"))
+		esc := committed("escape")
+		Expect(esc.Status.Result.Outcome).To(Equal("Denied"))
+		Expect(esc.Status.Result.ErrorCode).To(Equal("sandbox_denied"))
+	})
+
+	It("commits a parallel batch in model order when the first call sleeps", func() {
+		submit([3]string{"slow", "nap", `{"seconds":3}`}, [3]string{"fast1", "echo_args", `{"n":1}`}, [3]string{"fast2", "echo_args", `{"n":2}`})
+		slow, f1, f2 := committed("slow"), committed("fast1"), committed("fast2")
+		Expect([]string{slow.Status.Result.Outcome, f1.Status.Result.Outcome, f2.Status.Result.Outcome}).To(HaveEach("Succeeded"))
+		Expect(*f1.Status.CommitSequence).To(Equal(*slow.Status.CommitSequence + 1))
+		Expect(*f2.Status.CommitSequence).To(Equal(*slow.Status.CommitSequence + 2))
+		Expect([]string{slow.Status.ExecutionMode, f1.Status.ExecutionMode, f2.Status.ExecutionMode}).To(HaveEach("Parallel"))
+	})
+
+	It("stops the pod before a cancelled call settles", func() {
+		submit([3]string{"cancelled", "nap", `{"seconds":4}`})
+		Eventually(func() int { return podsOf("cancelled") }, 30*time.Second, 100*time.Millisecond).Should(Equal(1))
+		_, err := kubectl("demo-agent", "", "-n", ns, "patch", "toolcall", "cancelled", "--type=merge", "-p", `{"spec":{"cancelRequested":true}}`)
+		Expect(err).NotTo(HaveOccurred())
+		tc := committed("cancelled")
+		Expect(tc.Status.Result.Outcome).To(Equal("Cancelled"))
+		Expect(podsOf("cancelled")).To(Equal(0), "the pod must be gone when the result settles")
+	})
+
+	It("kills a tool that outlives its timeout", func() {
+		submit([3]string{"overtime", "nap", `{"seconds":30}`})
+		tc := committed("overtime")
+		Expect(tc.Status.Result.Outcome).To(Equal("TimedOut"))
+		Expect(podsOf("overtime")).To(Equal(0))
+	})
+
+	It("still yields one result per call when the operator pod is killed mid-run", func() {
+		// The replacement manager waits for the dead one's leader lease
+		// (15 s) to expire: the tool's timeout must outlive that.
+		submit([3]string{"survivor", "patient_nap", `{"seconds":4}`})
+		Eventually(func() int { return podsOf("survivor") }, 30*time.Second, 100*time.Millisecond).Should(Equal(1))
+		admin("-n", "toolgate-system", "delete", "pod", "-l", "control-plane=controller-manager", "--grace-period=0", "--force")
+		tc := committed("survivor")
+		Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"), tc.Status.Result.ErrorCode)
+		Expect(tc.Status.Result.Content).To(Equal("slept\n"))
+		Expect(podsOf("survivor")).To(BeNumerically("<=", 1))
+	})
+})
