@@ -206,7 +206,10 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 
 	It("asks a person: the requester's own approval is refused, a second identity's is not", func() {
 		submit([3]string{"asked", "echo_args", `{"approve":"please"}`})
-		Eventually(func() error { _, err := kubectl("demo-approver", "", "-n", ns, "get", "approvalrequest", "asked"); return err }, 30*time.Second).Should(Succeed())
+		Eventually(func() error {
+			_, err := kubectl("demo-approver", "", "-n", ns, "get", "approvalrequest", "asked")
+			return err
+		}, 30*time.Second).Should(Succeed())
 		Expect(podsOf("asked")).To(Equal(0))
 		_, err := kubectl("demo-agent", "", "-n", ns, "patch", "approvalrequest", "asked", "--type=merge",
 			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-agent"}}}`)
