@@ -67,6 +67,13 @@ test-e2e: ## Run the e2e suite on the local cluster (real pods), then remove the
 	hack/deploy.sh
 	go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v -ginkgo.v; rc=$$?; hack/cluster-down.sh; exit $$rc
 
+.PHONY: bench
+bench: ## Measure N sequential ToolCalls against N bare pods on the local cluster (p50/p95, ratio).
+	hack/cluster-up.sh
+	hack/images.sh
+	hack/deploy.sh
+	go run ./hack/bench -kubeconfig $${TOOLGATE_CLUSTER_DIR:-/var/tmp/toolgate-cluster}/kubeconfig/admin.kubeconfig -n $${N:-20}
+
 .PHONY: demo
 demo: ## Bring up the local cluster, install toolgate, run two turns of tool calls, print the transcript.
 	hack/demo.sh
