@@ -55,6 +55,10 @@ func main() {
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "toolgate-manager.toolgate.dev",
+		// The process exits right after the manager stops, so handing the
+		// lease over at once is safe, and a rollout does not stall for a
+		// lease to expire.
+		LeaderElectionReleaseOnCancel: true,
 		// Cache only tool pods, not every pod of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelSandbox: "true"})},
