@@ -6,6 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/cluster-env.sh"
 D=$CLUSTER_DIR
 [ -d "$D" ] || exit 0
+echo "cluster-down: before: $(pgrep -fc -- "$D") processes, $(grep -c " $D" /proc/mounts) mounts, bridge tgbr0 $(ip link show tgbr0 >/dev/null 2>&1 && echo present || echo absent)"
 stop() {
   local f="$D/pids/$1"
   [ -f "$f" ] || return

@@ -129,6 +129,27 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod deleted by someone else is a stable error, never a second pod", func(t *testing.T) {
+		p := newProvider()
+		j := job(4, false)
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("start: %v", err)
+		}
+		pod := &corev1.Pod{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), 4)}, pod))
+		must(t, c.Delete(ctx, pod))
+		j.Resumed = true
+		var f *pipeline.Failure
+		if _, err := p.Run(ctx, j); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxLost {
+			t.Fatalf("%v, want sandbox_lost", err)
+		}
+		for _, p := range pods() {
+			if p.Labels[LabelAttempt] == "4" {
+				t.Fatal("a second pod was created for the attempt")
+			}
+		}
+	})
+
 	t.Run("cancellation stops the pod and reports only once it is gone", func(t *testing.T) {
 		p := newProvider()
 		cctx, cancel := context.WithCancel(ctx)
