@@ -11,6 +11,8 @@ cd "$root"
 ns=demo
 as_agent() { "$K8S_BIN/kubectl" --kubeconfig "$CLUSTER_DIR/kubeconfig/demo-agent.kubeconfig" -n "$ns" "$@"; }
 as_approver() { "$K8S_BIN/kubectl" --kubeconfig "$CLUSTER_DIR/kubeconfig/demo-approver.kubeconfig" -n "$ns" "$@"; }
+# kubectl finds the plugin (kubectl-toolgate) on PATH.
+plugin_as() { local user=$1; shift; PATH="$root/_output/bin:$PATH" "$K8S_BIN/kubectl" toolgate --kubeconfig "$CLUSTER_DIR/kubeconfig/$user.kubeconfig" -n "$ns" "$@"; }
 say() { printf '\n== %s\n' "$*"; }
 
 say "cluster (first run builds Kubernetes from source: about 15 minutes on 2 cores)"
@@ -97,9 +99,9 @@ call t0-write 0 0 write_file '{"path":"notes.md","content":"toolgate ran this wr
 call t0-list 0 1 list_files '{"path":""}'
 until as_approver get approvalrequest t0-write >/dev/null 2>&1; do sleep 0.2; done
 as_approver get approvalrequest t0-write -o custom-columns=CALL:.spec.toolCallRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
-say "demo-approver approves"
-as_approver patch approvalrequest t0-write --type merge \
-  -p '{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver","message":"fine"}}}' >/dev/null
+say "demo-agent may not approve its own call; demo-approver approves (kubectl toolgate approve)"
+plugin_as demo-agent approve t0-write 2>&1 | sed 's/^/  refused: /' || true
+plugin_as demo-approver approve t0-write -m "fine"
 
 say "turn 1: three parallel reads; a dotfile read the guard denies"
 call t1-read 1 0 read_file '{"path":"notes.md"}'
@@ -111,13 +113,11 @@ for c in t0-write t0-list t1-read t1-count t1-list t1-secret; do
   kubectl -n "$ns" wait --for=jsonpath='{.status.phase}'=Committed "toolcall/$c" --timeout=180s >/dev/null
 done
 
-say "committed transcript (model order)"
+say "committed transcript (model order): kubectl toolgate transcript demo"
+plugin_as demo-agent transcript demo
 as_agent get toolcalls --sort-by=.status.commitSequence \
-  -o custom-columns='SEQ:.status.commitSequence,TURN:.spec.turn,INDEX:.spec.index,TOOL:.spec.tool,MODE:.status.executionMode,OUTCOME:.status.result.outcome,CODE:.status.result.errorCode'
-for c in $(as_agent get toolcalls --sort-by=.status.commitSequence -o jsonpath='{.items[*].metadata.name}'); do
-  printf -- '--- %s: ' "$c"
-  as_agent get toolcall "$c" -o jsonpath='{.status.result.content}' | head -c 300
-  echo
-done
+  -o custom-columns='NAME:.metadata.name,SEQ:.status.commitSequence,MODE:.status.executionMode,OUTCOME:.status.result.outcome,CODE:.status.result.errorCode'
+say "why was t1-secret refused? kubectl toolgate trace t1-secret"
+plugin_as demo-agent trace t1-secret
 say "session"
 as_agent get agentsession demo -o jsonpath='{"committed: "}{.status.nextSequence}{"  succeeded: "}{.status.counts.succeeded}{"  denied: "}{.status.counts.denied}{"  contexts for the next step: "}{.status.deferredContexts}{"\n"}'

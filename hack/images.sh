@@ -8,6 +8,8 @@ cd "$root"
 mkdir -p _output/bin
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/toolgate-runner ./cmd/toolgate-runner
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/manager ./cmd/manager
+# The kubectl plugin (kubectl toolgate ...), for the demo and e2e.
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/kubectl-toolgate ./cmd/kubectl-toolgate
 go run ./hack/images -out _output/images -runner _output/bin/toolgate-runner -manager _output/bin/manager >/dev/null
 for f in _output/images/*.tar; do
   ctr_ images import "$f" >/dev/null

@@ -43,7 +43,12 @@ func TestE2E(t *testing.T) {
 // kubectl runs kubectl as user (admin, demo-agent, demo-approver) and
 // returns stdout, or the error with stderr.
 func kubectl(user string, stdin string, args ...string) (string, error) {
-	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", filepath.Join(clusterDir, "kubeconfig", user+".kubeconfig")}, args...)...)
+	if args[0] != "toolgate" { // kubectl takes no flags before a plugin's name
+		args = append([]string{"--kubeconfig", filepath.Join(clusterDir, "kubeconfig", user+".kubeconfig")}, args...)
+	}
+	cmd := exec.Command(kubectlBin, args...)
+	// The plugin, built by hack/images.sh.
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(testenv.RepoRoot(), "_output", "bin")+":"+os.Getenv("PATH"))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != "" {
@@ -220,6 +225,23 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 		tc := committed("asked")
 		Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"))
 		Expect(tc.Status.Result.Content).To(Equal(`{"approve":"please"}`))
+	})
+
+	It("approves with the kubectl plugin, which names the approver itself", func() {
+		submit([3]string{"plugin", "echo_args", `{"approve":"via the plugin"}`})
+		Eventually(func() error {
+			_, err := kubectl("demo-approver", "", "-n", ns, "get", "approvalrequest", "plugin")
+			return err
+		}, 30*time.Second).Should(Succeed())
+		out, err := kubectl("demo-approver", "", "toolgate", "--kubeconfig", filepath.Join(clusterDir, "kubeconfig", "demo-approver.kubeconfig"),
+			"-n", ns, "approve", "plugin", "-m", "from the plugin")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("Approve by demo-approver"))
+		Expect(committed("plugin").Status.Result.Outcome).To(Equal("Succeeded"))
+		out, err = kubectl("demo-agent", "", "toolgate", "--kubeconfig", filepath.Join(clusterDir, "kubeconfig", "demo-agent.kubeconfig"), "-n", ns, "trace", "plugin")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("approval"))
+		Expect(out).To(ContainSubstring("no divergence"))
 	})
 
 	It("keeps a workspace write for the next call, and denies a path escape with a stable code", func() {
