@@ -99,7 +99,7 @@ call t0-write 0 0 write_file '{"path":"notes.md","content":"toolgate ran this wr
 call t0-list 0 1 list_files '{"path":""}'
 until as_approver get approvalrequest t0-write >/dev/null 2>&1; do sleep 0.2; done
 as_approver get approvalrequest t0-write -o custom-columns=CALL:.spec.toolCallRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
-say "demo-agent may not approve its own call; demo-approver approves (kubectl toolgate approve)"
+say "demo-agent tries to approve its own call and is refused; demo-approver approves (kubectl toolgate approve)"
 plugin_as demo-agent approve t0-write 2>&1 | sed 's/^/  refused: /' || true
 plugin_as demo-approver approve t0-write -m "fine"
 
