@@ -229,5 +229,9 @@ func (r *AgentSessionReconciler) commit(ctx context.Context, c *toolgatev1alpha1
 func (r *AgentSessionReconciler) patchCall(ctx context.Context, c *toolgatev1alpha1.ToolCall, edit func(*toolgatev1alpha1.ToolCall)) error {
 	base := c.DeepCopy()
 	edit(c)
-	return r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	statusWrites.WithLabelValues("agentsession").Inc()
+	return nil
 }

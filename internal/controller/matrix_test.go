@@ -5,6 +5,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,6 +76,16 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 		Expect(*c.Status.CommitSequence).To(Equal(int64(0)))
 		Expect(c.Status.Token).NotTo(BeEmpty())
+		// Observability: an Event names the outcome, the metrics counted it.
+		Eventually(func(g Gomega) {
+			list := &eventsv1.EventList{}
+			g.Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(list.Items).To(ContainElement(And(
+				HaveField("Reason", "Settled"), HaveField("Note", "outcome Succeeded, code none"),
+				HaveField("Regarding.Name", "c1"))))
+		}).Should(Succeed())
+		Expect(promtestutil.ToFloat64(callsSettled.WithLabelValues("Succeeded", ""))).To(BeNumerically(">=", 1))
+		Expect(promtestutil.ToFloat64(stageBoundaries.WithLabelValues("dispatch", "dispatched"))).To(BeNumerically(">=", 1))
 		s := &toolgatev1alpha1.AgentSession{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())

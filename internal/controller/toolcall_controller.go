@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +43,8 @@ type ToolCallReconciler struct {
 	Wake chan event.GenericEvent
 	// MaxConcurrentReconciles bounds how many calls step at once.
 	MaxConcurrentReconciles int
+	// Recorder emits an Event when a call settles (outcome and code only).
+	Recorder events.EventRecorder
 
 	// live remembers, per attempt, that this process dispatched it and
 	// invoked its body; after a restart it is empty, which is what makes a
@@ -219,9 +222,14 @@ func (r *ToolCallReconciler) restore(uid types.UID, st *pipeline.State) {
 }
 
 func (r *ToolCallReconciler) persist(ctx context.Context, tc, base *toolgatev1alpha1.ToolCall, st *pipeline.State) error {
+	before := len(base.Status.Stages)
 	writeState(tc, st, r.Clock.Now())
 	if err := r.Client.Status().Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
+	}
+	statusWrites.WithLabelValues("toolcall").Inc()
+	for _, s := range tc.Status.Stages[min(before, len(tc.Status.Stages)):] {
+		stageBoundaries.WithLabelValues(s.Stage, s.Verdict).Inc()
 	}
 	return nil
 }
@@ -234,11 +242,28 @@ func (r *ToolCallReconciler) finish(ctx context.Context, tc *toolgatev1alpha1.To
 			env.sandbox.Forget(fmt.Sprintf("%s/%d", tc.UID, a))
 		}
 	}
+	res := st.Result
+	callsSettled.WithLabelValues(string(res.Outcome), string(res.Code)).Inc()
+	callDuration.WithLabelValues(string(res.Outcome)).Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
+	if r.Recorder != nil {
+		kind, reason := corev1.EventTypeNormal, "Settled"
+		if res.Outcome != pipeline.Succeeded {
+			kind = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(tc, nil, kind, reason, "Settle", "outcome %s, code %s", string(res.Outcome), orNone(string(res.Code)))
+	}
 	if env.approver != nil && askedApproval(st) {
 		if err := env.approver.Close(ctx, approval.Subject{Owner: tc}, st.Result.Code); err != nil {
 			log.FromContext(ctx).Info("approval request not closed", "call", tc.Name, "code", st.Result.Code)
 		}
 	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func askedApproval(st *pipeline.State) bool {
