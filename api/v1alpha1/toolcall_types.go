@@ -204,6 +204,9 @@ type CheckpointBody struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	Contexts []AdditionalContext `json:"contexts,omitempty"`
+	// truncated says the output was cut at its bound.
+	// +optional
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // CheckpointFailure is a settled failure.

@@ -221,6 +221,24 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Consistently(func() string { return workspaceFile(ns, "finished") }, 2500*time.Millisecond).Should(BeEmpty())
 	})
 
+	It("flags a cut output in the result, and fails a cut JSON output clearly", func() {
+		big := shTool("big", "head -c 5000 /dev/zero | tr '\\0' x").Obj()
+		big.Container.MaxOutputBytes = 1024
+		bigJSON := shTool("big_json", `printf '{"x":"'; head -c 5000 /dev/zero | tr '\\0' x; printf '"}'`).Obj()
+		bigJSON.Container.MaxOutputBytes = 1024
+		bigJSON.Output = toolgatev1alpha1.OutputDeclaration{Schema: tu.JSON(`{"type":"object"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderJSON}}
+		setup(processProfile(ns, big, bigJSON).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "big", `{}`, 0, 0)
+		submit(ns, "c2", "big_json", `{}`, 0, 1)
+		c := committedCall(ns, "c1")
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(c.Status.Result.Truncated).To(BeTrue())
+		Expect(c.Status.Result.Content).To(HaveLen(1024))
+		c = committedCall(ns, "c2")
+		Expect(c.Status.Result.ErrorCode).To(Equal("tool_error"))
+		Expect(c.Status.Result.Message).To(ContainSubstring("exceeded maxOutputBytes"))
+	})
+
 	It("a missing profile settles the call with a stable error instead of hanging", func() {
 		Expect(k8s.Create(ctx, tu.MakeAgentSession(ns, "s", "nope").Obj())).To(Succeed())
 		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)

@@ -50,6 +50,7 @@ func sandboxRunner(ctx context.Context, tool *toolgatev1alpha1.ToolDefinition, a
 	case res.ExitCode != 0:
 		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("exit code %d: %s", res.ExitCode, tail(res.Stderr, 512)))
 	}
+	exec.Truncated = res.Truncated
 	return res.Stdout, nil
 }
 

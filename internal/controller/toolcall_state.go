@@ -47,7 +47,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 		st.AskReason, st.AskText = cp.AskReason, cp.AskMessage
 		st.NotBefore = timeOf(cp.NotBefore)
 		if b := cp.Body; b != nil {
-			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts)}
+			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts), Truncated: b.Truncated}
 		}
 		if f := cp.Failure; f != nil {
 			st.Failure = &pipeline.Failure{Code: pipeline.Code(f.Code), Message: f.Message}
@@ -58,7 +58,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 		st.Result = &pipeline.Result{
 			Token: s.Token, CallID: tc.Spec.CallID, Tool: tc.Spec.Tool,
 			Outcome: pipeline.Outcome(res.Outcome), Code: pipeline.Code(res.ErrorCode), Message: res.Message,
-			Value: res.Value, Content: res.Content, Contexts: contextsIn(res.Contexts),
+			Value: res.Value, Content: res.Content, Contexts: contextsIn(res.Contexts), Truncated: res.Truncated,
 		}
 	}
 	return st
@@ -84,7 +84,7 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		AskedAt: metaTime(st.AskedAt), NotBefore: metaTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
 	}
 	if b := st.Body; b != nil {
-		cp.Body = &toolgatev1alpha1.CheckpointBody{Value: b.Value, Content: b.Content, Contexts: contextsOut(b.Contexts)}
+		cp.Body = &toolgatev1alpha1.CheckpointBody{Value: b.Value, Content: b.Content, Contexts: contextsOut(b.Contexts), Truncated: b.Truncated}
 	}
 	if f := st.Failure; f != nil {
 		cp.Failure = &toolgatev1alpha1.CheckpointFailure{Code: string(f.Code), Message: f.Message}
@@ -94,7 +94,7 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		r := st.Result
 		s.Result = &toolgatev1alpha1.ToolCallResult{
 			Outcome: toolgatev1alpha1.Outcome(r.Outcome), ErrorCode: string(r.Code), Message: r.Message,
-			Value: r.Value, Content: r.Content, Contexts: contextsOut(r.Contexts), SettledAt: metav1.NewTime(now),
+			Value: r.Value, Content: r.Content, Contexts: contextsOut(r.Contexts), Truncated: r.Truncated, SettledAt: metav1.NewTime(now),
 		}
 	}
 	if st.Done() {

@@ -451,6 +451,25 @@ func matrix() []matrixCase {
 			trace: traceHead + "execute:error " + traceTail + "Failed",
 		},
 		{
+			name: "a cut output is flagged, never silent", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", func(d *Definition) {
+					d.Execute = func(_ context.Context, _ Arguments, e *Exec) (any, error) {
+						h.bodies.Add(1)
+						e.Truncated = true
+						return "the first part", nil
+					}
+				})
+				h.allowAll()
+			},
+			outcome: Succeeded, bodies: 1, trace: traceSuccess,
+			check: func(t *testing.T, _ *harness, res Result) {
+				if !res.Truncated || res.Content != "the first part" {
+					t.Errorf("truncated %v content %q", res.Truncated, res.Content)
+				}
+			},
+		},
+		{
 			name: "a nested call omits additional contexts",
 			req:  Request{CallID: "sub-1", Tool: "echo", Arguments: `{"text":"hello"}`, Parent: "tok-parent"},
 			setup: post(func(Call, PostInput) PostDecision {

@@ -427,7 +427,7 @@ func (p *Pipeline) accept(st *State, t *tool, exec *Exec, value any) *Failure {
 	if f != nil {
 		return f
 	}
-	st.Body = &Body{Value: canon, Content: content, Contexts: exec.deferred}
+	st.Body = &Body{Value: canon, Content: content, Contexts: exec.deferred, Truncated: exec.Truncated}
 	return nil
 }
 
@@ -554,7 +554,7 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 			res.Contexts = st.Decisions
 		}
 	} else if st.Body != nil {
-		res.Outcome, res.Value, res.Content = Succeeded, st.Body.Value, st.Body.Content
+		res.Outcome, res.Value, res.Content, res.Truncated = Succeeded, st.Body.Value, st.Body.Content, st.Body.Truncated
 		// Tool-deferred contexts precede decision contexts.
 		res.Contexts = append(append([]Context(nil), st.Body.Contexts...), st.Decisions...)
 	} else {

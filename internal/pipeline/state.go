@@ -63,9 +63,10 @@ type Record struct {
 
 // Body is what the body produced, validated and rendered (or its failure).
 type Body struct {
-	Value    string    `json:"value,omitempty"`
-	Content  string    `json:"content,omitempty"`
-	Contexts []Context `json:"contexts,omitempty"`
+	Value     string    `json:"value,omitempty"`
+	Content   string    `json:"content,omitempty"`
+	Contexts  []Context `json:"contexts,omitempty"`
+	Truncated bool      `json:"truncated,omitempty"`
 }
 
 // State is a call's durable progress: everything needed to resume it in a

@@ -157,6 +157,9 @@ type Exec struct {
 	// StartedAt is the persisted start of the first attempt; timeouts are
 	// measured from it.
 	StartedAt time.Time
+	// Truncated is set by a body whose output hit its bound and was cut;
+	// the result carries the flag, so a cut is never silent.
+	Truncated bool
 
 	deferred []Context
 }
@@ -212,6 +215,8 @@ type Result struct {
 	Content string `json:"content,omitempty"`
 	// Contexts are delivered after the turn commits.
 	Contexts []Context `json:"contexts,omitempty"`
+	// Truncated says the body's output was cut at its bound.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // ResultView is a read-only view of a settled result, for finalizers and
@@ -238,6 +243,9 @@ func (v ResultView) CallID() string { return v.r.CallID }
 
 // Token of the result.
 func (v ResultView) Token() string { return v.r.Token }
+
+// Truncated reports whether the output was cut at its bound.
+func (v ResultView) Truncated() bool { return v.r.Truncated }
 
 // Contexts returns a copy of the result's contexts.
 func (v ResultView) Contexts() []Context { return append([]Context(nil), v.r.Contexts...) }

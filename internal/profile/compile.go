@@ -147,6 +147,9 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition,
 		if stringOutput {
 			return out, nil
 		}
+		if exec.Truncated {
+			return nil, pipeline.Fail(pipeline.CodeToolError, "the output exceeded maxOutputBytes and was cut, so it is not a complete JSON value")
+		}
 		return json.RawMessage(out), nil
 	}
 	if t.IsConcurrencySafe != "" {
