@@ -17,13 +17,13 @@ fi
 
 # Prerequisites: Debian packages and the source-built binaries.
 need=()
-for c in containerd runc ctr openssl iptables conntrack; do command -v "$c" >/dev/null || need+=("$c"); done
+for c in containerd runc ctr openssl iptables conntrack curl ip; do command -v "$c" >/dev/null || need+=("$c"); done
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -x /bin/busybox ] || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   pkgs=()
   for c in "${need[@]}"; do
-    case "$c" in ctr) pkgs+=(containerd) ;; *) pkgs+=("$c") ;; esac
+    case "$c" in ctr) pkgs+=(containerd) ;; ip) pkgs+=(iproute2) ;; *) pkgs+=("$c") ;; esac
   done
   log "installing ${pkgs[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
