@@ -101,7 +101,10 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 	if first < 0 {
 		return nil
 	}
-	if u := turn[first]; !u.Status.Released && bodyDone(u) {
+	// The first uncommitted call of the turn has every earlier call
+	// committed: it may settle as soon as its body is done. Releasing it
+	// together with its admission saves a write.
+	if u := turn[first]; !u.Status.Released && u.Status.ExecutionMode != "" {
 		if err := r.patchCall(ctx, u, func(c *toolgatev1alpha1.ToolCall) { c.Status.Released = true }); err != nil {
 			return err
 		}
@@ -200,7 +203,10 @@ func (r *AgentSessionReconciler) admit(ctx context.Context, s *toolgatev1alpha1.
 			return nil // the pool is full
 		}
 		log.FromContext(ctx).V(1).Info("call admitted", "call", c.Name, "mode", mode)
-		return r.patchCall(ctx, c, func(c *toolgatev1alpha1.ToolCall) { c.Status.ExecutionMode = mode })
+		return r.patchCall(ctx, c, func(c *toolgatev1alpha1.ToolCall) {
+			c.Status.ExecutionMode = mode
+			c.Status.Released = c.Status.Released || i == first
+		})
 	}
 	return nil
 }

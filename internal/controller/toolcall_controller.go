@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -224,6 +225,9 @@ func (r *ToolCallReconciler) restore(uid types.UID, st *pipeline.State) {
 func (r *ToolCallReconciler) persist(ctx context.Context, tc, base *toolgatev1alpha1.ToolCall, st *pipeline.State) error {
 	before := len(base.Status.Stages)
 	writeState(tc, st, r.Clock.Now())
+	if equality.Semantic.DeepEqual(base.Status, tc.Status) {
+		return nil // nothing new: no API write
+	}
 	if err := r.Client.Status().Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
