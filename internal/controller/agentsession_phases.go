@@ -80,7 +80,9 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 	if turn == nil {
 		return nil
 	}
-	next := nextSequence(calls)
+	// Never below what the session already handed out: a deleted committed
+	// call must not free its number.
+	next := max(nextSequence(calls), s.Status.NextSequence)
 	first := -1 // the first uncommitted call of the turn
 	for i, c := range turn {
 		if committed(c) {
@@ -112,18 +114,23 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 	return r.admit(ctx, s, turn, first)
 }
 
-// refuseLateCalls refuses calls that arrived for a turn after a later turn
-// had started: they can no longer be ordered before it. Each still settles
-// (turn_closed) and commits.
+// refuseLateCalls refuses calls that arrived after a call later in model
+// order had started (a later turn, or a higher index of the same turn):
+// they can no longer be ordered before it. Each still settles (turn_closed)
+// and commits.
 func (r *AgentSessionReconciler) refuseLateCalls(ctx context.Context, calls []*toolgatev1alpha1.ToolCall) error {
-	started := int64(-1)
+	var started *toolgatev1alpha1.ToolCall // the latest call in model order that started
 	for _, c := range calls {
 		if c.Status.ExecutionMode != "" || committed(c) {
-			started = max(started, c.Spec.Turn)
+			started = c // calls are sorted in model order
 		}
 	}
+	if started == nil {
+		return nil
+	}
 	for _, c := range calls {
-		if c.Spec.Turn < started && c.Status.ExecutionMode == "" && c.Status.Result == nil && c.Status.SchedulingError == "" {
+		before := c.Spec.Turn < started.Spec.Turn || (c.Spec.Turn == started.Spec.Turn && c.Spec.Index < started.Spec.Index)
+		if before && c.Status.ExecutionMode == "" && c.Status.Result == nil && c.Status.SchedulingError == "" {
 			log.FromContext(ctx).Info("call refused", "call", c.Name, "code", pipeline.CodeTurnClosed)
 			if err := r.patchCall(ctx, c, func(c *toolgatev1alpha1.ToolCall) {
 				c.Status.SchedulingError = string(pipeline.CodeTurnClosed)

@@ -10,7 +10,7 @@ import (
 func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) {
 	st := &s.Status
 	st.Counts = toolgatev1alpha1.OutcomeCounts{}
-	st.NextSequence = nextSequence(calls)
+	st.NextSequence = max(nextSequence(calls), st.NextSequence)
 	st.CommitCursor = nil
 	st.CommittedTurn = -1
 	st.CurrentTurn = 0

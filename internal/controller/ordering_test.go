@@ -91,6 +91,31 @@ var _ = Describe("ordering through the controllers", func() {
 		Expect(logIndex(ns, "start T1")).To(Equal(-1), "the refused call's body must not run")
 	})
 
+	It("refuses a call that arrives after a higher index of its turn started", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "second", "fast", `{"id":"S"}`, 0, 1)
+		committedCall(ns, "second")
+		submit(ns, "first", "fast", `{"id":"F"}`, 0, 0)
+		c := committedCall(ns, "first")
+		Expect(c.Status.Result.ErrorCode).To(Equal("turn_closed"))
+		Expect(logIndex(ns, "start F")).To(Equal(-1))
+	})
+
+	It("never reuses a sequence number, even after a committed call is deleted", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0)
+		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1)
+		Expect(*committedCall(ns, "b").Status.CommitSequence).To(Equal(int64(1)))
+		s := &toolgatev1alpha1.AgentSession{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.NextSequence).To(Equal(int64(2)))
+		}).Should(Succeed())
+		Expect(k8s.Delete(ctx, committedCall(ns, "b"))).To(Succeed())
+		submit(ns, "c", "fast", `{"id":"C"}`, 1, 0)
+		Expect(*committedCall(ns, "c").Status.CommitSequence).To(Equal(int64(2)))
+	})
+
 	It("never exceeds maxParallel, and does run calls side by side", func() {
 		setup(processProfile(ns, loggingTool("slow", "0.4", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
 			func(s *tu.AgentSessionWrapper) { s.MaxParallel(2) })

@@ -62,11 +62,10 @@ func (p *Profiles) Resolve(ctx context.Context, key types.NamespacedName) (compi
 	} else {
 		e.compiled = c
 	}
-	if old, ok := p.entries[key]; ok && old.compiled != nil {
-		// Calls running on the old registry keep their snapshot; new steps
-		// use the new one. Disposal only removes registrations.
-		old.compiled.Dispose()
-	}
+	// The previous generation is not disposed: a reconcile that resolved it
+	// a moment ago may still be stepping a call on it, and disposing would
+	// empty its registry under it (skipping, say, a blocking post-execute
+	// rule). Unreferenced, it is garbage collected.
 	p.entries[key] = e
 	return e.compiled, obj, e.err, nil
 }
@@ -74,10 +73,5 @@ func (p *Profiles) Resolve(ctx context.Context, key types.NamespacedName) (compi
 func (p *Profiles) forget(key types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.entries[key]; ok {
-		if e.compiled != nil {
-			e.compiled.Dispose()
-		}
-		delete(p.entries, key)
-	}
+	delete(p.entries, key)
 }

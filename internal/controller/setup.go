@@ -52,6 +52,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	calls := &ToolCallReconciler{
 		Client: mgr.GetClient(), Approvals: approvals, Sandboxes: sandboxes,
 		Clock: cfg.Clock, PollInterval: cfg.PollInterval, Recorder: mgr.GetEventRecorder("toolgate"),
+		APIReader: mgr.GetAPIReader(),
 	}
 	if err := approvals.Mount(cfg.Scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), cfg.Clock)); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -46,6 +47,9 @@ type ToolCallReconciler struct {
 	MaxConcurrentReconciles int
 	// Recorder emits an Event when a call settles (outcome and code only).
 	Recorder events.EventRecorder
+	// APIReader reads from the API server itself, to confirm a NotFound the
+	// cache reported before settling on it.
+	APIReader client.Reader
 
 	// live remembers, per attempt, that this process dispatched it and
 	// invoked its body; after a restart it is empty, which is what makes a
@@ -78,7 +82,10 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if tc.Status.Result != nil && tc.Status.Checkpoint == nil {
-		return ctrl.Result{}, nil // settled: the result is never rewritten
+		// Settled: the result is never rewritten. A pod left behind by a
+		// crash between the result and its cleanup goes now.
+		_, err := r.stopOwnedPods(ctx, tc)
+		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
 	st := stateOf(tc)
@@ -87,6 +94,17 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
+		}
+		// The cache may not have seen a session created a moment ago: only
+		// the API server's own answer settles the call.
+		if err := r.reader().Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); !apierrors.IsNotFound(err) {
+			if err == nil {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, err
+		}
+		if stopped, err := r.stopInFlight(ctx, tc, st); err != nil || !stopped {
+			return ctrl.Result{RequeueAfter: time.Second}, err
 		}
 		// Without a session the call cannot be ordered; it still gets its
 		// one result.
@@ -97,9 +115,18 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, err
 	}
 
-	p, env := r.pipelineFor(ctx, tc, session, st, now)
+	p, env, err := r.pipelineFor(ctx, tc, session, st, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if st.Failure != nil && st.Failure.Code == pipeline.CodeProfileUnavailable && st.Attempt > 0 {
+		// The profile went away while a body ran: stop its work first.
+		if stopped, err := r.stopInFlight(ctx, tc, st); err != nil || !stopped {
+			return ctrl.Result{RequeueAfter: time.Second}, err
+		}
+	}
 	if code := tc.Status.SchedulingError; code != "" {
-		st.Abort(pipeline.Code(code), "the session refused to schedule the call: a later turn had already started", now)
+		st.Abort(pipeline.Code(code), "the session refused to schedule the call: a call later in model order had already started", now)
 	}
 	callCtx := r.callContext(ctx, tc, session, env)
 	base := tc.DeepCopy()
@@ -144,7 +171,7 @@ type callEnv struct {
 
 // pipelineFor builds the pipeline of the call's current profile. A missing
 // or unresolved profile settles the call with profile_unavailable.
-func (r *ToolCallReconciler) pipelineFor(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession, st *pipeline.State, now time.Time) (*pipeline.Pipeline, callEnv) {
+func (r *ToolCallReconciler) pipelineFor(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession, st *pipeline.State, now time.Time) (*pipeline.Pipeline, callEnv, error) {
 	key := types.NamespacedName{Namespace: tc.Namespace, Name: session.Spec.ProfileRef.Name}
 	compiled, obj, cerr, err := r.Profiles.Resolve(ctx, key)
 	opts := pipeline.Options{Clock: r.Clock, PollInterval: r.PollInterval}
@@ -152,16 +179,16 @@ func (r *ToolCallReconciler) pipelineFor(ctx context.Context, tc *toolgatev1alph
 		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID,
 		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), ClaimName: session.Status.WorkspaceClaimName},
 	}}
+	if err != nil {
+		return nil, env, err // transient: try again, never settle on it
+	}
 	if compiled == nil {
 		msg := fmt.Sprintf("ToolProfile %s does not exist", key.Name)
-		switch {
-		case err != nil:
-			msg = "ToolProfile " + key.Name + " could not be read"
-		case cerr != nil:
+		if cerr != nil {
 			msg = fmt.Sprintf("ToolProfile %s is not Ready: %s", key.Name, cerr.Message)
 		}
 		st.Abort(pipeline.CodeProfileUnavailable, msg, now)
-		return pipeline.New(pipeline.NewRegistry(), opts), env
+		return pipeline.New(pipeline.NewRegistry(), opts), env, nil
 	}
 	spec := obj.Spec
 	opts.Default = compiled.Default
@@ -175,7 +202,47 @@ func (r *ToolCallReconciler) pipelineFor(ctx context.Context, tc *toolgatev1alph
 	env.redact = spec.Approval.RedactArguments
 	env.sandbox, _ = r.Sandboxes.Get(string(spec.Sandbox.Provider))
 	env.job.Policy = spec.Sandbox
-	return pipeline.New(compiled.Registry, opts), env
+	return pipeline.New(compiled.Registry, opts), env, nil
+}
+
+func (r *ToolCallReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// stopInFlight stops an attempt's pods before the call is settled without
+// its pipeline (its session or profile is gone). It reports whether no
+// owned work is left. The process provider (development only) cannot be
+// reached this way.
+func (r *ToolCallReconciler) stopInFlight(ctx context.Context, tc *toolgatev1alpha1.ToolCall, st *pipeline.State) (bool, error) {
+	if st.Next != pipeline.StageExecute {
+		return true, nil
+	}
+	return r.stopOwnedPods(ctx, tc)
+}
+
+// stopOwnedPods deletes the call's pods and reports whether none is left.
+func (r *ToolCallReconciler) stopOwnedPods(ctx context.Context, tc *toolgatev1alpha1.ToolCall) (bool, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{"toolgate.dev/sandbox": "true"}); err != nil {
+		return false, err
+	}
+	left := 0
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !metav1.IsControlledBy(pod, tc) {
+			continue
+		}
+		left++
+		if pod.DeletionTimestamp.IsZero() {
+			if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod, client.GracePeriodSeconds(5))); err != nil {
+				return false, err
+			}
+		}
+	}
+	return left == 0, nil
 }
 
 // callContext is the caller's signal: cancelled once cancellation is

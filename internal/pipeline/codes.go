@@ -40,7 +40,7 @@ const (
 	CodeInternal            Code = "internal"             // a pipeline invariant broke; reported, never hidden
 	CodeProfileUnavailable  Code = "profile_unavailable"  // the call's profile is missing or not Ready
 	CodeSessionGone         Code = "session_gone"         // the call's session does not exist
-	CodeTurnClosed          Code = "turn_closed"          // the call arrived for a turn after a later turn had started
+	CodeTurnClosed          Code = "turn_closed"          // the call arrived after a call later in model order had started
 )
 
 // outcomeOf maps a code to the outcome it settles as.

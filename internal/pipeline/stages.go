@@ -253,7 +253,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 		wait := p.opts.PollInterval
 		if def.Timeout > 0 {
 			// Come back no later than the deadline, so a timeout fires on time.
-			wait = min(wait, max(st.AttemptStartedAt.Add(def.Timeout).Sub(now), time.Millisecond))
+			wait = min(wait, max(st.AttemptStartedAt.Add(def.Timeout).Sub(now), 200*time.Millisecond))
 		}
 		return Waiting, wait
 	}
@@ -284,7 +284,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 // interrupted handles an attempt that may have run in a process that is gone:
 // an idempotent body is dispatched again, any other is never run twice.
 func (p *Pipeline) interrupted(st *State, def Definition, now time.Time) (Progress, time.Duration) {
-	if def.Idempotent {
+	if def.Idempotent && st.Attempt < max(def.MaxAttempts, maxInterruptedAttempts) {
 		st.record(StageExecute, VerdictInterrupted, "rerun-idempotent", now)
 		st.Next = StageDispatch
 		return Advanced, 0
@@ -293,6 +293,11 @@ func (p *Pipeline) interrupted(st *State, def Definition, now time.Time) (Progre
 	st.settle(CodeInterrupted, "the attempt was interrupted and the body is not idempotent; it is never run twice")
 	return Advanced, 0
 }
+
+// maxInterruptedAttempts bounds how often an idempotent body whose attempts
+// keep getting lost is dispatched again, so a lasting failure still ends in
+// one result.
+const maxInterruptedAttempts = 3
 
 // codePending and codeLost mark a Reattach body's Pending and
 // ErrAttemptLost answers inside invoke.
@@ -355,6 +360,11 @@ func (p *Pipeline) invoke(ctx context.Context, st *State, snap snapshot, exec *E
 		next = wrap(snap.wrappers[i].fn, exec.Call, next)
 	}
 	value, err := next(ctx)
+	if errors.Is(err, Pending) && def.Reattach && err == a.err {
+		// Still running, or still stopping after a cancellation or the
+		// timeout: the outcome is reported only once the work is gone.
+		return nil, &Failure{Code: codePending}
+	}
 	if a.timedOut() {
 		return nil, &Failure{Code: CodeTimeout, Message: fmt.Sprintf("the body exceeded its %s timeout", def.Timeout)}
 	}

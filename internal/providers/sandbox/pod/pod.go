@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -162,7 +163,7 @@ func failureOf(pod *corev1.Pod) error {
 
 func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.NamespacedName) error {
 	if err := p.ensureNetworkPolicy(ctx, key.Namespace); err != nil {
-		return sandbox.ErrPending
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the sandbox NetworkPolicy could not be created: "+err.Error())
 	}
 	frameKey := make([]byte, 32)
 	if _, err := rand.Read(frameKey); err != nil {
@@ -180,10 +181,9 @@ func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.Namesp
 		if apierrors.IsAlreadyExists(err) {
 			return sandbox.ErrPending // adopted on the next poll
 		}
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod was refused: "+err.Error())
-		}
-		return sandbox.ErrPending
+		// No pod exists, so nothing ran: a definite failure, never a
+		// phantom attempt that a later poll would report lost.
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod could not be created: "+err.Error())
 	}
 	p.adopt(job.Key, pod)
 	return sandbox.ErrPending
@@ -223,8 +223,14 @@ func (p *Provider) adopt(key string, pod *corev1.Pod) *follower {
 			continue
 		}
 		for _, e := range c.Env {
-			if e.Name == runner.EnvKey {
+			switch e.Name {
+			case runner.EnvKey:
 				frameKey = e.Value
+			case runner.EnvSpec:
+				var spec runner.Spec
+				if json.Unmarshal([]byte(e.Value), &spec) == nil && spec.MaxOutputBytes > 0 {
+					limit = int64(spec.MaxOutputBytes)
+				}
 			}
 		}
 	}

@@ -71,6 +71,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		p.runs[job.Key] = r
 		p.mu.Unlock()
 		if err := p.start(job, r); err != nil {
+			p.Forget(job.Key)
 			return sandbox.Result{}, err
 		}
 	} else {
