@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -84,7 +83,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if tc.Status.Result != nil && tc.Status.Checkpoint == nil {
 		// Settled: the result is never rewritten. A pod left behind by a
 		// crash between the result and its cleanup goes now.
-		_, err := r.stopOwnedPods(ctx, tc)
+		_, err := r.release(ctx, tc)
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
@@ -212,37 +211,29 @@ func (r *ToolCallReconciler) reader() client.Reader {
 	return r.Client
 }
 
-// stopInFlight stops an attempt's pods before the call is settled without
-// its pipeline (its session or profile is gone). It reports whether no
-// owned work is left. The process provider (development only) cannot be
-// reached this way.
+// stopInFlight stops the work of an attempt in flight before the call is
+// settled without its pipeline (its session or profile is gone), through
+// every mounted sandbox provider: which one ran it is in the profile that is
+// gone. It reports whether no owned work is left.
 func (r *ToolCallReconciler) stopInFlight(ctx context.Context, tc *toolgatev1alpha1.ToolCall, st *pipeline.State) (bool, error) {
 	if st.Next != pipeline.StageExecute {
 		return true, nil
 	}
-	return r.stopOwnedPods(ctx, tc)
+	return r.release(ctx, tc)
 }
 
-// stopOwnedPods deletes the call's pods and reports whether none is left.
-func (r *ToolCallReconciler) stopOwnedPods(ctx context.Context, tc *toolgatev1alpha1.ToolCall) (bool, error) {
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{"toolgate.dev/sandbox": "true"}); err != nil {
-		return false, err
-	}
-	left := 0
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if !metav1.IsControlledBy(pod, tc) {
-			continue
+// release asks every mounted sandbox provider to stop and forget the call's
+// work; it reports whether nothing is left.
+func (r *ToolCallReconciler) release(ctx context.Context, tc *toolgatev1alpha1.ToolCall) (bool, error) {
+	gone := true
+	for _, p := range r.Sandboxes.All() {
+		g, err := p.Release(ctx, client.ObjectKeyFromObject(tc), tc.UID)
+		if err != nil {
+			return false, err
 		}
-		left++
-		if pod.DeletionTimestamp.IsZero() {
-			if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod, client.GracePeriodSeconds(5))); err != nil {
-				return false, err
-			}
-		}
+		gone = gone && g
 	}
-	return left == 0, nil
+	return gone, nil
 }
 
 // callContext is the caller's signal: cancelled once cancellation is

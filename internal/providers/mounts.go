@@ -47,6 +47,17 @@ func (m *Mounts[T]) Get(name string) (T, bool) {
 	return p, ok
 }
 
+// All returns the mounted providers.
+func (m *Mounts[T]) All() []T {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]T, 0, len(m.byName))
+	for _, p := range m.byName {
+		out = append(out, p)
+	}
+	return out
+}
+
 // Len is the number of mounted providers.
 func (m *Mounts[T]) Len() int {
 	m.mu.RLock()

@@ -76,6 +76,11 @@ type Provider interface {
 	Enforcement(policy toolgatev1alpha1.SandboxPolicy) (full bool, reason string)
 	// Forget releases what the provider keeps about a settled attempt.
 	Forget(key string)
+	// Release stops every attempt's work of a call and forgets it, for a
+	// call settled without its pipeline (its session or profile is gone) or
+	// left with work behind after a crash. It reports whether nothing of
+	// the call is left running; callers ask again until it is.
+	Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (gone bool, err error)
 }
 
 // Mounts are the mounted sandbox providers, by the profile's provider name.

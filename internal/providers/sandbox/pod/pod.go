@@ -321,6 +321,37 @@ func terminated(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
+// Release deletes every pod of the call and forgets their followers.
+func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (bool, error) {
+	pods := &corev1.PodList{}
+	if err := p.Client.List(ctx, pods, client.InNamespace(owner.Namespace), client.MatchingLabels{LabelSandbox: "true"}); err != nil {
+		return false, err
+	}
+	left := 0
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: uid}) {
+			continue
+		}
+		left++
+		if pod.DeletionTimestamp.IsZero() {
+			if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(5))); err != nil {
+				return false, err
+			}
+		}
+	}
+	if left == 0 {
+		p.mu.Lock()
+		for key := range p.followers {
+			if strings.HasPrefix(key, string(uid)+"/") {
+				delete(p.followers, key)
+			}
+		}
+		p.mu.Unlock()
+	}
+	return left == 0, nil
+}
+
 // Forget deletes a settled attempt's pod: one call per pod, then it is
 // discarded.
 func (p *Provider) Forget(key string) {

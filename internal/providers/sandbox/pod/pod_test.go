@@ -170,6 +170,28 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("release deletes every pod of the call", func(t *testing.T) {
+		p := newProvider()
+		if _, err := p.Run(ctx, job(5, false)); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("start: %v", err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			gone, err := p.Release(ctx, job(5, false).Owner, call.UID)
+			must(t, err)
+			if gone {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("pods remain")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := len(pods()); n != 0 {
+			t.Fatalf("%d pods after release", n)
+		}
+	})
+
 	t.Run("a pod Pod Security would refuse is a stable error", func(t *testing.T) {
 		p := newProvider()
 		j := job(3, false)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,6 +90,28 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		return sandbox.Result{}, ctx.Err()
 	}
 	return sandbox.Result{}, sandbox.ErrPending
+}
+
+// Release stops every running attempt of the call and forgets them all.
+func (p *Provider) Release(_ context.Context, _ types.NamespacedName, uid types.UID) (bool, error) {
+	p.mu.Lock()
+	var running []*run
+	for key, r := range p.runs {
+		if !strings.HasPrefix(key, string(uid)+"/") {
+			continue
+		}
+		select {
+		case <-r.done:
+			delete(p.runs, key)
+		default:
+			running = append(running, r)
+		}
+	}
+	p.mu.Unlock()
+	for _, r := range running {
+		r.stop()
+	}
+	return len(running) == 0, nil
 }
 
 // Forget drops a settled attempt's record.

@@ -105,3 +105,29 @@ func TestResumedAttemptUnknownToThisProcessIsLost(t *testing.T) {
 		t.Fatalf("%v, want ErrLost", err)
 	}
 }
+
+func TestReleaseStopsEveryAttemptOfTheCall(t *testing.T) {
+	p := New(t.TempDir(), nil)
+	j := job("uid-9/1", []string{"/bin/sleep", "30"}, `{}`)
+	if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		gone, err := p.Release(context.Background(), j.Owner, "uid-9")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the attempt was not stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	j.Resumed = true
+	if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrLost) {
+		t.Fatalf("after release: %v, want the attempt forgotten", err)
+	}
+}
