@@ -37,7 +37,7 @@ func sandboxRunner(ctx context.Context, tool *toolgatev1alpha1.ToolDefinition, a
 	job.Tool = tool
 	job.Arguments = args.JSON()
 	job.Attempt = exec.Attempt
-	job.Key = fmt.Sprintf("%s/%d", job.OwnerUID, exec.Attempt)
+	job.Key = sandbox.Key(job.OwnerUID, exec.Attempt)
 	job.Resumed = exec.Resumed
 	res, err := j.provider.Run(ctx, job)
 	switch {

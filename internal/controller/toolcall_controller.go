@@ -301,7 +301,7 @@ func (r *ToolCallReconciler) finish(ctx context.Context, tc *toolgatev1alpha1.To
 	for a := 1; a <= st.Attempt; a++ {
 		r.live.Delete(attemptKey{tc.UID, a})
 		if env.sandbox != nil {
-			env.sandbox.Forget(fmt.Sprintf("%s/%d", tc.UID, a))
+			env.sandbox.Forget(sandbox.Key(tc.UID, a))
 		}
 	}
 	res := st.Result

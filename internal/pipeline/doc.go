@@ -61,8 +61,9 @@
 //   - execute: the body. Resumed after the dispatch boundary, an attempt may
 //     already have run: a Reattach body is re-invoked with Exec.Resumed (it
 //     re-attaches, e.g. to a pod with a deterministic name), an Idempotent
-//     body is dispatched again, and any other body is never run again — the
-//     call settles as CodeInterrupted. Retries likewise re-run only
+//     body is dispatched again (up to max(MaxAttempts, 3) attempts in all),
+//     and any other body is never run again — the call settles as
+//     CodeInterrupted. Retries likewise re-run only
 //     idempotent bodies, each attempt behind its own dispatch boundary.
 //   - observe: observers are live and may see a result again after a crash
 //     (at least once); the durable result is written once, at StageResult.

@@ -133,14 +133,6 @@ func NewState(req Request) *State {
 // Done reports whether the call has its durable result.
 func (s *State) Done() bool { return s.Next == StageDone }
 
-// LastRecord returns the last boundary crossed, or the zero Record.
-func (s *State) LastRecord() Record {
-	if len(s.Records) == 0 {
-		return Record{}
-	}
-	return s.Records[len(s.Records)-1]
-}
-
 func (s *State) record(stage Stage, verdict, reason string, now time.Time) {
 	s.Records = append(s.Records, Record{Stage: stage, Verdict: verdict, Reason: reason, Time: now})
 }

@@ -90,8 +90,34 @@ func (a Arguments) JSON() string { return a.text }
 
 // Value returns a fresh decoded copy (maps, slices, strings, bools, nil,
 // json.Number).
-func (a Arguments) Value() any {
-	v, _ := ParseJSON(a.text)
+func (a Arguments) Value() any { return a.Copy(nil) }
+
+// Copy returns a fresh deep copy of the arguments' value, each number passed
+// through number (kept as json.Number when number is nil): one walk of the
+// value frozen at admission, no new parse.
+func (a Arguments) Copy(number func(json.Number) any) any {
+	return copyValue(a.value, number)
+}
+
+func copyValue(v any, number func(json.Number) any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = copyValue(e, number)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = copyValue(e, number)
+		}
+		return out
+	case json.Number:
+		if number != nil {
+			return number(v)
+		}
+	}
 	return v
 }
 

@@ -93,41 +93,24 @@ func (p *program) evalJSON(vars map[string]any) (json.RawMessage, error) {
 	return protojson.Marshal(pb.(*structpb.Value))
 }
 
-// celValue converts a lossless JSON value into CEL's types: integers that
-// fit int64 become int, other numbers double.
-func celValue(v any) any {
-	switch v := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil {
-			return i
-		}
-		f, err := strconv.ParseFloat(string(v), 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			return math.NaN()
-		}
-		return f
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			out[k] = celValue(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			out[i] = celValue(e)
-		}
-		return out
-	default:
-		return v
+// celNumber converts a JSON number into CEL's types: an integer that fits
+// int64 becomes int, any other number double.
+func celNumber(n json.Number) any {
+	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+		return i
 	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return math.NaN()
+	}
+	return f
 }
 
 // callVars is the `call` variable for a pipeline call.
 func callVars(c pipeline.Call) map[string]any {
 	return map[string]any{
 		"call": map[string]any{
-			"tool": c.Tool, "args": celValue(c.Args.Value()), "requester": c.Requester,
+			"tool": c.Tool, "args": c.Args.Copy(celNumber), "requester": c.Requester,
 			"session": c.Session, "turn": c.Turn, "index": int64(c.Index),
 		},
 	}

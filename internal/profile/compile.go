@@ -158,7 +158,7 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition,
 			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "tool %s: isConcurrencySafe: %v", t.Name, oneLine(err))
 		}
 		def.IsConcurrencySafe = func(a pipeline.Arguments) any {
-			out, err := prg.eval(map[string]any{"args": celValue(a.Value())})
+			out, err := prg.eval(map[string]any{"args": a.Copy(celNumber)})
 			if err != nil {
 				return err
 			}
@@ -291,9 +291,9 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 		if !appliesTo(r.Tools, call.Tool) {
 			return pipeline.PostDecision{}
 		}
-		value, _ := pipeline.ParseJSON(in.Value)
+		result := pipeline.ArgumentsOf(in.Value) // the value, frozen like arguments
 		vars := callVars(call)
-		vars["result"] = map[string]any{"value": celValue(value), "content": in.Content}
+		vars["result"] = map[string]any{"value": result.Copy(celNumber), "content": in.Content}
 		if when != nil {
 			ok, err := when.evalBool(vars)
 			if err != nil {
@@ -305,7 +305,7 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 		}
 		d := pipeline.PostDecision{Block: r.Action == toolgatev1alpha1.PostBlock, Contexts: r.Contexts, Message: r.Message}
 		if replaceContent != nil {
-			s, err := execTemplate(replaceContent, call.Args, value)
+			s, err := execTemplate(replaceContent, call.Args, result.Value())
 			if err != nil {
 				return pipeline.PostDecision{Err: err}
 			}

@@ -40,13 +40,6 @@ func MakeTool(name string) *ToolWrapper {
 // Obj returns the definition.
 func (w *ToolWrapper) Obj() toolgatev1alpha1.ToolDefinition { return w.ToolDefinition }
 
-// Builtin replaces the container runtime by a built-in tool.
-func (w *ToolWrapper) Builtin(name string) *ToolWrapper {
-	w.Container = nil
-	w.ToolDefinition.Builtin = &toolgatev1alpha1.BuiltinRuntime{Name: name}
-	return w
-}
-
 // Parameters sets the parameters schema.
 func (w *ToolWrapper) Parameters(schema string) *ToolWrapper {
 	w.ToolDefinition.Parameters = JSON(schema)
@@ -56,19 +49,6 @@ func (w *ToolWrapper) Parameters(schema string) *ToolWrapper {
 // ConcurrencySafe sets the isConcurrencySafe expression.
 func (w *ToolWrapper) ConcurrencySafe(expr string) *ToolWrapper {
 	w.IsConcurrencySafe = expr
-	return w
-}
-
-// Timeout sets timeoutSeconds.
-func (w *ToolWrapper) Timeout(seconds int32) *ToolWrapper {
-	w.TimeoutSeconds = seconds
-	return w
-}
-
-// Retry sets the retry policy and, if idempotent, declares the body so.
-func (w *ToolWrapper) Retry(attempts int32, idempotent bool) *ToolWrapper {
-	w.ToolDefinition.Retry = &toolgatev1alpha1.RetryPolicy{MaxAttempts: attempts}
-	w.Idempotent = idempotent
 	return w
 }
 
@@ -247,9 +227,3 @@ func MakeApprovalRequest(namespace, name, call string, deadline metav1.Time) *Ap
 
 // Obj returns the request.
 func (w *ApprovalRequestWrapper) Obj() *toolgatev1alpha1.ApprovalRequest { return &w.ApprovalRequest }
-
-// Decide sets the decision.
-func (w *ApprovalRequestWrapper) Decide(action toolgatev1alpha1.DecisionAction, by string) *ApprovalRequestWrapper {
-	w.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: action, DecidedBy: by}
-	return w
-}

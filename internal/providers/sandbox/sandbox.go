@@ -3,12 +3,20 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers"
 )
+
+// Key names attempt of the call with uid: the Job.Key every driver uses.
+func Key(uid types.UID, attempt int) string { return fmt.Sprintf("%s/%d", uid, attempt) }
+
+// OfCall reports whether key names an attempt of the call with uid.
+func OfCall(key string, uid types.UID) bool { return strings.HasPrefix(key, string(uid)+"/") }
 
 // Job is one attempt of one call's body.
 type Job struct {

@@ -49,9 +49,9 @@ func (p *Provider) Approve(ctx context.Context, q pipeline.Question) (pipeline.A
 	key := client.ObjectKey{Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner)}
 	err := p.Client.Get(ctx, key, ar)
 	if apierrors.IsNotFound(err) {
-		if err := p.create(ctx, subj, q); err != nil && !apierrors.IsAlreadyExists(err) {
-			return pipeline.AnswerPending, ""
-		}
+		// Created or not (a failure is retried at the next ask), nobody
+		// has answered yet.
+		_ = p.create(ctx, subj, q)
 		return pipeline.AnswerPending, ""
 	}
 	if err != nil {

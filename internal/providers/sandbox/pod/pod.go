@@ -234,11 +234,9 @@ func (p *Provider) adopt(key string, pod *corev1.Pod) *follower {
 			}
 		}
 	}
-	owner := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[LabelCall]}
-	for _, ref := range pod.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller {
-			owner.Name = ref.Name
-		}
+	owner := types.NamespacedName{Namespace: pod.Namespace}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		owner.Name = ref.Name
 	}
 	go p.follow(f, frameKey, limit+runner.MaxStderrBytes+64<<10, owner)
 	return f
@@ -343,7 +341,7 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 	if left == 0 {
 		p.mu.Lock()
 		for key := range p.followers {
-			if strings.HasPrefix(key, string(uid)+"/") {
+			if sandbox.OfCall(key, uid) {
 				delete(p.followers, key)
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -97,7 +96,7 @@ func (p *Provider) Release(_ context.Context, _ types.NamespacedName, uid types.
 	p.mu.Lock()
 	var running []*run
 	for key, r := range p.runs {
-		if !strings.HasPrefix(key, string(uid)+"/") {
+		if !sandbox.OfCall(key, uid) {
 			continue
 		}
 		select {

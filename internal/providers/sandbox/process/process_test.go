@@ -131,3 +131,19 @@ func TestReleaseStopsEveryAttemptOfTheCall(t *testing.T) {
 		t.Fatalf("after release: %v, want the attempt forgotten", err)
 	}
 }
+
+// TestStartFailureLeavesNoAttemptBehind: a failed start is reported, and the
+// next try starts afresh instead of waiting on a run that never began.
+func TestStartFailureLeavesNoAttemptBehind(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(base, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := New(base, nil) // workspaces cannot be created under a file
+	j := job("k6", []string{"/bin/true"}, `{}`)
+	for range 2 {
+		if _, err := p.Run(context.Background(), j); err == nil || errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("start under a file: %v, want an error", err)
+		}
+	}
+}
