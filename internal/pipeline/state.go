@@ -28,8 +28,8 @@ var stageOrder = map[Stage]int{
 	StageExecute: 5, StagePostExecute: 6, StageFinalize: 7, StageObserve: 8, StageResult: 9, StageDone: 10,
 }
 
-// before reports whether s comes before o in the pipeline's order.
-func (s Stage) before(o Stage) bool { return stageOrder[s] < stageOrder[o] }
+// Before reports whether s comes before o in the pipeline's order.
+func (s Stage) Before(o Stage) bool { return stageOrder[s] < stageOrder[o] }
 
 // Verdicts recorded at boundaries.
 const (
@@ -141,7 +141,7 @@ func (s *State) record(stage Stage, verdict, reason string, now time.Time) {
 // its session was deleted) and skips to finalize. A call past finalize keeps
 // its result: there is only ever one.
 func (s *State) Abort(code Code, message string, now time.Time) {
-	if !s.Next.before(StageFinalize) {
+	if !s.Next.Before(StageFinalize) {
 		return
 	}
 	s.record(s.Next, VerdictError, string(code), now)

@@ -26,104 +26,77 @@ type TurnResult struct {
 	Contexts []Context
 }
 
-// RunTurn is the in-memory driver for one model turn. It follows the agent
-// loop's rules:
-//
-//   - each call is classified immediately before it starts;
-//   - an exclusive call is a barrier: it starts after every earlier call has
-//     committed, and later calls start after it has committed;
-//   - parallel calls share a rolling pool of MaxParallel slots;
-//   - pre-execute runs in model order (calls start in model order and their
-//     pre-execute listeners run before the next call starts);
-//   - post-execute and commitment run in model order, whatever order bodies
-//     finish in;
-//   - contexts are released after the whole turn has committed.
+// RunTurn is the in-memory driver for one model turn. PlanTurn decides, as
+// for the session controller, which call starts (classified immediately
+// before it starts), which may settle and in what order; this driver runs
+// admission and pre-execute in model order, overlaps approval, guards and
+// bodies of parallel calls, and settles each call once it is released and
+// its body is done. Contexts are released after the whole turn has
+// committed.
 func (p *Pipeline) RunTurn(ctx context.Context, reqs []Request, opts TurnOptions) TurnResult {
-	if opts.MaxParallel < 1 {
-		opts.MaxParallel = 1
+	n := len(reqs)
+	out := TurnResult{Modes: make([]Mode, n)}
+	states := make([]*State, n)
+	view := make([]TurnCall, n)
+	for i, r := range reqs {
+		view[i] = TurnCall{Turn: r.Turn, Index: r.Index, Next: StageCall}
 	}
-	t := &turn{p: p, ctx: ctx, opts: opts, states: make([]*State, len(reqs)), out: TurnResult{Modes: make([]Mode, len(reqs))}}
-	for i := 0; i < len(reqs); {
-		if p.Classify(reqs[i]) == Exclusive {
-			t.out.Modes[i] = Exclusive
-			t.states[i] = NewState(reqs[i])
-			t.states[i].Mode = Exclusive
-			t.drive(t.states[i], StageDone)
-			t.commit(i)
-			i++
-			continue
-		}
-		i = t.parallelGroup(reqs, i)
-	}
-	for _, r := range t.out.Results {
-		t.out.Contexts = append(t.out.Contexts, r.Contexts...)
-	}
-	return t.out
-}
-
-type turn struct {
-	p      *Pipeline
-	ctx    context.Context
-	opts   TurnOptions
-	states []*State
-	out    TurnResult
-}
-
-// drive steps st until its next stage is until or a later one.
-func (t *turn) drive(st *State, until Stage) {
-	for st.Next.before(until) {
-		if progress, wait := t.p.Step(t.ctx, st); progress == Waiting {
-			sleep(t.ctx, wait)
-		}
-	}
-}
-
-func (t *turn) commit(i int) {
-	t.drive(t.states[i], StageDone)
-	res := *t.states[i].Result
-	t.out.Results = append(t.out.Results, res)
-	if t.opts.Commit != nil {
-		t.opts.Commit(res)
-	}
-}
-
-// parallelGroup runs calls from start while they classify as parallel, and
-// returns the index of the first call it did not run (a barrier, or the end).
-func (t *turn) parallelGroup(reqs []Request, start int) int {
-	finished := make(chan int, len(reqs))
-	bodyDone := make([]bool, len(reqs))
-	next, committed, inflight := start, start, 0
-	end := -1 // set once a barrier or the end of the turn is known
-	for {
-		for end < 0 && inflight < t.opts.MaxParallel {
-			if next == len(reqs) || t.p.Classify(reqs[next]) != Parallel {
-				end = next
-				break
+	classify := func(i int) Mode { return p.Classify(reqs[i]) }
+	finished := make(chan int, n)
+	drive := func(st *State, until Stage) {
+		for st.Next.Before(until) {
+			if progress, wait := p.Step(ctx, st); progress == Waiting {
+				sleep(ctx, wait)
 			}
-			st := NewState(reqs[next])
-			st.Mode, t.out.Modes[next] = Parallel, Parallel
-			t.states[next] = st
+		}
+	}
+	inflight := 0
+	for committed := 0; committed < n; {
+		plan := PlanTurn(view, opts.MaxParallel, classify)
+		progressed := false
+		if i := plan.Admit; i >= 0 {
+			st := NewState(reqs[i])
+			st.Mode, out.Modes[i], view[i].Mode = plan.AdmitMode, plan.AdmitMode, plan.AdmitMode
+			states[i] = st
 			// Admission and pre-execute run here, in model order; approval,
 			// guards and the body overlap with other calls.
-			t.drive(st, StageApproval)
+			drive(st, StageApproval)
+			view[i].Next = st.Next
 			inflight++
-			go func(i int) {
-				t.drive(t.states[i], StagePostExecute)
+			go func() {
+				drive(st, StagePostExecute)
 				finished <- i
-			}(next)
-			next++
+			}()
+			progressed = true
 		}
-		if end >= 0 && committed == end {
-			return end
+		if i := plan.Release; i >= 0 {
+			view[i].Released, progressed = true, true
 		}
-		if bodyDone[committed] {
-			// Post-execute and commitment follow model order.
-			t.commit(committed)
-			committed++
-			continue
+		for i := range view {
+			if c := view[i]; c.Released && !c.Committed && c.BodyDone() {
+				// Post-execute and commitment follow model order.
+				drive(states[i], StageDone)
+				res := *states[i].Result
+				out.Results = append(out.Results, res)
+				if opts.Commit != nil {
+					opts.Commit(res)
+				}
+				view[i].Next, view[i].Committed = StageDone, true
+				committed++
+				progressed = true
+			}
 		}
-		i := <-finished
-		bodyDone[i] = true
-		inflight--
+		if !progressed {
+			if inflight == 0 {
+				panic("pipeline: turn planning stalled with nothing in flight")
+			}
+			i := <-finished
+			inflight--
+			view[i].Next = states[i].Next
+		}
 	}
+	for _, r := range out.Results {
+		out.Contexts = append(out.Contexts, r.Contexts...)
+	}
+	return out
 }

@@ -1,0 +1,179 @@
+package pipeline
+
+import "slices"
+
+// Turn planning: the agent loop's scheduling rules in one pure function,
+// used by the in-memory RunTurn and by the session controller alike. A
+// driver gathers what it knows of a session's calls (TurnCall), asks
+// PlanTurn what may happen next, does it, and asks again.
+
+// TurnCall is what planning needs to know of one call.
+type TurnCall struct {
+	// Turn and Index place the call in model order.
+	Turn  int64
+	Index int
+	// Mode is the execution mode it was admitted with; empty until then.
+	Mode Mode
+	// Next is the call's next stage: StageCall before it starts, StageDone
+	// once it has its result.
+	Next Stage
+	// Released: the call may settle (post-execute onwards).
+	Released bool
+	// Refused: the call arrived too late to be ordered; it settles
+	// without running and is never admitted.
+	Refused bool
+	// Committed: the call's result is appended to the session's log.
+	Committed bool
+}
+
+// Started reports whether the call has started (it was admitted) or is
+// past starting (committed).
+func (c TurnCall) Started() bool { return c.Mode != "" || c.Committed }
+
+// Decided reports whether the call's pre-execute decision is behind it.
+func (c TurnCall) Decided() bool { return PastPreExecute(c.Next) }
+
+// BodyDone reports whether nothing is left to run before post-execute.
+func (c TurnCall) BodyDone() bool { return BodyDone(c.Next) }
+
+// PastPreExecute reports whether a call whose next stage is s has its
+// pre-execute decision behind it.
+func PastPreExecute(s Stage) bool { return StagePreExecute.Before(s) }
+
+// BodyDone reports whether a call whose next stage is s has nothing left to
+// run before post-execute.
+func BodyDone(s Stage) bool { return !s.Before(StagePostExecute) }
+
+// Plan is what may happen next in a session. Indexes refer to the calls
+// given to PlanTurn; -1 means none.
+type Plan struct {
+	// Refuse are calls that arrived after a call later in model order had
+	// started: they can no longer be ordered (turn_closed).
+	Refuse []int
+	// Release is the first uncommitted call of the current turn, not yet
+	// released: every call before it has committed, so it may settle.
+	Release int
+	// Admit is the call that may start now, with AdmitMode, the mode it was
+	// classified as just now.
+	Admit     int
+	AdmitMode Mode
+}
+
+// PlanTurn decides, for calls in model order (sorted by turn, then index),
+// what may happen next:
+//
+//   - a call that arrived after a later call started is refused;
+//   - the current turn is the first with an uncommitted call; a turn starts
+//     only when every earlier turn has committed;
+//   - the first uncommitted call of the current turn may settle (it is
+//     released); post-execute and commitment thus follow model order;
+//   - calls start in model order, each once the previous one's pre-execute
+//     decision is behind it; an exclusive call starts only as the first
+//     uncommitted call, and nothing starts after it until it has committed;
+//     parallel calls start while fewer than maxParallel of them have their
+//     body ahead (a rolling pool).
+//
+// classify is asked once, for the call about to start only: the call is
+// classified immediately before start, and the answer is acted on.
+func PlanTurn(calls []TurnCall, maxParallel int, classify func(i int) Mode) Plan {
+	plan := Plan{Release: -1, Admit: -1, Refuse: refused(calls)}
+	start, end := currentTurn(calls)
+	if start < 0 {
+		return plan
+	}
+	first := start
+	for first < end && calls[first].Committed {
+		first++
+	}
+	// A call that never starts (refused, or settled without starting)
+	// needs no admission: it is released when first in line, and it is no
+	// barrier for the calls after it.
+	idle := func(i int) bool {
+		c := calls[i]
+		return c.Mode == "" && (c.Refused || c.BodyDone() || slices.Contains(plan.Refuse, i))
+	}
+	if c := calls[first]; !c.Released && (c.Started() || idle(first)) {
+		plan.Release = first
+	}
+	plan.Admit, plan.AdmitMode = admission(calls, first, end, maxParallel, idle, classify)
+	if plan.Admit == first {
+		// Releasing the first call together with its admission saves a
+		// step (and, for a controller, a write).
+		plan.Release = first
+	}
+	return plan
+}
+
+// refused lists the calls before the latest started call in model order
+// that have not started themselves.
+func refused(calls []TurnCall) []int {
+	latest := -1
+	for i, c := range calls {
+		if c.Started() {
+			latest = i
+		}
+	}
+	var out []int
+	for i := 0; i < latest; i++ {
+		if c := calls[i]; !c.Started() && !c.Refused && !c.BodyDone() {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// currentTurn returns the bounds of the first turn with an uncommitted
+// call, or -1.
+func currentTurn(calls []TurnCall) (start, end int) {
+	for i, c := range calls {
+		if c.Committed {
+			continue
+		}
+		start = i
+		for start > 0 && calls[start-1].Turn == c.Turn {
+			start--
+		}
+		end = i
+		for end < len(calls) && calls[end].Turn == c.Turn {
+			end++
+		}
+		return start, end
+	}
+	return -1, -1
+}
+
+// admission walks the current turn [first, end) from its first uncommitted
+// call and returns the call that may start, or -1.
+func admission(calls []TurnCall, first, end, maxParallel int, idle func(int) bool, classify func(int) Mode) (int, Mode) {
+	inflight := 0
+	for _, c := range calls[first:end] {
+		if c.Mode != "" && !c.Committed && !c.BodyDone() {
+			inflight++
+		}
+	}
+	for i := first; i < end; i++ {
+		c := calls[i]
+		switch {
+		case c.Committed || idle(i):
+			continue
+		case c.Mode == Exclusive:
+			return -1, "" // a barrier
+		case c.Mode != "":
+			if !c.Decided() {
+				return -1, "" // pre-execute follows model order
+			}
+			continue
+		}
+		mode := classify(i)
+		switch {
+		case mode != Parallel && i != first:
+			return -1, "" // waits for every earlier call to commit
+		case mode == Parallel && inflight >= max(maxParallel, 1):
+			return -1, "" // the pool is full
+		case mode != Parallel:
+			mode = Exclusive
+		}
+		return i, mode
+	}
+	return -1, ""
+}
