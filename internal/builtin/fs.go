@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/codes"
 )
 
 // MaxFileBytes bounds what fs.read returns and fs.write accepts.
@@ -25,6 +25,19 @@ const (
 	Edit  = "fs.edit"
 )
 
+// Error is a built-in tool's failure with a stable code (internal/codes).
+// It is not a pipeline failure so that the in-pod runner, which runs these
+// tools, links no pipeline; the runner passes Code and Message on in its
+// frame and the sandbox providers turn them into the pipeline failure.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func fail(code, message string) error { return &Error{Code: code, Message: message} }
+
 // Run runs built-in tool name with JSON arguments in the workspace at root.
 // It returns the tool's output text: the file content for fs.read, JSON for
 // the others.
@@ -36,16 +49,16 @@ func Run(name, root string, writable bool, arguments string) (string, error) {
 		New     string `json:"new"`
 	}
 	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
-		return "", pipeline.Fail(pipeline.CodeToolError, "arguments: "+err.Error())
+		return "", fail(codes.ToolError, "arguments: "+err.Error())
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
-		return "", pipeline.Fail(pipeline.CodeToolError, "the workspace cannot be opened")
+		return "", fail(codes.ToolError, "the workspace cannot be opened")
 	}
 	defer func() { _ = r.Close() }()
 	p := clean(args.Path)
 	if lexicalEscape(p) {
-		return "", pipeline.Fail(pipeline.CodeSandboxDenied, "the path escapes the workspace")
+		return "", fail(codes.SandboxDenied, "the path escapes the workspace")
 	}
 	switch name {
 	case Read:
@@ -54,14 +67,14 @@ func Run(name, root string, writable bool, arguments string) (string, error) {
 		return list(r, p)
 	case Write, Edit:
 		if !writable {
-			return "", pipeline.Fail(pipeline.CodeSandboxDenied, "the workspace is read-only")
+			return "", fail(codes.SandboxDenied, "the workspace is read-only")
 		}
 		if name == Write {
 			return write(r, p, args.Content)
 		}
 		return edit(r, p, args.Old, args.New)
 	}
-	return "", pipeline.Fail(pipeline.CodeToolError, "unknown built-in tool "+name)
+	return "", fail(codes.ToolError, "unknown built-in tool "+name)
 }
 
 // clean keeps the path as the model wrote it except for an empty one, which
@@ -92,17 +105,17 @@ func mapErr(err error) error {
 	case err == nil:
 		return nil
 	case strings.Contains(err.Error(), "path escapes from parent") || errors.Is(err, os.ErrPermission) && isEscape(err):
-		return pipeline.Fail(pipeline.CodeSandboxDenied, "the path escapes the workspace")
+		return fail(codes.SandboxDenied, "the path escapes the workspace")
 	case errors.Is(err, fs.ErrNotExist):
-		return pipeline.Fail(pipeline.CodeToolError, "no such file or directory")
+		return fail(codes.ToolError, "no such file or directory")
 	case errors.As(err, &perr) && strings.Contains(perr.Err.Error(), "escapes"):
-		return pipeline.Fail(pipeline.CodeSandboxDenied, "the path escapes the workspace")
+		return fail(codes.SandboxDenied, "the path escapes the workspace")
 	default:
 		msg := err.Error()
 		if errors.As(err, &perr) {
 			msg = perr.Op + ": " + perr.Err.Error() // never the path
 		}
-		return pipeline.Fail(pipeline.CodeToolError, msg)
+		return fail(codes.ToolError, msg)
 	}
 }
 
@@ -119,7 +132,7 @@ func read(r *os.Root, p string) (string, error) {
 		return "", mapErr(err)
 	}
 	if len(data) > MaxFileBytes {
-		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("the file is larger than %d bytes", MaxFileBytes))
+		return "", fail(codes.ToolError, fmt.Sprintf("the file is larger than %d bytes", MaxFileBytes))
 	}
 	return string(data), nil
 }
@@ -149,7 +162,7 @@ func list(r *os.Root, p string) (string, error) {
 
 func write(r *os.Root, p, content string) (string, error) {
 	if len(content) > MaxFileBytes {
-		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("the content is larger than %d bytes", MaxFileBytes))
+		return "", fail(codes.ToolError, fmt.Sprintf("the content is larger than %d bytes", MaxFileBytes))
 	}
 	if dir := path.Dir(p); dir != "." {
 		if err := r.MkdirAll(dir, 0o755); err != nil {
@@ -164,14 +177,14 @@ func write(r *os.Root, p, content string) (string, error) {
 
 func edit(r *os.Root, p, old, replacement string) (string, error) {
 	if old == "" {
-		return "", pipeline.Fail(pipeline.CodeToolError, "old must not be empty")
+		return "", fail(codes.ToolError, "old must not be empty")
 	}
 	current, err := read(r, p)
 	if err != nil {
 		return "", err
 	}
 	if n := strings.Count(current, old); n != 1 {
-		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("old occurs %d times; it must occur exactly once", n))
+		return "", fail(codes.ToolError, fmt.Sprintf("old occurs %d times; it must occur exactly once", n))
 	}
 	if _, err := write(r, p, strings.Replace(current, old, replacement, 1)); err != nil {
 		return "", err

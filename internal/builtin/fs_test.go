@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/codes"
 )
 
-func code(err error) pipeline.Code {
-	var f *pipeline.Failure
+func code(err error) string {
+	var f *Error
 	if errors.As(err, &f) {
 		return f.Code
 	}
@@ -37,19 +37,19 @@ func TestFilesystemToolsStayInTheWorkspace(t *testing.T) {
 
 	for _, tc := range []struct {
 		tool, args string
-		want       pipeline.Code
+		want       string
 	}{
-		{Read, `{"path":"../secret"}`, pipeline.CodeSandboxDenied},
-		{Read, `{"path":"` + filepath.Join(outside, "secret") + `"}`, pipeline.CodeSandboxDenied},
-		{Read, `{"path":"link-out"}`, pipeline.CodeSandboxDenied},
-		{Read, `{"path":"dir-out/secret"}`, pipeline.CodeSandboxDenied},
-		{Read, `{"path":"a/../../secret"}`, pipeline.CodeSandboxDenied},
-		{Read, `{"path":"/proc/self/root/etc/passwd"}`, pipeline.CodeSandboxDenied},
-		{Write, `{"path":"../planted","content":"x"}`, pipeline.CodeSandboxDenied},
-		{Write, `{"path":"dir-out/planted","content":"x"}`, pipeline.CodeSandboxDenied},
-		{List, `{"path":".."}`, pipeline.CodeSandboxDenied},
+		{Read, `{"path":"../secret"}`, codes.SandboxDenied},
+		{Read, `{"path":"` + filepath.Join(outside, "secret") + `"}`, codes.SandboxDenied},
+		{Read, `{"path":"link-out"}`, codes.SandboxDenied},
+		{Read, `{"path":"dir-out/secret"}`, codes.SandboxDenied},
+		{Read, `{"path":"a/../../secret"}`, codes.SandboxDenied},
+		{Read, `{"path":"/proc/self/root/etc/passwd"}`, codes.SandboxDenied},
+		{Write, `{"path":"../planted","content":"x"}`, codes.SandboxDenied},
+		{Write, `{"path":"dir-out/planted","content":"x"}`, codes.SandboxDenied},
+		{List, `{"path":".."}`, codes.SandboxDenied},
 		{Read, `{"path":"loop-a"}`, ""}, // a loop is an error, never an escape
-		{Read, `{"path":"missing"}`, pipeline.CodeToolError},
+		{Read, `{"path":"missing"}`, codes.ToolError},
 	} {
 		out, err := Run(tc.tool, ws, true, tc.args)
 		got := code(err)
@@ -82,10 +82,10 @@ func TestFilesystemTools(t *testing.T) {
 	if out, err := Run(List, ws, false, `{}`); err != nil || out != `["notes/"]` {
 		t.Fatalf("list: %q %v", out, err)
 	}
-	if _, err := Run(Write, ws, false, `{"path":"x","content":"y"}`); code(err) != pipeline.CodeSandboxDenied {
+	if _, err := Run(Write, ws, false, `{"path":"x","content":"y"}`); code(err) != codes.SandboxDenied {
 		t.Fatalf("write in a read-only workspace: %v", err)
 	}
-	if _, err := Run(Edit, ws, true, `{"path":"notes/today.md","old":"zzz","new":"y"}`); code(err) != pipeline.CodeToolError {
+	if _, err := Run(Edit, ws, true, `{"path":"notes/today.md","old":"zzz","new":"y"}`); code(err) != codes.ToolError {
 		t.Fatalf("edit without a match: %v", err)
 	}
 }

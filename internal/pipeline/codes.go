@@ -1,46 +1,49 @@
 package pipeline
 
+import "github.com/toolgate/toolgate/internal/codes"
+
 // Code is a stable, documented error code. Codes are part of the API: logs,
 // metrics, ToolCall status and the model all see them, never free text.
 type Code string
 
-// Error codes, grouped by the outcome they settle as.
+// Error codes, grouped by the outcome they settle as. The strings (and what
+// each means) are defined once, in internal/codes.
 const (
 	// Denied.
-	CodePolicyDenied        Code = "policy_denied"        // a pre-execute listener denied
-	CodeApprovalRejected    Code = "approval_rejected"    // a person denied the call
-	CodeApprovalUnavailable Code = "approval_unavailable" // no approver, or it cannot answer: fail closed
-	CodeApprovalExpired     Code = "approval_expired"     // nobody answered before the deadline
-	CodeGuardDenied         Code = "guard_denied"         // a monotonic guard denied
-	CodeSandboxDenied       Code = "sandbox_denied"       // the sandbox refused an operation (e.g. a path escaping the workspace)
+	CodePolicyDenied        Code = codes.PolicyDenied
+	CodeApprovalRejected    Code = codes.ApprovalRejected
+	CodeApprovalUnavailable Code = codes.ApprovalUnavailable
+	CodeApprovalExpired     Code = codes.ApprovalExpired
+	CodeGuardDenied         Code = codes.GuardDenied
+	CodeSandboxDenied       Code = codes.SandboxDenied
 
 	// Cancelled.
-	CodeCancelled         Code = "cancelled"          // the caller cancelled
-	CodeApprovalCancelled Code = "approval_cancelled" // the question was withdrawn
+	CodeCancelled         Code = codes.Cancelled
+	CodeApprovalCancelled Code = codes.ApprovalCancelled
 
 	// TimedOut.
-	CodeTimeout Code = "timeout" // the body exceeded its timeout
+	CodeTimeout Code = codes.Timeout
 
 	// Failed.
-	CodeInvalidArguments    Code = "invalid_arguments"    // not lossless JSON, or fails the parameters schema
-	CodeUnknownTool         Code = "unknown_tool"         // no visible tool of that name
-	CodeWrapperFailed       Code = "wrapper_failed"       // an execute wrapper failed or panicked
-	CodeToolError           Code = "tool_error"           // the body returned an error
-	CodeToolPanic           Code = "tool_panic"           // the body panicked
-	CodeInterrupted         Code = "interrupted"          // a non-idempotent attempt was interrupted; it is never re-run
-	CodeSandboxUnavailable  Code = "sandbox_unavailable"  // the sandbox could not run the tool (image missing, pod refused)
-	CodeSandboxOOMKilled    Code = "sandbox_oom_killed"   // the tool exceeded its memory limit
-	CodeSandboxEvicted      Code = "sandbox_evicted"      // the node evicted the tool's pod
-	CodeSandboxLost         Code = "sandbox_lost"         // the tool's pod disappeared (deleted by someone else) or its result cannot be verified
-	CodeOutputInvalid       Code = "output_invalid"       // the value is not lossless JSON or fails the output schema
-	CodeRenderFailed        Code = "render_failed"        // rendering the value failed
-	CodePostBlocked         Code = "post_blocked"         // a post-execute listener blocked the result
-	CodePostFailed          Code = "post_failed"          // a post-execute listener failed, or replaced the value badly
-	CodeNormalizationFailed Code = "normalization_failed" // the finalizer panicked
-	CodeInternal            Code = "internal"             // a pipeline invariant broke; reported, never hidden
-	CodeProfileUnavailable  Code = "profile_unavailable"  // the call's profile is missing or not Ready
-	CodeSessionGone         Code = "session_gone"         // the call's session does not exist
-	CodeTurnClosed          Code = "turn_closed"          // the call arrived after a call later in model order had started
+	CodeInvalidArguments    Code = codes.InvalidArguments
+	CodeUnknownTool         Code = codes.UnknownTool
+	CodeWrapperFailed       Code = codes.WrapperFailed
+	CodeToolError           Code = codes.ToolError
+	CodeToolPanic           Code = codes.ToolPanic
+	CodeInterrupted         Code = codes.Interrupted
+	CodeSandboxUnavailable  Code = codes.SandboxUnavailable
+	CodeSandboxOOMKilled    Code = codes.SandboxOOMKilled
+	CodeSandboxEvicted      Code = codes.SandboxEvicted
+	CodeSandboxLost         Code = codes.SandboxLost
+	CodeOutputInvalid       Code = codes.OutputInvalid
+	CodeRenderFailed        Code = codes.RenderFailed
+	CodePostBlocked         Code = codes.PostBlocked
+	CodePostFailed          Code = codes.PostFailed
+	CodeNormalizationFailed Code = codes.NormalizationFailed
+	CodeInternal            Code = codes.Internal
+	CodeProfileUnavailable  Code = codes.ProfileUnavailable
+	CodeSessionGone         Code = codes.SessionGone
+	CodeTurnClosed          Code = codes.TurnClosed
 )
 
 // outcomeOf maps a code to the outcome it settles as.

@@ -11,4 +11,9 @@
 // open the runner's descriptors through /proc. Each frame carries sizes, a
 // SHA-256 digest and an HMAC under a per-attempt key that only the runner
 // and the provider know, so a tool cannot forge or alter its result.
+//
+// The runner is copied into every tool pod, so it links only the standard
+// library, x/sys and the leaf packages builtin and codes: no pipeline, no
+// providers, no Kubernetes (deps_test.go keeps it so). The providers turn a
+// frame into the sandbox contract's answer (sandbox.Outcome).
 package runner

@@ -26,7 +26,8 @@ type Header struct {
 	// Error is the runner's own failure (the tool could not start, a
 	// built-in's stable code); empty when the tool ran.
 	Error string `json:"error,omitempty"`
-	// Code is a stable pipeline code chosen by a built-in tool.
+	// Code is a stable code (internal/codes) for Error; the providers turn
+	// it into the pipeline failure.
 	Code   string `json:"code,omitempty"`
 	SHA256 string `json:"sha256"`
 	MAC    string `json:"mac,omitempty"`

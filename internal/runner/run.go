@@ -16,8 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/toolgate/toolgate/internal/builtin"
-	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/codes"
 )
 
 // Environment variables the pod provider sets for the runner. The runner
@@ -56,20 +55,20 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 	if spec.Builtin != "" {
 		root := spec.Workspace
 		if root == "" {
-			return Header{Error: "a built-in tool needs a workspace", Code: string(pipeline.CodeToolError)}, nil, nil
+			return Header{Error: "a built-in tool needs a workspace", Code: codes.ToolError}, nil, nil
 		}
 		out, err := builtin.Run(spec.Builtin, root, spec.Writable, string(arguments))
 		if err != nil {
-			var f *pipeline.Failure
+			var f *builtin.Error
 			if errors.As(err, &f) {
-				return Header{Error: f.Message, Code: string(f.Code), ExitCode: 1}, nil, nil
+				return Header{Error: f.Message, Code: f.Code, ExitCode: 1}, nil, nil
 			}
-			return Header{Error: err.Error(), Code: string(pipeline.CodeToolError), ExitCode: 1}, nil, nil
+			return Header{Error: err.Error(), Code: codes.ToolError, ExitCode: 1}, nil, nil
 		}
 		return Header{}, []byte(out), nil
 	}
 	if len(spec.Argv) == 0 {
-		return Header{Error: "no argv", Code: string(pipeline.CodeToolError), ExitCode: 127}, nil, nil
+		return Header{Error: "no argv", Code: codes.ToolError, ExitCode: 127}, nil, nil
 	}
 	limit := spec.MaxOutputBytes
 	if limit <= 0 {
@@ -93,7 +92,7 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return Header{Error: "the tool could not start: " + err.Error(), Code: string(pipeline.CodeToolError), ExitCode: 127}, nil, nil
+		return Header{Error: "the tool could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -186,13 +185,3 @@ func (b *Bounded) Write(p []byte) (int, error) {
 
 // Bytes returns what was kept.
 func (b *Bounded) Bytes() []byte { return b.buf.Bytes() }
-
-// Outcome turns a frame into the sandbox contract's answer: a built-in's
-// stable code or a runner failure becomes a pipeline failure; anything else
-// is the tool's result.
-func Outcome(h Header, stdout, stderr []byte) (sandbox.Result, error) {
-	if h.Code != "" {
-		return sandbox.Result{}, pipeline.Fail(pipeline.Code(h.Code), h.Error)
-	}
-	return sandbox.Result{Stdout: string(stdout), Stderr: string(stderr), ExitCode: h.ExitCode, Truncated: h.Truncated}, nil
-}

@@ -95,7 +95,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// Never started, or stopped and now gone.
 			return sandbox.Result{}, ctx.Err()
 		case f != nil && isDone(f) && f.res != nil:
-			return runner.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
+			return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
 		case f != nil:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
 		case job.Resumed:
@@ -127,7 +127,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			}
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+f.err.Error())
 		}
-		return runner.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
+		return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
 	default:
 	}
 	if fail := failureOf(pod); fail != nil {

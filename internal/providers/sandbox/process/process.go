@@ -154,7 +154,7 @@ func (p *Provider) start(job sandbox.Job, r *run) error {
 		defer stop()
 		defer func() { _ = os.Remove(args.Name()) }()
 		h, stdout, stderr := runner.Execute(runCtx, spec, []byte(job.Arguments), grace)
-		r.result, r.err = runner.Outcome(h, stdout, stderr)
+		r.result, r.err = sandbox.Outcome(h, stdout, stderr)
 		close(r.done)
 		if p.Notify != nil {
 			p.Notify(job.Owner)
