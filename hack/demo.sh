@@ -115,8 +115,8 @@ done
 
 say "committed transcript (model order): kubectl toolgate transcript demo"
 plugin_as demo-agent transcript demo
-as_agent get toolcalls --sort-by=.status.commitSequence \
-  -o custom-columns='NAME:.metadata.name,SEQ:.status.commitSequence,MODE:.status.executionMode,OUTCOME:.status.result.outcome,CODE:.status.result.errorCode'
+as_agent get toolcalls --sort-by=.status.schedule.commitSequence \
+  -o custom-columns='NAME:.metadata.name,SEQ:.status.schedule.commitSequence,MODE:.status.schedule.executionMode,OUTCOME:.status.result.outcome,CODE:.status.result.errorCode'
 say "why was t1-secret refused? kubectl toolgate trace t1-secret"
 plugin_as demo-agent trace t1-secret
 say "session"

@@ -88,12 +88,6 @@ type ToolCallStatus struct {
 	// +kubebuilder:validation:MaxLength=128
 	Token string `json:"token,omitempty"`
 
-	// executionMode is Parallel or Exclusive, as classified just before the
-	// call started.
-	// +optional
-	// +kubebuilder:validation:Enum=Parallel;Exclusive
-	ExecutionMode ExecutionMode `json:"executionMode,omitempty"`
-
 	// stages has one entry per pipeline boundary crossed, in order.
 	// +optional
 	// +listType=atomic
@@ -123,27 +117,47 @@ type ToolCallStatus struct {
 	// +optional
 	Result *ToolCallResult `json:"result,omitempty"`
 
-	// commitSequence is the call's position in the session's committed log.
+	// schedule is the session's part of the status: written by the
+	// AgentSession controller only, read by the ToolCall controller.
 	// +optional
-	CommitSequence *int64 `json:"commitSequence,omitempty"`
-
-	// released is set by the session when every earlier call of the turn
-	// has committed: the call may run post-execute and settle. It keeps
-	// post-execute and commitment in model order.
-	// +optional
-	Released bool `json:"released,omitempty"`
-
-	// schedulingError is set by the session when it will never schedule the
-	// call (turn_closed: the call arrived for a turn after a later turn had
-	// started); the call then settles with that code.
-	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	SchedulingError string `json:"schedulingError,omitempty"`
+	Schedule CallSchedule `json:"schedule,omitzero"`
 
 	// checkpoint is the rest of the pipeline's durable state, so that a
 	// restarted manager resumes the call exactly where it stopped.
 	// +optional
 	Checkpoint *PipelineCheckpoint `json:"checkpoint,omitempty"`
+}
+
+// CallSchedule is what the session decided about a call: when it may start
+// (executionMode), when it may settle (released, with its place in the log)
+// or that it is refused. Only the AgentSession controller writes it; every
+// other status field is the ToolCall controller's.
+type CallSchedule struct {
+	// executionMode is Parallel or Exclusive, as classified just before the
+	// call started; the call starts once it is set.
+	// +optional
+	// +kubebuilder:validation:Enum=Parallel;Exclusive
+	ExecutionMode ExecutionMode `json:"executionMode,omitempty"`
+
+	// released is set when every earlier call of the session has
+	// committed: the call may run post-execute and settle. It keeps
+	// post-execute and commitment in model order.
+	// +optional
+	Released bool `json:"released,omitempty"`
+
+	// commitSequence is the call's position in the session's committed
+	// log, assigned with released; the call is committed (phase Committed)
+	// once its result is written.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CommitSequence *int64 `json:"commitSequence,omitempty"`
+
+	// refusal is set when the session will never start the call
+	// (turn_closed: the call arrived after a call later in model order had
+	// started); the call then settles with that code, and still commits.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Refusal string `json:"refusal,omitempty"`
 }
 
 // PipelineCheckpoint is the part of a call's pipeline state not shown
@@ -337,8 +351,8 @@ const (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.status.result.outcome`
 // +kubebuilder:printcolumn:name="Code",type=string,JSONPath=`.status.result.errorCode`,priority=1
-// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.executionMode`,priority=1
-// +kubebuilder:printcolumn:name="Seq",type=integer,JSONPath=`.status.commitSequence`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.schedule.executionMode`,priority=1
+// +kubebuilder:printcolumn:name="Seq",type=integer,JSONPath=`.status.schedule.commitSequence`,priority=1
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ToolCall struct {

@@ -20,6 +20,7 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
 )
 
@@ -68,10 +69,14 @@ func main() {
 		log.Error(err, "manager not created")
 		os.Exit(1)
 	}
-	if err := controller.Setup(mgr, controller.Config{
-		ProcessWorkspaceDir: workspaceDir, RunnerImage: runnerImage, ImagePullPolicy: corev1.PullIfNotPresent,
-		NetworkPolicyEnforced: netpolicy,
-	}); err != nil {
+	cfg, err := compose(mgr, lifecycle.NewScope(), options{
+		processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
+	})
+	if err != nil {
+		log.Error(err, "providers not mounted")
+		os.Exit(1)
+	}
+	if err := controller.Setup(mgr, cfg); err != nil {
 		log.Error(err, "controllers not set up")
 		os.Exit(1)
 	}

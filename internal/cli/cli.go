@@ -195,11 +195,13 @@ func transcriptCommand(o *Options) *cobra.Command {
 			}
 			var calls []toolgatev1alpha1.ToolCall
 			for _, tc := range list.Items {
-				if tc.Spec.SessionRef.Name == args[0] && tc.Status.CommitSequence != nil {
+				if tc.Spec.SessionRef.Name == args[0] && tc.Status.Schedule.CommitSequence != nil {
 					calls = append(calls, tc)
 				}
 			}
-			sort.Slice(calls, func(i, j int) bool { return *calls[i].Status.CommitSequence < *calls[j].Status.CommitSequence })
+			sort.Slice(calls, func(i, j int) bool {
+				return *calls[i].Status.Schedule.CommitSequence < *calls[j].Status.Schedule.CommitSequence
+			})
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "SEQ\tTURN\tINDEX\tTOOL\tOUTCOME\tCONTENT")
 			for _, tc := range calls {
@@ -208,7 +210,7 @@ func transcriptCommand(o *Options) *cobra.Command {
 				if len(content) > 60 {
 					content = content[:60] + "…"
 				}
-				fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\n", *tc.Status.CommitSequence, tc.Spec.Turn, tc.Spec.Index, tc.Spec.Tool, r.Outcome, content)
+				fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\n", *tc.Status.Schedule.CommitSequence, tc.Spec.Turn, tc.Spec.Index, tc.Spec.Tool, r.Outcome, content)
 			}
 			return w.Flush()
 		},

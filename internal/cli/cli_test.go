@@ -66,7 +66,7 @@ func TestPlugin(t *testing.T) {
 	tc := tu.MakeToolCall(ns.Name, "call-1", "s").Obj()
 	must(t, c.Create(ctx, tc))
 	tc.Status = toolgatev1alpha1.ToolCallStatus{
-		Phase: toolgatev1alpha1.PhaseCommitted, CommitSequence: ptrTo(int64(0)),
+		Phase: toolgatev1alpha1.PhaseCommitted, Schedule: toolgatev1alpha1.CallSchedule{CommitSequence: ptrTo(int64(0))},
 		Stages: []toolgatev1alpha1.StageRecord{
 			{Stage: "call", Verdict: "admitted", Time: metav1.Now()},
 			{Stage: "pre-execute", Verdict: "allow", Reason: "allow-all", Time: metav1.Now()},

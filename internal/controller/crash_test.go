@@ -151,8 +151,8 @@ var _ = Describe("crash safety", Ordered, func() {
 			close(stop)
 			stopRunningManager()
 
-			Expect(*wc.Status.CommitSequence).To(Equal(int64(0)))
-			Expect(*rc.Status.CommitSequence).To(Equal(int64(1)))
+			Expect(*wc.Status.Schedule.CommitSequence).To(Equal(int64(0)))
+			Expect(*rc.Status.Schedule.CommitSequence).To(Equal(int64(1)))
 			Expect(rc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), rc.Status.Result.Message)
 			runs := bodyRuns(ns, "wruns")
 			GinkgoWriter.Printf("crash after write %d: w %s %s (body runs %d), r %s\n", n, wc.Status.Result.Outcome, wc.Status.Result.ErrorCode, runs, rc.Status.Result.Outcome)

@@ -40,7 +40,7 @@ func expectResult(c *toolgatev1alpha1.ToolCall, outcome toolgatev1alpha1.Outcome
 	ExpectWithOffset(1, c.Status.Result.Outcome).To(Equal(outcome), c.Status.Result.Message)
 	ExpectWithOffset(1, c.Status.Result.ErrorCode).To(Equal(code), c.Status.Result.Message)
 	ExpectWithOffset(1, stageTrace(c)).To(Equal(trace))
-	ExpectWithOffset(1, c.Status.CommitSequence).NotTo(BeNil())
+	ExpectWithOffset(1, c.Status.Schedule.CommitSequence).NotTo(BeNil())
 }
 
 // approvalRequest waits for the call's ApprovalRequest.
@@ -74,7 +74,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		expectResult(c, toolgatev1alpha1.OutcomeSucceeded, "", success)
 		Expect(c.Status.Result.Value).To(Equal(`"{\"text\":\"hello\"}"`))
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
-		Expect(*c.Status.CommitSequence).To(Equal(int64(0)))
+		Expect(*c.Status.Schedule.CommitSequence).To(Equal(int64(0)))
 		Expect(c.Status.Token).NotTo(BeEmpty())
 		// Observability: an Event names the outcome, the metrics counted it.
 		Eventually(func(g Gomega) {
@@ -266,7 +266,7 @@ var _ = Describe("deleting a session", func() {
 		Expect(running.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect(waiting.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect(stageTrace(waiting)).To(Equal("call:cancelled " + settledTail + "Cancelled"))
-		Expect([]int64{*running.Status.CommitSequence, *waiting.Status.CommitSequence}).To(Equal([]int64{0, 1}))
+		Expect([]int64{*running.Status.Schedule.CommitSequence, *waiting.Status.Schedule.CommitSequence}).To(Equal([]int64{0, 1}))
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s))
 		}, 10*time.Second).Should(BeTrue(), "the session's finalizer was not removed")

@@ -56,8 +56,8 @@ var _ = Describe("ordering through the controllers", func() {
 		for _, name := range []string{"a", "b", "c", "d", "e"} {
 			c := committedCall(ns, name, 30*time.Second)
 			Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Status.Result.Message)
-			seq = append(seq, *c.Status.CommitSequence)
-			modes = append(modes, c.Status.ExecutionMode)
+			seq = append(seq, *c.Status.Schedule.CommitSequence)
+			modes = append(modes, c.Status.Schedule.ExecutionMode)
 		}
 		Expect(seq).To(Equal([]int64{0, 1, 2, 3, 4}), "commit sequence must equal model order")
 		Expect(modes).To(Equal([]toolgatev1alpha1.ExecutionMode{"Parallel", "Parallel", "Exclusive", "Parallel", "Parallel"}))
@@ -87,7 +87,7 @@ var _ = Describe("ordering through the controllers", func() {
 		submit(ns, "t1", "fast", `{"id":"T1"}`, 1, 0)
 		c := committedCall(ns, "t1")
 		Expect(c.Status.Result.ErrorCode).To(Equal("turn_closed"))
-		Expect(*c.Status.CommitSequence).To(Equal(int64(1)))
+		Expect(*c.Status.Schedule.CommitSequence).To(Equal(int64(1)))
 		Expect(logIndex(ns, "start T1")).To(Equal(-1), "the refused call's body must not run")
 	})
 
@@ -105,7 +105,7 @@ var _ = Describe("ordering through the controllers", func() {
 		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0)
 		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1)
-		Expect(*committedCall(ns, "b").Status.CommitSequence).To(Equal(int64(1)))
+		Expect(*committedCall(ns, "b").Status.Schedule.CommitSequence).To(Equal(int64(1)))
 		s := &toolgatev1alpha1.AgentSession{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
@@ -113,7 +113,7 @@ var _ = Describe("ordering through the controllers", func() {
 		}).Should(Succeed())
 		Expect(k8s.Delete(ctx, committedCall(ns, "b"))).To(Succeed())
 		submit(ns, "c", "fast", `{"id":"C"}`, 1, 0)
-		Expect(*committedCall(ns, "c").Status.CommitSequence).To(Equal(int64(2)))
+		Expect(*committedCall(ns, "c").Status.Schedule.CommitSequence).To(Equal(int64(2)))
 	})
 
 	It("never exceeds maxParallel, and does run calls side by side", func() {
@@ -124,7 +124,7 @@ var _ = Describe("ordering through the controllers", func() {
 		}
 		for i := range 6 {
 			c := committedCall(ns, fmt.Sprintf("c%d", i), 30*time.Second)
-			Expect(*c.Status.CommitSequence).To(Equal(int64(i)))
+			Expect(*c.Status.Schedule.CommitSequence).To(Equal(int64(i)))
 		}
 		inflight, peak := 0, 0
 		for _, l := range strings.Split(strings.TrimSpace(workspaceFile(ns, "log")), "\n") {

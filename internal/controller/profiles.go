@@ -17,7 +17,6 @@ import (
 // the previous one is disposed.
 type Profiles struct {
 	Reader client.Reader
-	Run    profile.Runner
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]*profileEntry
@@ -30,8 +29,8 @@ type profileEntry struct {
 }
 
 // NewProfiles returns a cache reading ToolProfiles through r.
-func NewProfiles(r client.Reader, run profile.Runner) *Profiles {
-	return &Profiles{Reader: r, Run: run, entries: map[types.NamespacedName]*profileEntry{}}
+func NewProfiles(r client.Reader) *Profiles {
+	return &Profiles{Reader: r, entries: map[types.NamespacedName]*profileEntry{}}
 }
 
 // Resolve returns the compiled profile for key at its current generation.
@@ -52,7 +51,7 @@ func (p *Profiles) Resolve(ctx context.Context, key types.NamespacedName) (compi
 		return e.compiled, obj, e.err, nil
 	}
 	e := &profileEntry{generation: obj.Generation}
-	c, cerr2 := profile.Compile(obj, p.Run)
+	c, cerr2 := profile.Compile(obj)
 	if cerr2 != nil {
 		pe, ok := cerr2.(*profile.Error)
 		if !ok {

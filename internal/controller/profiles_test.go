@@ -24,7 +24,7 @@ func TestNewGenerationLeavesThePreviousIntact(t *testing.T) {
 	p := tu.MakeToolProfile("ns", "p").PreRule("allow", toolgatev1alpha1.ActionAllow, "").Obj()
 	p.Generation = 1
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p).Build()
-	profiles := NewProfiles(c, sandboxRunner)
+	profiles := NewProfiles(c)
 	key := types.NamespacedName{Namespace: "ns", Name: "p"}
 	ctx := context.Background()
 

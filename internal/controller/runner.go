@@ -4,42 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/internal/profile"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
-// jobContext is what the ToolCall controller knows about the attempt that
-// the compiled tool body (which sees only pipeline types) needs.
-type jobContext struct {
-	provider sandbox.Provider
+// callRunner is the pipeline.Runner of one call: the sandbox provider its
+// profile selects and the job describing the call. The ToolCall controller
+// gives each call's pipeline its own, so the hand-off is an argument, not
+// something carried in a context.
+type callRunner struct {
+	provider sandbox.Provider // nil when the profile's provider is not mounted
 	job      sandbox.Job
 }
 
-type jobKey struct{}
+var _ pipeline.Runner = callRunner{}
 
-func withJob(ctx context.Context, j jobContext) context.Context {
-	return context.WithValue(ctx, jobKey{}, j)
-}
-
-// sandboxRunner is the tool body of every compiled profile: it hands the
-// attempt to the sandbox provider the profile selects and turns the
-// provider's answer into a pipeline answer.
-func sandboxRunner(ctx context.Context, tool *toolgatev1alpha1.ToolDefinition, args pipeline.Arguments, exec *pipeline.Exec) (string, error) {
-	j, ok := ctx.Value(jobKey{}).(jobContext)
-	if !ok || j.provider == nil {
-		return "", pipeline.Fail(pipeline.CodeToolError, "no sandbox provider is available for this call")
+// Run hands one attempt to the sandbox provider and turns its answer into a
+// pipeline answer.
+func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, exec *pipeline.Exec) (string, error) {
+	tool, ok := spec.(*toolgatev1alpha1.ToolDefinition)
+	if !ok {
+		return "", pipeline.Fail(pipeline.CodeInternal, fmt.Sprintf("a body declared as %T cannot run in a sandbox", spec))
 	}
-	job := j.job
+	if r.provider == nil {
+		return "", pipeline.Fail(pipeline.CodeSandboxUnavailable, "the profile's sandbox provider is not mounted in this manager")
+	}
+	job := r.job
 	job.Tool = tool
 	job.Arguments = args.JSON()
 	job.Attempt = exec.Attempt
 	job.Key = sandbox.Key(job.OwnerUID, exec.Attempt)
 	job.Resumed = exec.Resumed
-	res, err := j.provider.Run(ctx, job)
+	res, err := r.provider.Run(ctx, job)
 	switch {
 	case errors.Is(err, sandbox.ErrPending):
 		return "", pipeline.Pending
@@ -48,18 +47,8 @@ func sandboxRunner(ctx context.Context, tool *toolgatev1alpha1.ToolDefinition, a
 	case err != nil:
 		return "", err
 	case res.ExitCode != 0:
-		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("exit code %d: %s", res.ExitCode, tail(res.Stderr, 512)))
+		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("exit code %d: %s", res.ExitCode, textutil.Tail(res.Stderr, 512)))
 	}
 	exec.Truncated = res.Truncated
 	return res.Stdout, nil
-}
-
-var _ profile.Runner = sandboxRunner
-
-func tail(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) > n {
-		s = "…" + s[len(s)-n:]
-	}
-	return s
 }

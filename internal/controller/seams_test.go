@@ -18,7 +18,7 @@ import (
 )
 
 // TestSandboxSeam mounts the process provider, invokes it through the
-// consumer (the compiled profiles' tool body), disposes the scope and
+// consumer (the call's pipeline.Runner), disposes the scope and
 // proves the registration is gone.
 func TestSandboxSeam(t *testing.T) {
 	scope := lifecycle.NewScope()
@@ -30,11 +30,11 @@ func TestSandboxSeam(t *testing.T) {
 	tool := &toolgatev1alpha1.ToolDefinition{Name: "echo", Container: &toolgatev1alpha1.ContainerRuntime{Command: []string{"/bin/cat"}}}
 	invoke := func(resumed bool) (string, error) {
 		provider, _ := mounts.Get("Process")
-		ctx := withJob(context.Background(), jobContext{provider: provider, job: sandbox.Job{
+		run := callRunner{provider: provider, job: sandbox.Job{
 			Owner: types.NamespacedName{Namespace: "ns", Name: "c"}, OwnerUID: "uid-1",
 			Workspace: sandbox.Workspace{Session: types.NamespacedName{Namespace: "ns", Name: "s"}},
-		}})
-		return sandboxRunner(ctx, tool, pipeline.ArgumentsOf(`{"x":1}`), &pipeline.Exec{Attempt: 1, Resumed: resumed})
+		}}
+		return run.Run(context.Background(), tool, pipeline.ArgumentsOf(`{"x":1}`), &pipeline.Exec{Attempt: 1, Resumed: resumed})
 	}
 	if _, err := invoke(false); !errors.Is(err, pipeline.Pending) {
 		t.Fatalf("first invocation: %v, want Pending", err)
@@ -55,8 +55,9 @@ func TestSandboxSeam(t *testing.T) {
 	if _, ok := mounts.Get("Process"); ok || mounts.Len() != 0 {
 		t.Fatal("the provider is still mounted after its scope was disposed")
 	}
-	if _, err := invoke(true); err == nil {
-		t.Fatal("the consumer still reached a disposed provider")
+	var f *pipeline.Failure
+	if _, err := invoke(true); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxUnavailable {
+		t.Fatalf("the consumer after disposal: %v, want sandbox_unavailable", err)
 	}
 }
 
@@ -79,7 +80,7 @@ func TestApprovalSeam(t *testing.T) {
 		})
 		opts := pipeline.Options{Default: pipeline.Decision{Action: pipeline.Ask}}
 		if a, ok := mounts.Get("None"); ok {
-			opts.Approver = a
+			opts.Approver = approval.For(a, approval.Subject{})
 		}
 		return pipeline.New(reg, opts).Run(context.Background(), pipeline.Request{CallID: "c", Tool: "t", Arguments: `{}`})
 	}

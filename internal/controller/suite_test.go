@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +24,11 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
+	approvalnone "github.com/toolgate/toolgate/internal/providers/approval/none"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
 	"github.com/toolgate/toolgate/internal/testenv"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
@@ -78,7 +84,7 @@ func startManager(cfg *rest.Config, opts ...func(*ctrl.Options)) {
 	}
 	mgr, err := ctrl.NewManager(cfg, o)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(Setup(mgr, Config{ProcessWorkspaceDir: workspaceDir, PollInterval: 500 * time.Millisecond, Scope: lifecycle.NewScope()})).To(Succeed())
+	Expect(Setup(mgr, composeForTests(mgr))).To(Succeed())
 	mctx, cancel := context.WithCancel(ctx)
 	stopManager = cancel
 	managerDone = make(chan struct{})
@@ -87,6 +93,18 @@ func startManager(cfg *rest.Config, opts ...func(*ctrl.Options)) {
 		defer close(managerDone)
 		Expect(mgr.Start(mctx)).To(Succeed())
 	}()
+}
+
+// composeForTests mounts the providers the specs use, as cmd/manager
+// composes them: approval through the API server (and None), the Process
+// sandbox.
+func composeForTests(mgr ctrl.Manager) Config {
+	scope := lifecycle.NewScope()
+	cfg := Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: NewWake(1024), PollInterval: 500 * time.Millisecond}
+	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}))).To(Succeed())
+	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
+	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(workspaceDir, cfg.Wake.Notify))).To(Succeed())
+	return cfg
 }
 
 func newNamespace() string {

@@ -31,7 +31,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 	st := pipeline.NewState(requestOf(tc))
 	s := &tc.Status
 	st.Token = s.Token
-	st.Mode = pipeline.Mode(s.ExecutionMode)
+	st.Mode = pipeline.Mode(s.Schedule.ExecutionMode)
 	st.Attempt = int(s.Attempt)
 	if s.StartTime != nil {
 		st.AttemptStartedAt = s.StartTime.Time
@@ -69,7 +69,6 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time) {
 	s := &tc.Status
 	s.Token = st.Token
-	s.ExecutionMode = toolgatev1alpha1.ExecutionMode(st.Mode)
 	s.Attempt = int32(st.Attempt)
 	if !st.AttemptStartedAt.IsZero() {
 		t := metav1.NewTime(st.AttemptStartedAt)
@@ -101,14 +100,16 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		// The result holds everything; the checkpoint is no longer needed.
 		s.Checkpoint = nil
 	}
-	if s.Phase != toolgatev1alpha1.PhaseCommitted {
-		s.Phase = phaseOf(st)
-	}
+	s.Phase = phaseOf(st, s.Schedule.Released)
 }
 
-// phaseOf summarizes a state for people.
-func phaseOf(st *pipeline.State) toolgatev1alpha1.ToolCallPhase {
+// phaseOf summarizes a state for people. A released call's result is
+// committed as it is written: the session released it because every
+// earlier call had committed, and gave it its place in the log.
+func phaseOf(st *pipeline.State, released bool) toolgatev1alpha1.ToolCallPhase {
 	switch {
+	case st.Result != nil && released:
+		return toolgatev1alpha1.PhaseCommitted
 	case st.Result != nil:
 		return toolgatev1alpha1.PhaseSettled
 	case st.Next == pipeline.StageApproval:
@@ -118,6 +119,17 @@ func phaseOf(st *pipeline.State) toolgatev1alpha1.ToolCallPhase {
 	default:
 		return toolgatev1alpha1.PhaseRunning
 	}
+}
+
+// nextStage is where a call stands in the pipeline, from its status.
+func nextStage(c *toolgatev1alpha1.ToolCall) pipeline.Stage {
+	switch {
+	case c.Status.Checkpoint != nil && c.Status.Checkpoint.Next != "":
+		return pipeline.Stage(c.Status.Checkpoint.Next)
+	case c.Status.Result != nil:
+		return pipeline.StageDone
+	}
+	return pipeline.StageCall
 }
 
 func timeOf(t *metav1.Time) time.Time {

@@ -62,6 +62,18 @@ type Options struct {
 	// PollInterval is how soon a driver should step a waiting call again.
 	// Defaults to one second.
 	PollInterval time.Duration
+	// Runner runs bodies declared as data (a ToolProfile's container or
+	// built-in tools call Exec.Run): the driver gives each call's pipeline
+	// a Runner bound to that call's sandbox. Nil fails such bodies with
+	// sandbox_unavailable.
+	Runner Runner
+}
+
+// Runner runs a body declared as data for one attempt: spec is what the
+// definition hands over (the pipeline never reads it), args the frozen
+// arguments. It returns the tool's output text, or a failure.
+type Runner interface {
+	Run(ctx context.Context, spec any, args Arguments, exec *Exec) (string, error)
 }
 
 // Pipeline runs calls through the stages, against a Registry.

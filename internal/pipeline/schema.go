@@ -53,9 +53,5 @@ func schemaMessage(err error) string {
 		loc := "/" + strings.Join(leaf.InstanceLocation, "/")
 		msg = fmt.Sprintf("at %s: %s", loc, leaf.ErrorKind.LocalizedString(englishPrinter))
 	}
-	msg = strings.ReplaceAll(msg, "\n", " ")
-	if len(msg) > 512 {
-		msg = msg[:512]
-	}
-	return msg
+	return bounded(msg)
 }

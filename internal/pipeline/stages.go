@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/textutil"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -242,7 +242,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 	if !st.dispatched && !def.Reattach {
 		return p.interrupted(st, def, now)
 	}
-	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: !st.dispatched || st.reattaching, StartedAt: st.AttemptStartedAt}
+	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: !st.dispatched || st.reattaching, StartedAt: st.AttemptStartedAt, runner: p.opts.Runner}
 	value, fail := p.invoke(ctx, st, snap, exec)
 	now = p.opts.Clock.Now()
 	if fail != nil && fail.Code == codeLost {
@@ -666,10 +666,4 @@ func orDefault(s, def string) string {
 }
 
 // bounded keeps messages short and on one line.
-func bounded(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 512 {
-		s = s[:512]
-	}
-	return s
-}
+func bounded(s string) string { return textutil.OneLine(s, 512) }

@@ -188,6 +188,16 @@ type Exec struct {
 	Truncated bool
 
 	deferred []Context
+	runner   Runner
+}
+
+// Run hands spec to the driver's Runner (Options.Runner): how a definition
+// declared as data runs its body in the call's sandbox.
+func (e *Exec) Run(ctx context.Context, spec any) (string, error) {
+	if e.runner == nil {
+		return "", Fail(CodeSandboxUnavailable, "no sandbox provider is available for this call")
+	}
+	return e.runner.Run(ctx, spec, e.Call.Args, e)
 }
 
 // DeferContext queues a message for the model, delivered after the whole

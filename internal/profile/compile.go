@@ -16,11 +16,6 @@ import (
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
-// Runner runs a tool's body (a container argv or a built-in) for one
-// attempt: the sandbox seam, as the compiled profile consumes it. It returns
-// the tool's output text (stdout), or a failure.
-type Runner func(ctx context.Context, tool *toolgatev1alpha1.ToolDefinition, args pipeline.Arguments, exec *pipeline.Exec) (string, error)
-
 // Error is a compile error: a reason (one of the Ready condition reasons)
 // and a message naming the tool or rule.
 type Error struct {
@@ -54,7 +49,7 @@ type Compiled struct {
 func (c *Compiled) Dispose() { c.scope.Dispose() }
 
 // Compile compiles a profile. run executes tool bodies.
-func Compile(p *toolgatev1alpha1.ToolProfile, run Runner) (*Compiled, error) {
+func Compile(p *toolgatev1alpha1.ToolProfile) (*Compiled, error) {
 	env, err := celEnv()
 	if err != nil {
 		return nil, err
@@ -65,17 +60,17 @@ func Compile(p *toolgatev1alpha1.ToolProfile, run Runner) (*Compiled, error) {
 		Spec:       *p.Spec.DeepCopy(),
 		scope:      lifecycle.NewScope(),
 	}
-	if err := c.compile(env, run); err != nil {
+	if err := c.compile(env); err != nil {
 		c.Dispose()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Compiled) compile(env *cel.Env, run Runner) error {
+func (c *Compiled) compile(env *cel.Env) error {
 	spec := &c.Spec
 	for i := range spec.Tools {
-		if err := c.compileTool(env, &spec.Tools[i], run); err != nil {
+		if err := c.compileTool(env, &spec.Tools[i]); err != nil {
 			return err
 		}
 	}
@@ -105,7 +100,7 @@ func (c *Compiled) compile(env *cel.Env, run Runner) error {
 	return nil
 }
 
-func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition, run Runner) error {
+func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition) error {
 	params, output := string(t.Parameters.Raw), string(t.Output.Schema.Raw)
 	if doc, err := pipeline.ParseJSON(params); err != nil {
 		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, err)
@@ -139,8 +134,10 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition,
 	}
 	stringOutput := schemaType(output) == "string"
 	tool := t.DeepCopy()
-	def.Execute = func(ctx context.Context, args pipeline.Arguments, exec *pipeline.Exec) (any, error) {
-		out, err := run(ctx, tool, args, exec)
+	def.Execute = func(ctx context.Context, _ pipeline.Arguments, exec *pipeline.Exec) (any, error) {
+		// The body runs in the call's sandbox: the controller gives each
+		// call's pipeline a Runner bound to it.
+		out, err := exec.Run(ctx, tool)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,12 +15,22 @@ import (
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
+// runnerFunc adapts a function to pipeline.Runner.
+type runnerFunc func(args pipeline.Arguments) (string, error)
+
+func (f runnerFunc) Run(_ context.Context, spec any, args pipeline.Arguments, _ *pipeline.Exec) (string, error) {
+	if _, ok := spec.(*toolgatev1alpha1.ToolDefinition); !ok {
+		return "", fmt.Errorf("spec is %T, not the tool's definition", spec)
+	}
+	return f(args)
+}
+
 // echoRunner returns the "text" argument, as a container tool printing it
 // would.
-func echoRunner(_ context.Context, _ *toolgatev1alpha1.ToolDefinition, a pipeline.Arguments, _ *pipeline.Exec) (string, error) {
+var echoRunner = runnerFunc(func(a pipeline.Arguments) (string, error) {
 	s, _ := a.Field("text")
 	return s, nil
-}
+})
 
 func TestCompileSampleProfile(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "toolgate_v1alpha1_toolprofile.yaml"))
@@ -30,7 +41,7 @@ func TestCompileSampleProfile(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, p); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Compile(p, echoRunner)
+	c, err := Compile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +93,7 @@ func TestCompileErrorsNameTheToolOrRule(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			w := tu.MakeToolProfile("ns", "p")
 			tc.edit(w)
-			_, err := Compile(w.Obj(), echoRunner)
+			_, err := Compile(w.Obj())
 			var cerr *Error
 			if err == nil || !asError(err, &cerr) {
 				t.Fatalf("compiled, or a non-compile error: %v", err)
@@ -104,12 +115,12 @@ func asError(err error, target **Error) bool {
 // using the profile's default decision.
 func run(t *testing.T, w *tu.ToolProfileWrapper, tool, args string) pipeline.Result {
 	t.Helper()
-	c, err := Compile(w.Obj(), echoRunner)
+	c, err := Compile(w.Obj())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Dispose()
-	p := pipeline.New(c.Registry, pipeline.Options{Default: c.Default})
+	p := pipeline.New(c.Registry, pipeline.Options{Default: c.Default, Runner: echoRunner})
 	return p.Run(context.Background(), pipeline.Request{CallID: "c", Tool: tool, Arguments: args, Requester: "agent", Session: "s"})
 }
 
@@ -181,7 +192,7 @@ func TestCompiledClassifierIsExact(t *testing.T) {
 	} {
 		w := tu.MakeToolProfile("ns", "p")
 		w.Spec.Tools[0].IsConcurrencySafe = expr
-		c, err := Compile(w.Obj(), echoRunner)
+		c, err := Compile(w.Obj())
 		if err != nil {
 			t.Fatalf("%s: %v", expr, err)
 		}
@@ -200,14 +211,13 @@ func TestTemplateRenderAndLargeIntegers(t *testing.T) {
 		Schema: tu.JSON(`{"type":"object","properties":{"n":{"type":"integer"}}}`),
 		Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderTemplate, Template: "n={{.Value.n}}"},
 	}
-	c, err := Compile(w.Obj(), func(context.Context, *toolgatev1alpha1.ToolDefinition, pipeline.Arguments, *pipeline.Exec) (string, error) {
-		return `{"n": 123456789012345678901234567890}`, nil
-	})
+	c, err := Compile(w.Obj())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Dispose()
-	res := pipeline.New(c.Registry, pipeline.Options{Default: c.Default}).Run(context.Background(),
+	large := runnerFunc(func(pipeline.Arguments) (string, error) { return `{"n": 123456789012345678901234567890}`, nil })
+	res := pipeline.New(c.Registry, pipeline.Options{Default: c.Default, Runner: large}).Run(context.Background(),
 		pipeline.Request{CallID: "c", Tool: "count", Arguments: `{"n": 1}`})
 	if res.Value != `{"n":123456789012345678901234567890}` || res.Content != "n=123456789012345678901234567890" {
 		t.Fatalf("%+v", res)

@@ -140,10 +140,12 @@ var _ = ReportAfterEach(func(r SpecReport) {
 
 type toolCall struct {
 	Status struct {
-		Phase          string `json:"phase"`
-		ExecutionMode  string `json:"executionMode"`
-		CommitSequence *int64 `json:"commitSequence"`
-		Result         *struct {
+		Phase    string `json:"phase"`
+		Schedule struct {
+			ExecutionMode  string `json:"executionMode"`
+			CommitSequence *int64 `json:"commitSequence"`
+		} `json:"schedule"`
+		Result *struct {
 			Outcome   string `json:"outcome"`
 			ErrorCode string `json:"errorCode"`
 			Content   string `json:"content"`
@@ -258,9 +260,9 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 		submit([3]string{"slow", "nap", `{"seconds":3}`}, [3]string{"fast1", "echo_args", `{"n":1}`}, [3]string{"fast2", "echo_args", `{"n":2}`})
 		slow, f1, f2 := committed("slow"), committed("fast1"), committed("fast2")
 		Expect([]string{slow.Status.Result.Outcome, f1.Status.Result.Outcome, f2.Status.Result.Outcome}).To(HaveEach("Succeeded"))
-		Expect(*f1.Status.CommitSequence).To(Equal(*slow.Status.CommitSequence + 1))
-		Expect(*f2.Status.CommitSequence).To(Equal(*slow.Status.CommitSequence + 2))
-		Expect([]string{slow.Status.ExecutionMode, f1.Status.ExecutionMode, f2.Status.ExecutionMode}).To(HaveEach("Parallel"))
+		Expect(*f1.Status.Schedule.CommitSequence).To(Equal(*slow.Status.Schedule.CommitSequence + 1))
+		Expect(*f2.Status.Schedule.CommitSequence).To(Equal(*slow.Status.Schedule.CommitSequence + 2))
+		Expect([]string{slow.Status.Schedule.ExecutionMode, f1.Status.Schedule.ExecutionMode, f2.Status.Schedule.ExecutionMode}).To(HaveEach("Parallel"))
 	})
 
 	It("stops the pod before a cancelled call settles", func() {

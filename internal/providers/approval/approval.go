@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"github.com/toolgate/toolgate/internal/textutil"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -10,15 +11,28 @@ import (
 	"github.com/toolgate/toolgate/internal/providers"
 )
 
-// Provider answers approval questions. Approve must be idempotent per call
-// (it is asked again while the answer is pending and after restarts).
+// Provider answers approval questions about a subject. Approve must be
+// idempotent per subject (it is asked again while the answer is pending and
+// after restarts).
 type Provider interface {
-	pipeline.Approver
+	Approve(ctx context.Context, s Subject, q pipeline.Question) (pipeline.Answer, string)
 	// Available is false when every question would fail closed.
 	Available() bool
 	// Close records how a question ended when the call settled without the
 	// provider's answer (expired, cancelled); it is idempotent.
 	Close(ctx context.Context, s Subject, code pipeline.Code) error
+}
+
+// For binds p to one subject: the pipeline's Approver for one call.
+func For(p Provider, s Subject) pipeline.Approver { return bound{p, s} }
+
+type bound struct {
+	p Provider
+	s Subject
+}
+
+func (b bound) Approve(ctx context.Context, q pipeline.Question) (pipeline.Answer, string) {
+	return b.p.Approve(ctx, b.s, q)
 }
 
 // Mounts are the mounted approval providers, by the profile's provider name.
@@ -30,19 +44,6 @@ type Subject struct {
 	Owner client.Object
 	// Redact lists top-level argument names hidden from the approver.
 	Redact []string
-}
-
-type subjectKey struct{}
-
-// WithSubject returns ctx carrying s for the provider.
-func WithSubject(ctx context.Context, s Subject) context.Context {
-	return context.WithValue(ctx, subjectKey{}, s)
-}
-
-// SubjectFrom returns the subject carried by ctx.
-func SubjectFrom(ctx context.Context) (Subject, bool) {
-	s, ok := ctx.Value(subjectKey{}).(Subject)
-	return s, ok
 }
 
 // MaxPreview bounds the argument preview an approver sees.
@@ -64,8 +65,5 @@ func Preview(args pipeline.Arguments, redact []string) string {
 		data, _ := json.Marshal(v)
 		text = string(data)
 	}
-	if len(text) > MaxPreview {
-		text = text[:MaxPreview-len("…[truncated]")] + "…[truncated]"
-	}
-	return text
+	return textutil.TruncateMarked(text, MaxPreview, "…[truncated]")
 }

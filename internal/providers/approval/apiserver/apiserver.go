@@ -7,12 +7,14 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/textutil"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -40,9 +42,8 @@ func Name(call client.Object) string { return call.GetName() }
 // Approve → allowed-once, Deny → rejected, none yet → pending. An API error
 // is answered as pending, so the question is asked again until the
 // pipeline's deadline fails it closed.
-func (p *Provider) Approve(ctx context.Context, q pipeline.Question) (pipeline.Answer, string) {
-	subj, ok := approval.SubjectFrom(ctx)
-	if !ok || subj.Owner == nil {
+func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipeline.Question) (pipeline.Answer, string) {
+	if subj.Owner == nil {
 		return pipeline.Unavailable, "the approval question has no subject"
 	}
 	ar := &toolgatev1alpha1.ApprovalRequest{}
@@ -51,10 +52,13 @@ func (p *Provider) Approve(ctx context.Context, q pipeline.Question) (pipeline.A
 	if apierrors.IsNotFound(err) {
 		// Created or not (a failure is retried at the next ask), nobody
 		// has answered yet.
-		_ = p.create(ctx, subj, q)
+		if err := p.create(ctx, subj, q); err != nil {
+			log.FromContext(ctx).Error(err, "approval request not created", "call", subj.Owner.GetName())
+		}
 		return pipeline.AnswerPending, ""
 	}
 	if err != nil {
+		log.FromContext(ctx).Error(err, "approval request not read", "call", subj.Owner.GetName())
 		return pipeline.AnswerPending, ""
 	}
 	if !metav1.IsControlledBy(ar, subj.Owner) {
@@ -92,7 +96,7 @@ func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline
 			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
 			Tool:             q.Call.Tool,
 			ArgumentsPreview: approval.Preview(q.Call.Args, subj.Redact),
-			Reason:           truncate(reason, 1024),
+			Reason:           textutil.Truncate(reason, 1024),
 			Requester:        q.Call.Requester,
 			Deadline:         metav1.NewTime(q.Deadline),
 		},
@@ -151,11 +155,4 @@ func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.Approva
 		return fmt.Errorf("setting the approval request phase: %w", err)
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

@@ -16,7 +16,7 @@ type Provider struct{}
 var _ approval.Provider = Provider{}
 
 // Approve answers Unavailable.
-func (Provider) Approve(context.Context, pipeline.Question) (pipeline.Answer, string) {
+func (Provider) Approve(context.Context, approval.Subject, pipeline.Question) (pipeline.Answer, string) {
 	return pipeline.Unavailable, "approval is disabled for this profile (provider None)"
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/textutil"
 	"path"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,7 +137,7 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: job.Owner.Namespace,
 			Labels: map[string]string{
-				LabelSandbox: "true", LabelEgress: fmt.Sprint(egress), LabelCall: truncate(job.Owner.Name, 63),
+				LabelSandbox: "true", LabelEgress: fmt.Sprint(egress), LabelCall: textutil.LabelValue(job.Owner.Name),
 				LabelAttempt: fmt.Sprint(job.Attempt), "app.kubernetes.io/managed-by": "toolgate",
 			},
 			Annotations: map[string]string{AnnotationArgs: job.Arguments},
@@ -193,11 +194,4 @@ func DenyAll(namespace string) *networkingv1.NetworkPolicy {
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }

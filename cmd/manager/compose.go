@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
+	approvalnone "github.com/toolgate/toolgate/internal/providers/approval/none"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
+)
+
+// options are what the manager's flags choose.
+type options struct {
+	processWorkspaceDir   string
+	runnerImage           string
+	networkPolicyEnforced bool
+}
+
+// compose mounts the providers of each seam under scope and returns the
+// controllers' configuration: the one place that names concrete providers.
+func compose(mgr ctrl.Manager, scope *lifecycle.Scope, o options) (controller.Config, error) {
+	cfg := controller.Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(1024)}
+	mount := func(err error) error {
+		if err != nil {
+			return fmt.Errorf("mounting a provider: %w", err)
+		}
+		return nil
+	}
+	if err := mount(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}))); err != nil {
+		return cfg, err
+	}
+	if err := mount(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})); err != nil {
+		return cfg, err
+	}
+	if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(o.processWorkspaceDir, cfg.Wake.Notify))); err != nil {
+		return cfg, err
+	}
+	if o.runnerImage != "" {
+		logs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return cfg, fmt.Errorf("a client for pod logs: %w", err)
+		}
+		provider := &pod.Provider{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Logs: logs, Notify: cfg.Wake.Notify, NetworkPolicyEnforced: o.networkPolicyEnforced,
+			Config: pod.Config{RunnerImage: o.runnerImage, ImagePullPolicy: corev1.PullIfNotPresent},
+		}
+		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderPod), provider)); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,385 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+)
+
+// The phases of a ToolCall reconcile, in the order Reconcile runs them.
+
+// settled reports whether the call's result is durable: it is never
+// rewritten, and only post-settlement work is left.
+func settled(tc *toolgatev1alpha1.ToolCall) bool {
+	return tc.Status.Result != nil && tc.Status.Checkpoint == nil
+}
+
+// reconcileSettled does what follows a durable result, idempotently, every
+// time a settled call is reconciled: a crash right after the final status
+// write loses none of it. It stops the reconcile of a settled call.
+func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
+	tc := s.tc
+	if !settled(tc) {
+		return ctrl.Result{}, false, nil
+	}
+	if askedApproval(tc) {
+		subj := approval.Subject{Owner: tc}
+		for _, a := range r.Approvals.All() {
+			if err := a.Close(ctx, subj, pipeline.Code(tc.Status.Result.ErrorCode)); err != nil {
+				return ctrl.Result{}, true, fmt.Errorf("closing the approval request: %w", err)
+			}
+		}
+	}
+	if !s.justSettled {
+		// A pod left behind (by a crash between the result and its
+		// cleanup) goes now, and providers forget the call's attempts.
+		if _, err := r.release(ctx, tc); err != nil {
+			return ctrl.Result{}, true, fmt.Errorf("releasing the sandbox: %w", err)
+		}
+	}
+	if err := r.announce(ctx, tc); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	return ctrl.Result{}, true, nil
+}
+
+// reconcileSession finds the call's session. Without one the call cannot
+// be ordered; it still gets its one result.
+func (r *ToolCallReconciler) reconcileSession(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
+	tc := s.tc
+	s.st = stateOf(tc)
+	r.restore(tc.UID, s.st)
+	key := client.ObjectKey{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}
+	session := &toolgatev1alpha1.AgentSession{}
+	err := r.Client.Get(ctx, key, session)
+	if err == nil {
+		s.session = session
+		return ctrl.Result{}, false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, true, fmt.Errorf("reading the session: %w", err)
+	}
+	// The cache may not have seen a session created a moment ago: only the
+	// API server's own answer settles the call.
+	if err := r.reader().Get(ctx, key, session); !apierrors.IsNotFound(err) {
+		if err == nil {
+			return ctrl.Result{RequeueAfter: time.Second}, true, nil
+		}
+		return ctrl.Result{}, true, fmt.Errorf("confirming the session is gone: %w", err)
+	}
+	if stopped, err := r.stopInFlight(ctx, tc, s.st); err != nil || !stopped {
+		return ctrl.Result{RequeueAfter: time.Second}, true, err
+	}
+	s.st.Abort(pipeline.CodeSessionGone, "the call's AgentSession does not exist", s.now)
+	p := pipeline.New(pipeline.NewRegistry(), pipeline.Options{Clock: r.Clock})
+	for !s.st.Done() {
+		p.Step(context.Background(), s.st)
+	}
+	if err := r.persist(ctx, s); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	return r.reconcileSettled(ctx, s)
+}
+
+// reconcileOwner makes the session own the call, so deleting the session
+// deletes its calls (after the session's finalizer has settled them).
+func (r *ToolCallReconciler) reconcileOwner(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
+	for _, ref := range s.tc.OwnerReferences {
+		if ref.UID == s.session.UID {
+			return ctrl.Result{}, false, nil
+		}
+	}
+	base := s.tc.DeepCopy()
+	if err := controllerutil.SetOwnerReference(s.session, s.tc, r.Client.Scheme()); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if err := r.Client.Patch(ctx, s.tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, true, fmt.Errorf("setting the session as owner: %w", err)
+	}
+	s.base = s.tc.DeepCopy()
+	return ctrl.Result{}, false, nil
+}
+
+// reconcileProfile builds the pipeline of the call's current profile, with
+// the call's own approver and sandbox runner. A missing or unresolved
+// profile settles the call with profile_unavailable, after stopping any
+// body still running.
+func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
+	tc, session := s.tc, s.session
+	key := types.NamespacedName{Namespace: tc.Namespace, Name: session.Spec.ProfileRef.Name}
+	compiled, obj, cerr, err := r.Profiles.Resolve(ctx, key)
+	if err != nil {
+		return ctrl.Result{}, true, fmt.Errorf("resolving the profile: %w", err) // transient: never settle on it
+	}
+	opts := pipeline.Options{Clock: r.Clock, PollInterval: r.PollInterval}
+	s.subject = approval.Subject{Owner: tc}
+	s.runner.job = sandbox.Job{
+		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID,
+		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), ClaimName: session.Status.WorkspaceClaimName},
+	}
+	if compiled == nil {
+		msg := fmt.Sprintf("ToolProfile %s does not exist", key.Name)
+		if cerr != nil {
+			msg = fmt.Sprintf("ToolProfile %s is not Ready: %s", key.Name, cerr.Message)
+		}
+		if s.st.Attempt > 0 {
+			// The profile went away while a body ran: stop its work first.
+			if stopped, err := r.stopInFlight(ctx, tc, s.st); err != nil || !stopped {
+				return ctrl.Result{RequeueAfter: time.Second}, true, err
+			}
+		}
+		s.st.Abort(pipeline.CodeProfileUnavailable, msg, s.now)
+		s.pipe = pipeline.New(pipeline.NewRegistry(), opts)
+		return ctrl.Result{}, false, nil
+	}
+	spec := obj.Spec
+	opts.Default = compiled.Default
+	opts.ApprovalTimeout = time.Duration(spec.Approval.TimeoutSeconds) * time.Second
+	if t := session.Spec.ApprovalTimeoutSeconds; t != nil {
+		opts.ApprovalTimeout = time.Duration(*t) * time.Second
+	}
+	s.subject.Redact = spec.Approval.RedactArguments
+	if a, ok := r.Approvals.Get(string(spec.Approval.Provider)); ok {
+		opts.Approver = approval.For(a, s.subject)
+	}
+	s.runner.provider, _ = r.Sandboxes.Get(string(spec.Sandbox.Provider))
+	s.runner.job.Policy = spec.Sandbox
+	opts.Runner = s.runner
+	s.pipe = pipeline.New(compiled.Registry, opts)
+	return ctrl.Result{}, false, nil
+}
+
+// reconcileRefusal settles a call the session refused to schedule.
+func (r *ToolCallReconciler) reconcileRefusal(_ context.Context, s *callScope) (ctrl.Result, bool, error) {
+	if code := s.tc.Status.Schedule.Refusal; code != "" {
+		s.st.Abort(pipeline.Code(code), "the session refused to schedule the call: a call later in model order had already started", s.now)
+	}
+	return ctrl.Result{}, false, nil
+}
+
+// reconcileSteps steps the pipeline as far as the schedule allows, writing
+// the status before every stage with a side effect (asking a person,
+// running the body) and once at the end, never when nothing changed.
+func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
+	callCtx := callContext(ctx, s.tc, s.session)
+	var requeue time.Duration
+	for !s.st.Done() && gateOpen(s.tc, s.st) {
+		progress, wait := s.pipe.Step(callCtx, s.st)
+		r.remember(s.tc.UID, s.st)
+		if progress == pipeline.Waiting {
+			requeue = wait
+			break
+		}
+		if s.st.Next == pipeline.StageApproval || s.st.Next == pipeline.StageExecute {
+			// The next step has a side effect: make this boundary durable
+			// first.
+			if err := r.persist(ctx, s); err != nil {
+				return ctrl.Result{}, true, err
+			}
+		}
+	}
+	if err := r.persist(ctx, s); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if !s.st.Done() {
+		return ctrl.Result{RequeueAfter: requeue}, true, nil
+	}
+	s.justSettled = true
+	for a := 1; a <= s.st.Attempt; a++ {
+		r.live.Delete(attemptKey{s.tc.UID, a})
+		if s.runner.provider != nil {
+			s.runner.provider.Forget(sandbox.Key(s.tc.UID, a))
+		}
+	}
+	logger := log.FromContext(ctx)
+	if seq := s.tc.Status.Schedule.CommitSequence; s.tc.Status.Phase == toolgatev1alpha1.PhaseCommitted && seq != nil {
+		logger.Info("call committed", "call", s.tc.Name, "token", s.st.Token, "sequence", *seq, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
+	} else {
+		logger.Info("call settled", "call", s.tc.Name, "token", s.st.Token, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
+	}
+	return ctrl.Result{}, false, nil
+}
+
+// callContext is the caller's signal: cancelled once cancellation is
+// requested or the session is being deleted, and never by the manager's
+// own shutdown (a restart is not a cancellation).
+func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession) context.Context {
+	callCtx := context.WithoutCancel(ctx)
+	if tc.Spec.CancelRequested || !session.DeletionTimestamp.IsZero() {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithCancel(callCtx)
+		cancel()
+	}
+	return callCtx
+}
+
+// gateOpen applies the session's schedule: a call starts only once the
+// session admitted it (or it is cancelled or refused, which settles it at
+// once), and settles only once the session released it.
+func gateOpen(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) bool {
+	sch := tc.Status.Schedule
+	switch {
+	case !pipeline.PastPreExecute(st.Next):
+		return sch.ExecutionMode != "" || tc.Spec.CancelRequested || sch.Refusal != ""
+	case pipeline.BodyDone(st.Next):
+		return sch.Released
+	}
+	return true
+}
+
+// persist writes the call's status when the state changed it.
+func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
+	tc := s.tc
+	before := len(s.base.Status.Stages)
+	writeState(tc, s.st, r.Clock.Now())
+	if equality.Semantic.DeepEqual(s.base.Status, tc.Status) {
+		return nil // nothing new: no API write
+	}
+	if err := r.Client.Status().Patch(ctx, tc, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("writing the call's status: %w", err)
+	}
+	statusWrites.WithLabelValues("toolcall").Inc()
+	for _, st := range tc.Status.Stages[min(before, len(tc.Status.Stages)):] {
+		stageBoundaries.WithLabelValues(st.Stage, st.Verdict).Inc()
+	}
+	s.base = tc.DeepCopy()
+	return nil
+}
+
+// reader reads from the API server itself when one is configured.
+func (r *ToolCallReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// stopInFlight stops the work of an attempt in flight before the call is
+// settled without its pipeline (its session or profile is gone), through
+// every mounted sandbox provider: which one ran it is in the profile that is
+// gone. It reports whether no owned work is left.
+func (r *ToolCallReconciler) stopInFlight(ctx context.Context, tc *toolgatev1alpha1.ToolCall, st *pipeline.State) (bool, error) {
+	if st.Next != pipeline.StageExecute {
+		return true, nil
+	}
+	return r.release(ctx, tc)
+}
+
+// release asks every mounted sandbox provider to stop and forget the call's
+// work; it reports whether nothing is left.
+func (r *ToolCallReconciler) release(ctx context.Context, tc *toolgatev1alpha1.ToolCall) (bool, error) {
+	gone := true
+	for _, p := range r.Sandboxes.All() {
+		g, err := p.Release(ctx, client.ObjectKeyFromObject(tc), tc.UID)
+		if err != nil {
+			return false, err
+		}
+		gone = gone && g
+	}
+	return gone, nil
+}
+
+// remember records what this process knows of the current attempt, and
+// restore puts it back into a state rebuilt from status.
+func (r *ToolCallReconciler) remember(uid types.UID, st *pipeline.State) {
+	if st.Attempt == 0 {
+		return
+	}
+	d, inv := st.Live()
+	r.live.Store(attemptKey{uid, st.Attempt}, liveAttempt{d, inv})
+}
+
+func (r *ToolCallReconciler) restore(uid types.UID, st *pipeline.State) {
+	if v, ok := r.live.Load(attemptKey{uid, st.Attempt}); ok {
+		l := v.(liveAttempt)
+		st.SetLive(l.dispatched, l.invoked)
+	}
+}
+
+// announceWindow is how long after settling a call's outcome is still
+// announced by a manager that did not see it settle: long enough to cover a
+// crash right after the final write, short enough that a restart does not
+// re-announce old calls.
+const announceWindow = 10 * time.Minute
+
+// announce emits the call's Settled Event and counts it in the metrics,
+// once: the Event's name is derived from the call, so a second manager (or
+// this one after a restart) finds it already exists and counts nothing.
+func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.ToolCall) error {
+	key := client.ObjectKeyFromObject(tc)
+	if uid, done := r.announced.Load(key); done && uid == tc.UID {
+		return nil
+	}
+	res := tc.Status.Result
+	if r.Clock.Since(res.SettledAt.Time) > announceWindow {
+		r.announced.Store(key, tc.UID)
+		return nil
+	}
+	kind := corev1.EventTypeNormal
+	if res.Outcome != toolgatev1alpha1.OutcomeSucceeded {
+		kind = corev1.EventTypeWarning
+	}
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name + "." + string(tc.UID)},
+		EventTime:           metav1.NewMicroTime(r.Clock.Now()),
+		ReportingController: reportingController,
+		ReportingInstance:   reportingController,
+		Action:              "Settle",
+		Reason:              "Settled",
+		Type:                kind,
+		Note:                fmt.Sprintf("outcome %s, code %s", res.Outcome, orNone(res.ErrorCode)),
+		Regarding: corev1.ObjectReference{
+			APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall",
+			Namespace: tc.Namespace, Name: tc.Name, UID: tc.UID,
+		},
+	}
+	err := r.Client.Create(ctx, ev)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+	case err != nil:
+		// Events are for people; the result does not depend on one.
+		log.FromContext(ctx).Error(err, "settled event not created", "call", tc.Name)
+		fallthrough
+	default:
+		callsSettled.WithLabelValues(string(res.Outcome), res.ErrorCode).Inc()
+		callDuration.WithLabelValues(string(res.Outcome)).Observe(res.SettledAt.Sub(tc.CreationTimestamp.Time).Seconds())
+	}
+	r.announced.Store(key, tc.UID)
+	return nil
+}
+
+// reportingController names toolgate in the Events it emits.
+const reportingController = "toolgate.dev/manager"
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// askedApproval reports whether pre-execute asked a person about the call.
+func askedApproval(tc *toolgatev1alpha1.ToolCall) bool {
+	for _, r := range tc.Status.Stages {
+		if r.Stage == string(pipeline.StagePreExecute) && r.Verdict == pipeline.VerdictAsk {
+			return true
+		}
+	}
+	return false
+}
