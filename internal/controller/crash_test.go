@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,10 +18,28 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
-// crashAfter makes a manager's client fail every ToolCall status write
-// after the first n, and stop the manager at that moment: a crash right
-// after the n-th boundary became durable.
+// crashAfter makes a manager's client stop the manager right after the
+// n-th ToolCall status write succeeded, failing the reconcile that made it
+// (so nothing that follows the write in that reconcile runs) and every
+// later write: a crash right after the n-th boundary became durable.
 func crashAfter(n int64, writes *atomic.Int64) func(*ctrl.Options) {
+	return crashWhen(func(*toolgatev1alpha1.ToolCall) bool { return writes.Add(1) == n }, func() bool { return writes.Load() >= n })
+}
+
+// crashAfterResult stops the manager right after a call's result was
+// written, failing the reconcile that wrote it.
+func crashAfterResult() func(*ctrl.Options) {
+	var crashed atomic.Bool
+	return crashWhen(func(tc *toolgatev1alpha1.ToolCall) bool {
+		return tc.Status.Result != nil && crashed.CompareAndSwap(false, true)
+	}, crashed.Load)
+}
+
+// crashWhen makes a manager's client stop the manager right after a
+// successful ToolCall status write for which after reports true, failing
+// the reconcile that made it, and fail every write once crashed reports
+// true.
+func crashWhen(after func(*toolgatev1alpha1.ToolCall) bool, crashed func() bool) func(*ctrl.Options) {
 	return func(o *ctrl.Options) {
 		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, opts)
@@ -29,13 +48,22 @@ func crashAfter(n int64, writes *atomic.Int64) func(*ctrl.Options) {
 			}
 			return interceptor.NewClient(c, interceptor.Funcs{
 				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-					if _, ok := obj.(*toolgatev1alpha1.ToolCall); ok && sub == "status" {
-						if writes.Add(1) > n {
-							stopManager()
-							return errors.New("crashed")
-						}
+					tc, ok := obj.(*toolgatev1alpha1.ToolCall)
+					if !ok || sub != "status" {
+						return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 					}
-					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+					if crashed() {
+						stopManager()
+						return errors.New("crashed")
+					}
+					if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+						return err
+					}
+					if after(tc) {
+						stopManager()
+						return errors.New("crashed after the write")
+					}
+					return nil
 				},
 			}), nil
 		}
@@ -128,7 +156,7 @@ var _ = Describe("crash safety", Ordered, func() {
 		Expect(total).To(BeNumerically(">", 6))
 		GinkgoWriter.Printf("the scenario makes %d ToolCall status writes\n", total)
 
-		for n := int64(1); n < total; n++ {
+		for n := int64(1); n <= total; n++ {
 			By(fmt.Sprintf("crashing after status write %d of %d", n, total))
 			ns := newNamespace()
 			writes.Store(0)
@@ -147,6 +175,7 @@ var _ = Describe("crash safety", Ordered, func() {
 			Eventually(func(g Gomega) {
 				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
 				g.Expect(s.Status.NextSequence).To(Equal(int64(2)))
+				g.Expect(settledEvents(ns)).To(Equal(map[string]int{"w": 1, "r": 1}), "one Settled Event per call")
 			}).Should(Succeed())
 			close(stop)
 			stopRunningManager()
@@ -166,6 +195,51 @@ var _ = Describe("crash safety", Ordered, func() {
 			list := &toolgatev1alpha1.ApprovalRequestList{}
 			Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 			Expect(list.Items).To(HaveLen(1), "one question per call")
+			Consistently(func() map[string]int { return settledEvents(ns) }, 200*time.Millisecond).Should(Equal(map[string]int{"w": 1, "r": 1}))
 		}
 	})
+
+	It("closes the question of a call settled without its answer, and announces it once, even when the manager dies right after the result", func() {
+		scenario := func(ns string) {
+			setup(processProfile(ns, shTool("write", "echo written").Obj()).PreRule("ask-writes", toolgatev1alpha1.ActionAsk, "", "write"))
+			submit(ns, "w", "write", `{}`, 0, 0)
+			// Cancel the call while its question is open.
+			ar := &toolgatev1alpha1.ApprovalRequest{}
+			Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w"}, ar) }, 20*time.Second).Should(Succeed())
+			tc := &toolgatev1alpha1.ToolCall{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w"}, tc)).To(Succeed())
+			base := tc.DeepCopy()
+			tc.Spec.CancelRequested = true
+			Expect(k8s.Patch(ctx, tc, client.MergeFrom(base))).To(Succeed())
+		}
+		ns := newNamespace()
+		startManager(env.Config, crashAfterResult())
+		scenario(ns)
+		Eventually(func() bool { return isClosed(managerDone) }, 30*time.Second).Should(BeTrue())
+		stopRunningManager()
+		wc := committedCall(ns, "w", time.Second)
+		Expect(wc.Status.Result.ErrorCode).To(Equal("cancelled"))
+
+		startManager(env.Config)
+		Eventually(func(g Gomega) {
+			ar := &toolgatev1alpha1.ApprovalRequest{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w"}, ar)).To(Succeed())
+			g.Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalCancelled))
+			g.Expect(settledEvents(ns)).To(Equal(map[string]int{"w": 1}))
+		}, 20*time.Second).Should(Succeed())
+		stopRunningManager()
+	})
 })
+
+// settledEvents counts the Settled Events in ns by the call they regard.
+func settledEvents(ns string) map[string]int {
+	list := &eventsv1.EventList{}
+	Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+	out := map[string]int{}
+	for _, e := range list.Items {
+		if e.Reason == "Settled" && e.Regarding.Kind == "ToolCall" {
+			out[e.Regarding.Name]++
+		}
+	}
+	return out
+}
