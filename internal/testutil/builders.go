@@ -205,6 +205,59 @@ func (w *ToolCallWrapper) Parent(parent string) *ToolCallWrapper {
 	return w
 }
 
+// Status builders: a call at each point of its path, as the controllers
+// write it. The session's part (status.schedule) and the call's part are
+// set by separate builders, as separate controllers write them.
+
+// Admitted records the session's admission with mode.
+func (w *ToolCallWrapper) Admitted(mode toolgatev1alpha1.ExecutionMode) *ToolCallWrapper {
+	w.Status.Schedule.ExecutionMode = mode
+	return w
+}
+
+// Released records the session's release with the call's place in the log.
+func (w *ToolCallWrapper) Released(seq int64) *ToolCallWrapper {
+	w.Status.Schedule.Released, w.Status.Schedule.CommitSequence = true, &seq
+	return w
+}
+
+// Refused records the session's refusal with code.
+func (w *ToolCallWrapper) Refused(code string) *ToolCallWrapper {
+	w.Status.Schedule.Refusal = code
+	return w
+}
+
+// NextStage records where the call stands: its checkpoint's next stage.
+func (w *ToolCallWrapper) NextStage(stage string) *ToolCallWrapper {
+	if w.Status.Checkpoint == nil {
+		w.Status.Checkpoint = &toolgatev1alpha1.PipelineCheckpoint{}
+	}
+	w.Status.Checkpoint.Next = stage
+	w.Status.Phase = toolgatev1alpha1.PhaseRunning
+	return w
+}
+
+// Settled records the call's result with outcome (and code for a
+// failure); the call is committed if it was released.
+func (w *ToolCallWrapper) Settled(outcome toolgatev1alpha1.Outcome, code string) *ToolCallWrapper {
+	w.Status.Checkpoint = nil
+	w.Status.Result = &toolgatev1alpha1.ToolCallResult{Outcome: outcome, ErrorCode: code, SettledAt: metav1.Now()}
+	w.Status.Phase = toolgatev1alpha1.PhaseSettled
+	if w.Status.Schedule.Released {
+		w.Status.Phase = toolgatev1alpha1.PhaseCommitted
+	}
+	return w
+}
+
+// Committed records the call admitted, released at seq and settled as a
+// success.
+func (w *ToolCallWrapper) Committed(seq int64) *ToolCallWrapper {
+	if w.Status.Schedule.ExecutionMode == "" {
+		w.Admitted(toolgatev1alpha1.ModeExclusive)
+	}
+	return w.Released(seq).Settled(toolgatev1alpha1.OutcomeSucceeded, "")
+}
+
 // ApprovalRequestWrapper builds an ApprovalRequest.
 type ApprovalRequestWrapper struct {
 	toolgatev1alpha1.ApprovalRequest

@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// TestSessionPlanFromStatus: the session plans from what calls' statuses
+// say (no API server): each status, as the controllers write it, reads as
+// the planning input that leads to the right next step.
+func TestSessionPlanFromStatus(t *testing.T) {
+	call := func(name string, turn int64, index int32) *tu.ToolCallWrapper {
+		return tu.MakeToolCall("ns", name, "s").At(turn, index)
+	}
+	par := toolgatev1alpha1.ModeParallel
+	for _, tt := range []struct {
+		name  string
+		calls []*tu.ToolCallWrapper
+		max   int
+		want  pipeline.Plan
+	}{
+		{
+			name:  "a new session admits and releases its first call",
+			calls: []*tu.ToolCallWrapper{call("a", 0, 0), call("b", 0, 1)},
+			max:   2, want: pipeline.Plan{Admit: 0, AdmitMode: pipeline.Parallel, Release: 0},
+		},
+		{
+			name: "a call still before its pre-execute decision holds the next one back",
+			calls: []*tu.ToolCallWrapper{
+				call("a", 0, 0).Admitted(par).Released(0),
+				call("b", 0, 1),
+			},
+			max: 2, want: pipeline.Plan{Admit: -1, Release: -1},
+		},
+		{
+			name: "a running body lets the next parallel call start",
+			calls: []*tu.ToolCallWrapper{
+				call("a", 0, 0).Admitted(par).Released(0).NextStage(string(pipeline.StageExecute)),
+				call("b", 0, 1),
+			},
+			max: 2, want: pipeline.Plan{Admit: 1, AdmitMode: pipeline.Parallel, Release: -1},
+		},
+		{
+			name: "a committed call hands the release to the next one",
+			calls: []*tu.ToolCallWrapper{
+				call("a", 0, 0).Admitted(par).Committed(0),
+				call("b", 0, 1).Admitted(par).NextStage(string(pipeline.StagePostExecute)),
+			},
+			max: 2, want: pipeline.Plan{Admit: -1, Release: 1},
+		},
+		{
+			name: "a refused call settles and is released in its turn",
+			calls: []*tu.ToolCallWrapper{
+				call("a", 0, 0).Committed(0),
+				call("late", 0, 1).Refused(string(pipeline.CodeTurnClosed)).NextStage(string(pipeline.StageFinalize)),
+				call("c", 1, 0).Admitted(par).NextStage(string(pipeline.StageExecute)),
+			},
+			max: 2, want: pipeline.Plan{Admit: -1, Release: 1},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := make([]*toolgatev1alpha1.ToolCall, len(tt.calls))
+			for i, w := range tt.calls {
+				calls[len(calls)-1-i] = w.Obj() // listed out of order
+			}
+			sortModelOrder(calls)
+			view := make([]pipeline.TurnCall, len(calls))
+			for i, c := range calls {
+				view[i] = turnCallOf(c)
+			}
+			got := pipeline.PlanTurn(view, tt.max, func(int) pipeline.Mode { return pipeline.Parallel })
+			if !slices.Equal(got.Refuse, tt.want.Refuse) || got.Admit != tt.want.Admit || got.AdmitMode != tt.want.AdmitMode || got.Release != tt.want.Release {
+				t.Errorf("plan %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSessionLogHead: the session's status is derived from its calls.
+func TestSessionLogHead(t *testing.T) {
+	calls := []*toolgatev1alpha1.ToolCall{
+		tu.MakeToolCall("ns", "a", "s").At(0, 0).Committed(0).Obj(),
+		tu.MakeToolCall("ns", "b", "s").At(0, 1).Admitted(toolgatev1alpha1.ModeParallel).Released(1).Settled(toolgatev1alpha1.OutcomeDenied, "policy_denied").Obj(),
+		tu.MakeToolCall("ns", "c", "s").At(1, 0).Admitted(toolgatev1alpha1.ModeExclusive).Released(2).NextStage(string(pipeline.StageExecute)).Obj(),
+	}
+	s := tu.MakeAgentSession("ns", "s", "p").Obj()
+	setSessionStatus(s, calls)
+	st := s.Status
+	if st.Counts.Succeeded != 1 || st.Counts.Denied != 1 || st.CommittedTurn != 0 || st.CurrentTurn != 1 || st.NextSequence != 3 {
+		t.Errorf("log head %+v", st)
+	}
+	if st.CommitCursor == nil || st.CommitCursor.Turn != 0 || st.CommitCursor.Index != 1 {
+		t.Errorf("commit cursor %+v", st.CommitCursor)
+	}
+}
