@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
 // Options are the connection settings; Config, when set, replaces the
@@ -127,8 +128,9 @@ func whoAmI(ctx context.Context, cs kubernetes.Interface) (string, error) {
 // expected are the verdicts of a call that goes well; the first record with
 // another verdict is where the call diverged.
 var expected = map[string]bool{
-	"admitted": true, "allow": true, "ask": true, "allowed-once": true, "abstain": true,
-	"dispatched": true, "ok": true, "accept": true, "Succeeded": true,
+	pipeline.VerdictAdmitted: true, pipeline.VerdictAllow: true, pipeline.VerdictAsk: true, pipeline.VerdictAllowedOnce: true,
+	pipeline.VerdictAbstain: true, pipeline.VerdictDispatched: true, pipeline.VerdictOK: true, pipeline.VerdictAccept: true,
+	string(pipeline.Succeeded): true,
 }
 
 func traceCommand(o *Options) *cobra.Command {

@@ -68,16 +68,16 @@ func TestPlugin(t *testing.T) {
 	tc.Status = toolgatev1alpha1.ToolCallStatus{
 		Phase: toolgatev1alpha1.PhaseCommitted, Schedule: toolgatev1alpha1.CallSchedule{CommitSequence: ptrTo(int64(0))},
 		Stages: []toolgatev1alpha1.StageRecord{
-			{Stage: "call", Verdict: "admitted", Time: metav1.Now()},
-			{Stage: "pre-execute", Verdict: "allow", Reason: "allow-all", Time: metav1.Now()},
-			{Stage: "guard", Verdict: "deny", Reason: "no-secrets", Time: metav1.Now()},
-			{Stage: "finalize", Verdict: "ok", Time: metav1.Now()},
+			{Stage: "Call", Verdict: "Admitted", Time: metav1.Now()},
+			{Stage: "PreExecute", Verdict: "Allow", Reason: "allow-all", Time: metav1.Now()},
+			{Stage: "Guard", Verdict: "Deny", Reason: "no-secrets", Time: metav1.Now()},
+			{Stage: "Finalize", Verdict: "OK", Time: metav1.Now()},
 		},
 		Result: &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeDenied, ErrorCode: "guard_denied", Content: "error: guard_denied", SettledAt: metav1.Now()},
 	}
 	must(t, c.Status().Update(ctx, tc))
 	out, err = run("alice", "trace", "call-1")
-	if err != nil || !strings.Contains(out, "first divergence: guard (deny no-secrets)") {
+	if err != nil || !strings.Contains(out, "first divergence: Guard (Deny no-secrets)") {
 		t.Fatalf("trace: %q %v", out, err)
 	}
 	out, err = run("alice", "transcript", "s")

@@ -44,7 +44,7 @@ func TestCancelAfterDispatchStopsOwnedWorkBeforeSettlement(t *testing.T) {
 	if !stoppedAtSettlement.Load() {
 		t.Fatal("the result settled before the owned work stopped")
 	}
-	if got, want := trace(st), traceHead+"execute:error "+traceTail+"Cancelled"; got != want {
+	if got, want := trace(st), traceHead+"Execute:Error "+traceTail+"Cancelled"; got != want {
 		t.Errorf("trace %s, want %s", got, want)
 	}
 }
@@ -168,7 +168,7 @@ func TestApprovalDeadlineFailsClosed(t *testing.T) {
 	if approver.asked.Load() != 3 {
 		t.Errorf("asked %d times, want 3 (at 0, 4 and 8 minutes)", approver.asked.Load())
 	}
-	if got, want := trace(st), "call:admitted pre-execute:ask approval:expired "+traceTail+"Denied"; got != want {
+	if got, want := trace(st), "Call:Admitted PreExecute:Ask Approval:Expired "+traceTail+"Denied"; got != want {
 		t.Errorf("trace %s, want %s", got, want)
 	}
 }

@@ -11,9 +11,9 @@ import (
 )
 
 const (
-	traceHead    = "call:admitted pre-execute:allow guard:abstain dispatch:dispatched "
-	traceTail    = "finalize:ok observe:ok result:"
-	traceSuccess = traceHead + "execute:ok post-execute:accept " + traceTail + "Succeeded"
+	traceHead    = "Call:Admitted PreExecute:Allow Guard:Abstain Dispatch:Dispatched "
+	traceTail    = "Finalize:OK Observe:OK Result:"
+	traceSuccess = traceHead + "Execute:OK PostExecute:Accept " + traceTail + "Succeeded"
 )
 
 type matrixCase struct {
@@ -88,7 +88,7 @@ func matrix() []matrixCase {
 				}))
 			},
 			outcome: Denied, code: CodePolicyDenied, bodies: 0,
-			trace: "call:admitted pre-execute:deny " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Deny " + traceTail + "Denied",
 			check: func(t *testing.T, _ *harness, res Result) {
 				if res.Value != "" || !strings.Contains(res.Content, "not today") {
 					t.Errorf("value %q content %q", res.Value, res.Content)
@@ -99,7 +99,7 @@ func matrix() []matrixCase {
 			name: "no listener decides: the default denies", req: hello,
 			setup:   func(h *harness) { h.echo("echo", nil) },
 			outcome: Denied, code: CodePolicyDenied, bodies: 0,
-			trace: "call:admitted pre-execute:deny " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Deny " + traceTail + "Denied",
 		},
 		{
 			name: "the first deciding listener wins; abstainers are skipped", req: hello,
@@ -118,42 +118,42 @@ func matrix() []matrixCase {
 				must(h.t, h.reg.OnPreExecute(h.scope, "boom", 0, func(context.Context, Call) Decision { panic("boom") }))
 			},
 			outcome: Denied, code: CodePolicyDenied, bodies: 0,
-			trace: "call:admitted pre-execute:deny " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Deny " + traceTail + "Denied",
 		},
 		{
 			name: "ask with no approver fails closed", req: hello, setup: ask,
 			outcome: Denied, code: CodeApprovalUnavailable, bodies: 0,
-			trace: "call:admitted pre-execute:ask approval:unavailable " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Ask Approval:Unavailable " + traceTail + "Denied",
 		},
 		{
 			name: "ask with an unavailable approver fails closed", req: hello, setup: ask,
 			opts:    Options{Approver: &staticApprover{answer: Unavailable}},
 			outcome: Denied, code: CodeApprovalUnavailable, bodies: 0,
-			trace: "call:admitted pre-execute:ask approval:unavailable " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Ask Approval:Unavailable " + traceTail + "Denied",
 		},
 		{
 			name: "ask with an answer outside the contract fails closed", req: hello, setup: ask,
 			opts:    Options{Approver: &staticApprover{answer: "maybe"}},
 			outcome: Denied, code: CodeApprovalUnavailable, bodies: 0,
-			trace: "call:admitted pre-execute:ask approval:unavailable " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Ask Approval:Unavailable " + traceTail + "Denied",
 		},
 		{
 			name: "ask and approve runs the body once", req: hello, setup: ask,
 			opts:    Options{Approver: &staticApprover{answer: AllowedOnce}},
 			outcome: Succeeded, bodies: 1,
-			trace: "call:admitted pre-execute:ask approval:allowed-once guard:abstain dispatch:dispatched execute:ok post-execute:accept " + traceTail + "Succeeded",
+			trace: "Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept " + traceTail + "Succeeded",
 		},
 		{
 			name: "ask and reject runs no body", req: hello, setup: ask,
 			opts:    Options{Approver: &staticApprover{answer: Rejected}},
 			outcome: Denied, code: CodeApprovalRejected, bodies: 0,
-			trace: "call:admitted pre-execute:ask approval:rejected " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Ask Approval:Rejected " + traceTail + "Denied",
 		},
 		{
 			name: "ask withdrawn settles cancelled", req: hello, setup: ask,
 			opts:    Options{Approver: &staticApprover{answer: ApprovalAborted}},
 			outcome: Cancelled, code: CodeApprovalCancelled, bodies: 0,
-			trace: "call:admitted pre-execute:ask approval:cancelled " + traceTail + "Cancelled",
+			trace: "Call:Admitted PreExecute:Ask Approval:Cancelled " + traceTail + "Cancelled",
 		},
 		{
 			name: "guard denial after pre-execute allow runs no body", req: hello,
@@ -167,7 +167,7 @@ func matrix() []matrixCase {
 				}))
 			},
 			outcome: Denied, code: CodeGuardDenied, bodies: 0,
-			trace: "call:admitted pre-execute:allow guard:deny " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Allow Guard:Deny " + traceTail + "Denied",
 		},
 		{
 			name: "a panicking guard denies", req: hello,
@@ -177,13 +177,13 @@ func matrix() []matrixCase {
 				must(h.t, h.reg.AddGuard(h.scope, "boom", func(Call) (string, bool) { panic("boom") }))
 			},
 			outcome: Denied, code: CodeGuardDenied, bodies: 0,
-			trace: "call:admitted pre-execute:allow guard:deny " + traceTail + "Denied",
+			trace: "Call:Admitted PreExecute:Allow Guard:Deny " + traceTail + "Denied",
 		},
 		{
 			name: "a body error is one normalized failure", req: hello,
 			setup:   func(h *harness) { h.echo("echo", failing(errors.New("disk on fire"))); h.allowAll() },
 			outcome: Failed, code: CodeToolError, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 			check: func(t *testing.T, _ *harness, res Result) {
 				if res.Value != "" || res.Content != "error: tool_error: disk on fire" {
 					t.Errorf("value %q content %q", res.Value, res.Content)
@@ -199,13 +199,13 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: Failed, code: CodeToolPanic, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a body cannot claim a policy denial", req: hello,
 			setup:   func(h *harness) { h.echo("echo", failing(Fail(CodePolicyDenied, "fake"))); h.allowAll() },
 			outcome: Failed, code: CodeToolError, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a sandbox denial from the body is a denial", req: hello,
@@ -214,13 +214,13 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: Denied, code: CodeSandboxDenied, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Denied",
+			trace: traceHead + "Execute:Error " + traceTail + "Denied",
 		},
 		{
 			name: "a value outside the output schema fails", req: hello,
 			setup:   func(h *harness) { h.echo("echo", returning(42)); h.allowAll() },
 			outcome: Failed, code: CodeOutputInvalid, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "NaN is not a JSON value", req: hello,
@@ -232,7 +232,7 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: Failed, code: CodeOutputInvalid, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a failing renderer is a render failure", req: hello,
@@ -243,7 +243,7 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: Failed, code: CodeRenderFailed, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "post block is a valueless failure with only the block's contexts", req: hello,
@@ -251,7 +251,7 @@ func matrix() []matrixCase {
 				return PostDecision{Block: true, Message: "secret", Contexts: []string{"withheld"}}
 			}),
 			outcome: Failed, code: CodePostBlocked, bodies: 1,
-			trace: traceHead + "execute:ok post-execute:block " + traceTail + "Failed",
+			trace: traceHead + "Execute:OK PostExecute:Block " + traceTail + "Failed",
 			check: func(t *testing.T, _ *harness, res Result) {
 				want := []Context{{Source: SourcePolicy, Rule: "p", Message: "withheld"}}
 				if res.Value != "" || !equalContexts(res.Contexts, want) {
@@ -289,7 +289,7 @@ func matrix() []matrixCase {
 			name: "a replaced value outside the output schema fails the post stage", req: hello,
 			setup:   post(func(Call, PostInput) PostDecision { return PostDecision{ReplaceValue: 7} }),
 			outcome: Failed, code: CodePostFailed, bodies: 1,
-			trace: traceHead + "execute:ok post-execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:OK PostExecute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "replacing content and value at once fails the post stage", req: hello,
@@ -298,19 +298,19 @@ func matrix() []matrixCase {
 				return PostDecision{ReplaceContent: &s, ReplaceValue: "y"}
 			}),
 			outcome: Failed, code: CodePostFailed, bodies: 1,
-			trace: traceHead + "execute:ok post-execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:OK PostExecute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a post listener that cannot decide fails the post stage", req: hello,
 			setup:   post(func(Call, PostInput) PostDecision { return PostDecision{Err: errors.New("no such key")} }),
 			outcome: Failed, code: CodePostFailed, bodies: 1,
-			trace: traceHead + "execute:ok post-execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:OK PostExecute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a panicking post listener fails the post stage", req: hello,
 			setup:   post(func(Call, PostInput) PostDecision { panic("boom") }),
 			outcome: Failed, code: CodePostFailed, bodies: 1,
-			trace: traceHead + "execute:ok post-execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:OK PostExecute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a body over its timeout settles as a timeout", req: hello,
@@ -326,16 +326,16 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: TimedOut, code: CodeTimeout, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "TimedOut",
+			trace: traceHead + "Execute:Error " + traceTail + "TimedOut",
 		},
 		{
 			name: "cancelled before dispatch skips every stage and still settles once", req: hello,
 			setup: func(h *harness) { h.echo("echo", nil); h.allowAll() }, cancel: true,
 			outcome: Cancelled, code: CodeCancelled, bodies: 0,
-			trace: "call:cancelled " + traceTail + "Cancelled",
+			trace: "Call:Cancelled " + traceTail + "Cancelled",
 			check: func(t *testing.T, h *harness, _ Result) {
 				if len(h.seen) != 0 {
-					t.Errorf("a listener or body saw the call: %d", len(h.seen))
+					t.Errorf("a listener or body saw the Call: %d", len(h.seen))
 				}
 			},
 		},
@@ -343,25 +343,25 @@ func matrix() []matrixCase {
 			name: "unknown tool", req: req("nope", `{}`),
 			setup:   func(h *harness) { h.echo("echo", nil); h.allowAll() },
 			outcome: Failed, code: CodeUnknownTool, bodies: 0,
-			trace: "call:error " + traceTail + "Failed",
+			trace: "Call:Error " + traceTail + "Failed",
 		},
 		{
 			name: "arguments outside the schema", req: req("echo", `{"text":1}`),
 			setup:   func(h *harness) { h.echo("echo", nil); h.allowAll() },
 			outcome: Failed, code: CodeInvalidArguments, bodies: 0,
-			trace: "call:error " + traceTail + "Failed",
+			trace: "Call:Error " + traceTail + "Failed",
 		},
 		{
 			name: "arguments that are not JSON", req: req("echo", `{"text":`),
 			setup:   func(h *harness) { h.echo("echo", nil); h.allowAll() },
 			outcome: Failed, code: CodeInvalidArguments, bodies: 0,
-			trace: "call:error " + traceTail + "Failed",
+			trace: "Call:Error " + traceTail + "Failed",
 		},
 		{
 			name: "arguments with a duplicate key", req: req("echo", `{"text":"a","text":"b"}`),
 			setup:   func(h *harness) { h.echo("echo", nil); h.allowAll() },
 			outcome: Failed, code: CodeInvalidArguments, bodies: 0,
-			trace: "call:error " + traceTail + "Failed",
+			trace: "Call:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a wrapper that fails without dispatching", req: hello,
@@ -373,7 +373,7 @@ func matrix() []matrixCase {
 				}))
 			},
 			outcome: Failed, code: CodeWrapperFailed, bodies: 0,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a panicking wrapper", req: hello,
@@ -383,7 +383,7 @@ func matrix() []matrixCase {
 				must(h.t, h.reg.WrapExecute(h.scope, "boom", func(context.Context, Call, Next) (any, error) { panic("boom") }))
 			},
 			outcome: Failed, code: CodeWrapperFailed, bodies: 0,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a wrapper cannot run the body twice in one attempt", req: hello,
@@ -396,7 +396,7 @@ func matrix() []matrixCase {
 				}))
 			},
 			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a wrapper that returns without dispatching", req: hello,
@@ -406,7 +406,7 @@ func matrix() []matrixCase {
 				must(h.t, h.reg.WrapExecute(h.scope, "cache", func(context.Context, Call, Next) (any, error) { return "cached", nil }))
 			},
 			outcome: Failed, code: CodeWrapperFailed, bodies: 0,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a panicking finalizer is a normalization failure", req: hello,
@@ -417,7 +417,7 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: Failed, code: CodeNormalizationFailed, bodies: 1,
-			trace: traceHead + "execute:ok post-execute:accept finalize:error observe:ok result:Failed",
+			trace: traceHead + "Execute:OK PostExecute:Accept Finalize:Error Observe:OK Result:Failed",
 		},
 		{
 			name: "an idempotent body is retried within its budget", req: hello,
@@ -436,7 +436,7 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: Succeeded, bodies: 3,
-			trace: traceHead + "execute:retry dispatch:dispatched execute:retry dispatch:dispatched execute:ok post-execute:accept " + traceTail + "Succeeded",
+			trace: traceHead + "Execute:Retry Dispatch:Dispatched Execute:Retry Dispatch:Dispatched Execute:OK PostExecute:Accept " + traceTail + "Succeeded",
 		},
 		{
 			name: "a body not declared idempotent is never retried", req: hello,
@@ -448,7 +448,7 @@ func matrix() []matrixCase {
 				h.allowAll()
 			},
 			outcome: Failed, code: CodeToolError, bodies: 1,
-			trace: traceHead + "execute:error " + traceTail + "Failed",
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
 		},
 		{
 			name: "a cut output is flagged, never silent", req: hello,

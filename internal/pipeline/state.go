@@ -10,17 +10,17 @@ type Stage string
 // Stages. A call's State names the next stage to run; each stage appends one
 // Record when it completes.
 const (
-	StageCall        Stage = "call"         // durable tool/call: admit, validate, snapshot identity
-	StagePreExecute  Stage = "pre-execute"  // ordered listeners: allow / deny / ask
-	StageApproval    Stage = "approval"     // one human question for ask
-	StageGuard       Stage = "guard"        // monotonic guards: deny or abstain
-	StageDispatch    Stage = "dispatch"     // an attempt starts (persisted before the body)
-	StageExecute     Stage = "execute"      // wrappers around the body
-	StagePostExecute Stage = "post-execute" // accept (replace content XOR value, contexts) or block
-	StageFinalize    Stage = "finalize"     // normalize, then FinalizeContent exactly once
-	StageObserve     Stage = "observe"      // live tools/result: observers read the frozen outcome
-	StageResult      Stage = "result"       // durable tool/result
-	StageDone        Stage = "done"
+	StageCall        Stage = "Call"         // durable tool/call: admit, validate, snapshot identity
+	StagePreExecute  Stage = "PreExecute"  // ordered listeners: allow / deny / ask
+	StageApproval    Stage = "Approval"     // one human question for ask
+	StageGuard       Stage = "Guard"        // monotonic guards: deny or abstain
+	StageDispatch    Stage = "Dispatch"     // an attempt starts (persisted before the body)
+	StageExecute     Stage = "Execute"      // wrappers around the body
+	StagePostExecute Stage = "PostExecute" // accept (replace content XOR value, contexts) or block
+	StageFinalize    Stage = "Finalize"     // normalize, then FinalizeContent exactly once
+	StageObserve     Stage = "Observe"      // live tools/result: observers read the frozen outcome
+	StageResult      Stage = "Result"       // durable tool/result
+	StageDone        Stage = "Done"
 )
 
 var stageOrder = map[Stage]int{
@@ -33,24 +33,24 @@ func (s Stage) Before(o Stage) bool { return stageOrder[s] < stageOrder[o] }
 
 // Verdicts recorded at boundaries.
 const (
-	VerdictAdmitted    = "admitted"
-	VerdictAllow       = "allow"
-	VerdictDeny        = "deny"
-	VerdictAsk         = "ask"
-	VerdictAllowedOnce = "allowed-once"
-	VerdictRejected    = "rejected"
-	VerdictCancelled   = "cancelled"
-	VerdictUnavailable = "unavailable"
-	VerdictExpired     = "expired"
-	VerdictAbstain     = "abstain"
-	VerdictDispatched  = "dispatched"
-	VerdictOK          = "ok"
-	VerdictError       = "error"
-	VerdictRetry       = "retry"
-	VerdictInterrupted = "interrupted"
-	VerdictAccept      = "accept"
-	VerdictBlock       = "block"
-	VerdictSkipped     = "skipped"
+	VerdictAdmitted    = "Admitted"
+	VerdictAllow       = "Allow"
+	VerdictDeny        = "Deny"
+	VerdictAsk         = "Ask"
+	VerdictAllowedOnce = "AllowedOnce"
+	VerdictRejected    = "Rejected"
+	VerdictCancelled   = "Cancelled"
+	VerdictUnavailable = "Unavailable"
+	VerdictExpired     = "Expired"
+	VerdictAbstain     = "Abstain"
+	VerdictDispatched  = "Dispatched"
+	VerdictOK          = "OK"
+	VerdictError       = "Error"
+	VerdictRetry       = "Retry"
+	VerdictInterrupted = "Interrupted"
+	VerdictAccept      = "Accept"
+	VerdictBlock       = "Block"
+	VerdictSkipped     = "Skipped"
 )
 
 // Record is one boundary crossed.

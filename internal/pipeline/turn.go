@@ -34,69 +34,105 @@ type TurnResult struct {
 // its body is done. Contexts are released after the whole turn has
 // committed.
 func (p *Pipeline) RunTurn(ctx context.Context, reqs []Request, opts TurnOptions) TurnResult {
-	n := len(reqs)
-	out := TurnResult{Modes: make([]Mode, n)}
-	states := make([]*State, n)
-	view := make([]TurnCall, n)
+	t := &turn{p: p, ctx: ctx, opts: opts, reqs: reqs, states: make([]*State, len(reqs)),
+		view: make([]TurnCall, len(reqs)), finished: make(chan int, len(reqs))}
+	t.out.Modes = make([]Mode, len(reqs))
 	for i, r := range reqs {
-		view[i] = TurnCall{Turn: r.Turn, Index: r.Index, Next: StageCall}
+		t.view[i] = TurnCall{Turn: r.Turn, Index: r.Index, Next: StageCall}
 	}
 	classify := func(i int) Mode { return p.Classify(reqs[i]) }
-	finished := make(chan int, n)
-	drive := func(st *State, until Stage) {
-		for st.Next.Before(until) {
-			if progress, wait := p.Step(ctx, st); progress == Waiting {
-				sleep(ctx, wait)
-			}
-		}
-	}
-	inflight := 0
-	for committed := 0; committed < n; {
-		plan := PlanTurn(view, opts.MaxParallel, classify)
+	for committed := 0; committed < len(reqs); {
+		plan := PlanTurn(t.view, opts.MaxParallel, classify)
 		progressed := false
 		if i := plan.Admit; i >= 0 {
-			st := NewState(reqs[i])
-			st.Mode, out.Modes[i], view[i].Mode = plan.AdmitMode, plan.AdmitMode, plan.AdmitMode
-			states[i] = st
-			// Admission and pre-execute run here, in model order; approval,
-			// guards and the body overlap with other calls.
-			drive(st, StageApproval)
-			view[i].Next = st.Next
-			inflight++
-			go func() {
-				drive(st, StagePostExecute)
-				finished <- i
-			}()
+			t.start(i, plan.AdmitMode)
 			progressed = true
 		}
 		if i := plan.Release; i >= 0 {
-			view[i].Released, progressed = true, true
+			t.view[i].Released, progressed = true, true
 		}
-		for i := range view {
-			if c := view[i]; c.Released && !c.Committed && c.BodyDone() {
-				// Post-execute and commitment follow model order.
-				drive(states[i], StageDone)
-				res := *states[i].Result
-				out.Results = append(out.Results, res)
-				if opts.Commit != nil {
-					opts.Commit(res)
-				}
-				view[i].Next, view[i].Committed = StageDone, true
-				committed++
-				progressed = true
-			}
+		if n := t.commitReleased(); n > 0 {
+			committed += n
+			progressed = true
 		}
 		if !progressed {
-			if inflight == 0 {
-				panic("pipeline: turn planning stalled with nothing in flight")
-			}
-			i := <-finished
-			inflight--
-			view[i].Next = states[i].Next
+			t.awaitBody()
 		}
 	}
-	for _, r := range out.Results {
-		out.Contexts = append(out.Contexts, r.Contexts...)
+	for _, r := range t.out.Results {
+		t.out.Contexts = append(t.out.Contexts, r.Contexts...)
 	}
-	return out
+	return t.out
+}
+
+// turn is RunTurn's state: the calls' states, what planning sees of them
+// (updated on the driving goroutine only), and the bodies in flight.
+type turn struct {
+	p        *Pipeline
+	ctx      context.Context
+	opts     TurnOptions
+	reqs     []Request
+	states   []*State
+	view     []TurnCall
+	finished chan int
+	inflight int
+	out      TurnResult
+}
+
+// drive steps st until its next stage is until or a later one.
+func (t *turn) drive(st *State, until Stage) {
+	for st.Next.Before(until) {
+		if progress, wait := t.p.Step(t.ctx, st); progress == Waiting {
+			sleep(t.ctx, wait)
+		}
+	}
+}
+
+// start admits call i: admission and pre-execute run here, in model order;
+// approval, guards and the body overlap with other calls.
+func (t *turn) start(i int, mode Mode) {
+	st := NewState(t.reqs[i])
+	st.Mode, t.out.Modes[i], t.view[i].Mode = mode, mode, mode
+	t.states[i] = st
+	t.drive(st, StageApproval)
+	t.view[i].Next = st.Next
+	if BodyDone(st.Next) {
+		return // settled at pre-execute: nothing to overlap
+	}
+	t.inflight++
+	go func() {
+		t.drive(st, StagePostExecute)
+		t.finished <- i
+	}()
+}
+
+// commitReleased settles and commits the released calls whose body is
+// done: post-execute and commitment follow model order, because only the
+// first uncommitted call is ever released.
+func (t *turn) commitReleased() int {
+	n := 0
+	for i, c := range t.view {
+		if !c.Released || c.Committed || !c.BodyDone() {
+			continue
+		}
+		t.drive(t.states[i], StageDone)
+		res := *t.states[i].Result
+		t.out.Results = append(t.out.Results, res)
+		if t.opts.Commit != nil {
+			t.opts.Commit(res)
+		}
+		t.view[i].Next, t.view[i].Committed = StageDone, true
+		n++
+	}
+	return n
+}
+
+// awaitBody waits for a body in flight to finish.
+func (t *turn) awaitBody() {
+	if t.inflight == 0 {
+		panic("pipeline: turn planning stalled with nothing in flight")
+	}
+	i := <-t.finished
+	t.inflight--
+	t.view[i].Next = t.states[i].Next
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -113,7 +114,11 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	if ctx.Err() != nil {
 		// Stop the pod and report only once it is gone.
 		if pod.DeletionTimestamp.IsZero() {
-			_ = p.Client.Delete(api, pod, client.GracePeriodSeconds(5))
+			// A failure is retried: the attempt stays pending until the pod
+			// is gone.
+			if err := client.IgnoreNotFound(p.Client.Delete(api, pod, client.GracePeriodSeconds(5))); err != nil {
+				log.FromContext(ctx).Error(err, "tool pod not stopped", "pod", pod.Name)
+			}
 		}
 		p.adopt(job.Key, pod)
 		return sandbox.Result{}, sandbox.ErrPending
@@ -359,6 +364,9 @@ func (p *Provider) Forget(key string) {
 	p.mu.Unlock()
 	if ok {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.pod.Namespace, Name: f.pod.Name}}
-		_ = client.IgnoreNotFound(p.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)))
+		if err := client.IgnoreNotFound(p.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))); err != nil {
+			// The call's next reconcile releases what is left.
+			log.Log.Error(err, "settled tool pod not deleted", "pod", pod.Name)
+		}
 	}
 }
