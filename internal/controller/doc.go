@@ -1,8 +1,11 @@
 // Package controller holds toolgate's reconcilers: ToolProfile (resolves and
-// compiles a profile), AgentSession (schedules and commits calls in model
-// order) and ToolCall (drives one call through the pipeline, persisting each
-// stage boundary). Controllers consume provider contracts from
-// internal/providers and never import a concrete provider.
+// compiles a profile), AgentSession (plans a session's calls with
+// pipeline.PlanTurn and writes each call's status.schedule) and ToolCall
+// (drives one call through the pipeline, persisting each stage boundary;
+// every other field of its status is its own). Controllers consume provider
+// contracts from internal/providers and never import a concrete provider:
+// cmd/manager mounts the providers and hands them over in Config.
+// docs/architecture.md walks a call through the functions here.
 package controller
 
 // The manager's permissions. Least privilege: toolgate reads the kinds people
