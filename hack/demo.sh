@@ -88,7 +88,7 @@ spec:
   sessionRef: {name: demo}
   turn: $2
   index: $3
-  callId: call_$1
+  callID: call_$1
   tool: $4
   arguments: '$5'
   requester: demo-agent
@@ -120,4 +120,4 @@ as_agent get toolcalls --sort-by=.status.schedule.commitSequence \
 say "why was t1-secret refused? kubectl toolgate trace t1-secret"
 plugin_as demo-agent trace t1-secret
 say "session"
-as_agent get agentsession demo -o jsonpath='{"committed: "}{.status.nextSequence}{"  succeeded: "}{.status.counts.succeeded}{"  denied: "}{.status.counts.denied}{"  contexts for the next step: "}{.status.deferredContexts}{"\n"}'
+as_agent get agentsession demo -o jsonpath='{"committed: "}{.status.committedCalls}{"  succeeded: "}{.status.counts.succeeded}{"  denied: "}{.status.counts.denied}{"  contexts for the next step: "}{.status.deferredContexts}{"\n"}'

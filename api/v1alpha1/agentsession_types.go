@@ -77,7 +77,8 @@ type WorkspaceClaimTemplate struct {
 
 // AgentSessionStatus is the session's durable log head.
 type AgentSessionStatus struct {
-	// observedGeneration is the generation last reconciled successfully.
+	// observedGeneration is the generation the controller last reconciled,
+	// whatever the outcome (Ready says what it made of it).
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -88,20 +89,27 @@ type AgentSessionStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// currentTurn is the turn now being executed or committed.
+	// currentTurn is the turn now being executed or committed; 0 before
+	// any call. Always written.
 	// +optional
-	CurrentTurn int64 `json:"currentTurn,omitempty"`
+	CurrentTurn int64 `json:"currentTurn"`
 
 	// committedTurn is the last turn whose every call has committed; -1
-	// before any.
+	// before any. Always written.
 	// +optional
-	CommittedTurn int64 `json:"committedTurn,omitempty"`
+	CommittedTurn int64 `json:"committedTurn"`
+
+	// committedCalls is the number of the session's calls that have
+	// committed (the sum of counts). Always written.
+	// +optional
+	CommittedCalls int64 `json:"committedCalls"`
 
 	// commitCursor is the position just after the last committed call.
 	// +optional
 	CommitCursor *CallPosition `json:"commitCursor,omitempty"`
 
-	// nextSequence is the commit sequence the next committed call receives.
+	// nextSequence is the commit sequence the next released call receives;
+	// it never decreases, even when committed calls are deleted.
 	// +optional
 	NextSequence int64 `json:"nextSequence,omitempty"`
 
@@ -153,10 +161,10 @@ type OutcomeCounts struct {
 
 // SessionContext is a released context with the call it came from.
 type SessionContext struct {
-	// callId of the call that produced the context.
+	// callID of the call that produced the context.
 	// +required
 	// +kubebuilder:validation:MaxLength=128
-	CallID string `json:"callId"`
+	CallID string `json:"callID"`
 
 	// AdditionalContext is the context itself.
 	AdditionalContext `json:",inline"`
@@ -164,14 +172,15 @@ type SessionContext struct {
 
 // AgentSession reasons for the Ready condition.
 const (
-	// ReasonSessionActive: the profile is Ready and the workspace bound.
-	ReasonSessionActive = "Active"
-	// ReasonProfileNotFound: profileRef names no ToolProfile.
-	ReasonProfileNotFound = "ProfileNotFound"
-	// ReasonProfileNotReady: the ToolProfile's Ready condition is not True.
-	ReasonProfileNotReady = "ProfileNotReady"
-	// ReasonWorkspacePending: the workspace claim is not yet usable.
-	ReasonWorkspacePending = "WorkspacePending"
+	// AgentSessionReasonActive: the profile is usable (it compiles and its
+	// providers are mounted); the session accepts calls.
+	AgentSessionReasonActive = "Active"
+	// AgentSessionReasonProfileNotFound: profileRef names no ToolProfile.
+	AgentSessionReasonProfileNotFound = "ProfileNotFound"
+	// AgentSessionReasonProfileNotReady: the ToolProfile does not compile,
+	// selects a provider this manager has not mounted, or could not be
+	// read; the message says which.
+	AgentSessionReasonProfileNotReady = "ProfileNotReady"
 )
 
 // AgentSession is one agent conversation: its profile, workspace and the
@@ -182,7 +191,7 @@ const (
 // +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profileRef.name`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Turn",type=integer,JSONPath=`.status.currentTurn`
-// +kubebuilder:printcolumn:name="Committed",type=integer,JSONPath=`.status.nextSequence`
+// +kubebuilder:printcolumn:name="Committed",type=integer,JSONPath=`.status.committedCalls`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Parallel",type=integer,JSONPath=`.spec.maxParallel`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

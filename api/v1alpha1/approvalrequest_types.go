@@ -91,7 +91,38 @@ type ApprovalRequestStatus struct {
 	// resolvedAt is when the phase left Pending.
 	// +optional
 	ResolvedAt *metav1.Time `json:"resolvedAt,omitempty"`
+
+	// conditions: Decided is True once a person's decision is recorded
+	// (reason Approved or Denied) and False otherwise (reason Pending,
+	// Expired or Cancelled), so `kubectl wait --for=condition=Decided`
+	// returns when someone answered. Written together with phase.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// ApprovalRequestConditionDecided is the ApprovalRequest's condition: True
+// when a person decided, False while nobody has or when nobody did.
+const ApprovalRequestConditionDecided = "Decided"
+
+// ApprovalRequest reasons for the Decided condition; each equals the phase
+// it is written with.
+const (
+	// ApprovalRequestReasonPending: nobody has decided yet (False).
+	ApprovalRequestReasonPending = "Pending"
+	// ApprovalRequestReasonApproved: a person approved the call (True).
+	ApprovalRequestReasonApproved = "Approved"
+	// ApprovalRequestReasonDenied: a person denied the call (True).
+	ApprovalRequestReasonDenied = "Denied"
+	// ApprovalRequestReasonExpired: the deadline passed undecided; the call
+	// failed closed (False).
+	ApprovalRequestReasonExpired = "Expired"
+	// ApprovalRequestReasonCancelled: the call settled undecided for
+	// another reason, a cancellation say (False).
+	ApprovalRequestReasonCancelled = "Cancelled"
+)
 
 // ApprovalPhase is the state of an approval request.
 type ApprovalPhase string
@@ -114,7 +145,7 @@ const (
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision.action`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Requester",type=string,JSONPath=`.spec.requester`,priority=1
-// +kubebuilder:printcolumn:name="Deadline",type=date,JSONPath=`.spec.deadline`,priority=1
+// +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.spec.deadline`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ApprovalRequest struct {
 	metav1.TypeMeta `json:",inline"`

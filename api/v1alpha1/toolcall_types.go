@@ -29,13 +29,13 @@ type ToolCallSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="index is immutable"
 	Index int32 `json:"index"`
 
-	// callId is the model's identifier of the call.
+	// callID is the model's identifier of the call.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="callId is immutable"
-	CallID string `json:"callId"`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="callID is immutable"
+	CallID string `json:"callID"`
 
 	// tool is the name of the tool called.
 	// +required
@@ -102,16 +102,6 @@ type ToolCallStatus struct {
 	// attempt is the number of body attempts started.
 	// +optional
 	Attempt int32 `json:"attempt,omitempty"`
-
-	// podName is the sandbox pod of the current attempt.
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	PodName string `json:"podName,omitempty"`
-
-	// approvalRequestName is the ApprovalRequest asked for this call.
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	ApprovalRequestName string `json:"approvalRequestName,omitempty"`
 
 	// result is the single authoritative result; written once.
 	// +optional
@@ -353,7 +343,6 @@ const (
 // +kubebuilder:printcolumn:name="Code",type=string,JSONPath=`.status.result.errorCode`,priority=1
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.schedule.executionMode`,priority=1
 // +kubebuilder:printcolumn:name="Seq",type=integer,JSONPath=`.status.schedule.commitSequence`,priority=1
-// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ToolCall struct {
 	metav1.TypeMeta `json:",inline"`

@@ -528,12 +528,14 @@ const (
 
 // ToolProfileStatus is the resolved profile.
 type ToolProfileStatus struct {
-	// observedGeneration is the generation last resolved successfully.
+	// observedGeneration is the generation the controller last reconciled,
+	// whatever the outcome: with Ready=False it tells a rejected generation
+	// from one not yet seen.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready says whether every schema, expression and template
-	// compiled.
+	// compiled and the selected sandbox and approval providers are mounted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -631,17 +633,22 @@ type ResolvedApproval struct {
 
 // ToolProfile reasons for the Ready condition.
 const (
-	// ReasonResolved: every schema, expression and template compiled.
-	ReasonResolved = "Resolved"
-	// ReasonSchemaInvalid: a parameters or output schema does not compile;
-	// the message names the tool.
-	ReasonSchemaInvalid = "SchemaInvalid"
-	// ReasonExpressionInvalid: a CEL expression does not compile or exceeds
-	// its cost limit; the message names the tool or rule.
-	ReasonExpressionInvalid = "ExpressionInvalid"
-	// ReasonTemplateInvalid: a render or replaceContent template does not
-	// parse; the message names the tool or rule.
-	ReasonTemplateInvalid = "TemplateInvalid"
+	// ToolProfileReasonResolved: every schema, expression and template
+	// compiled and the selected providers are mounted.
+	ToolProfileReasonResolved = "Resolved"
+	// ToolProfileReasonSchemaInvalid: a parameters or output schema does
+	// not compile; the message names the tool.
+	ToolProfileReasonSchemaInvalid = "SchemaInvalid"
+	// ToolProfileReasonExpressionInvalid: a CEL expression does not compile
+	// or exceeds its cost limit; the message names the tool or rule.
+	ToolProfileReasonExpressionInvalid = "ExpressionInvalid"
+	// ToolProfileReasonTemplateInvalid: a render or replaceContent template
+	// does not parse; the message names the tool or rule.
+	ToolProfileReasonTemplateInvalid = "TemplateInvalid"
+	// ToolProfileReasonProviderNotMounted: the profile compiled, but its
+	// sandbox or approval provider is not mounted in this manager (calls
+	// would fail); the message names the provider.
+	ToolProfileReasonProviderNotMounted = "ProviderNotMounted"
 )
 
 // ToolProfile is a GitOps-managed tool catalog with its policies.

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
 )
 
 const (
@@ -36,7 +38,11 @@ const (
 type AgentSessionReconciler struct {
 	Client   client.Client
 	Profiles *Profiles
-	Clock    clock.PassiveClock
+	// Sandboxes and Approvals, when set, let Ready say that the profile
+	// selects a provider this manager has not mounted.
+	Sandboxes *sandbox.Mounts
+	Approvals *approval.Mounts
+	Clock     clock.PassiveClock
 }
 
 // Reconcile schedules one session and patches its status once.
@@ -75,9 +81,9 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	setSessionStatus(s, calls)
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
-	if ready.Status == metav1.ConditionTrue {
-		s.Status.ObservedGeneration = s.Generation
-	}
+	// Stamped whatever Ready says, so that Ready=False at the current
+	// generation means rejected, not yet seen.
+	s.Status.ObservedGeneration = s.Generation
 	return ctrl.Result{}, nil
 }
 
@@ -126,13 +132,17 @@ func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolga
 	compiled, obj, cerr, err := r.Profiles.Resolve(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ProfileRef.Name})
 	switch {
 	case err != nil:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, toolgatev1alpha1.ReasonProfileNotReady, "the ToolProfile could not be read"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, toolgatev1alpha1.AgentSessionReasonProfileNotReady, "the ToolProfile could not be read"
 	case obj == nil:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ReasonProfileNotFound, "ToolProfile "+s.Spec.ProfileRef.Name+" does not exist; calls settle as profile_unavailable"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonProfileNotFound, "ToolProfile "+s.Spec.ProfileRef.Name+" does not exist; calls settle as profile_unavailable"
 	case compiled == nil:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ReasonProfileNotReady, cerr.Message
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonProfileNotReady, cerr.Message
 	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ReasonSessionActive, "the session accepts calls"
+		if missing := unmountedProviders(&obj.Spec, r.Sandboxes, r.Approvals); missing != "" {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonProfileNotReady, "ToolProfile "+obj.Name+": "+missing
+			break
+		}
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.AgentSessionReasonActive, "the session accepts calls"
 	}
 	return cond
 }

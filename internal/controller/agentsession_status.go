@@ -10,6 +10,7 @@ import (
 func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) {
 	st := &s.Status
 	st.Counts = toolgatev1alpha1.OutcomeCounts{}
+	st.CommittedCalls = 0
 	st.NextSequence = max(nextSequence(calls), st.NextSequence)
 	st.CommitCursor = nil
 	st.CommittedTurn = -1
@@ -20,6 +21,7 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 			continue
 		}
 		last = c
+		st.CommittedCalls++
 		switch c.Status.Result.Outcome {
 		case toolgatev1alpha1.OutcomeSucceeded:
 			st.Counts.Succeeded++

@@ -45,7 +45,9 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("ToolProfile controller: %w", err)
 	}
-	if err := (&AgentSessionReconciler{Client: mgr.GetClient(), Profiles: profiles, Clock: cfg.Clock}).SetupWithManager(mgr); err != nil {
+	if err := (&AgentSessionReconciler{
+		Client: mgr.GetClient(), Profiles: profiles, Sandboxes: cfg.Sandboxes, Approvals: cfg.Approvals, Clock: cfg.Clock,
+	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AgentSession controller: %w", err)
 	}
 	calls := &ToolCallReconciler{

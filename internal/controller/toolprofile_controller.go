@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,19 +46,45 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	provider, mounted := r.Approvals.Get(string(spec.Approval.Provider))
 	st.Approval = &toolgatev1alpha1.ResolvedApproval{Provider: spec.Approval.Provider, Available: mounted && provider.Available()}
 
+	// Every reconcile stamps the generation it saw, so that Ready=False at
+	// the current generation means rejected, not yet seen.
+	st.ObservedGeneration = obj.Generation
 	cond := metav1.Condition{Type: toolgatev1alpha1.ConditionReady, ObservedGeneration: obj.Generation}
-	if cerr != nil {
+	switch missing := unmountedProviders(spec, r.Sandboxes, r.Approvals); {
+	case cerr != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, cerr.Reason, cerr.Message
 		st.Tools, st.ToolCount = nil, 0
 		log.FromContext(ctx).Info("profile not resolved", "reason", cerr.Reason)
-	} else {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ReasonResolved, "every schema, expression and template compiled"
+	case missing != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonProviderNotMounted, missing
 		st.Tools = compiled.Tools
 		st.ToolCount = int32(len(compiled.Tools))
-		st.ObservedGeneration = obj.Generation
+		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason, "message", missing)
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved, "every schema, expression and template compiled; the providers are mounted"
+		st.Tools = compiled.Tools
+		st.ToolCount = int32(len(compiled.Tools))
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
 	return ctrl.Result{}, nil
+}
+
+// unmountedProviders says which of the sandbox and approval providers spec
+// selects are not mounted in this manager, or "" when both are. Nil mounts
+// are not checked.
+func unmountedProviders(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandbox.Mounts, approvals *approval.Mounts) string {
+	var missing []string
+	if sandboxes != nil {
+		if _, ok := sandboxes.Get(string(spec.Sandbox.Provider)); !ok {
+			missing = append(missing, "the "+string(spec.Sandbox.Provider)+" sandbox provider is not mounted in this manager; permitted calls fail (sandbox_unavailable) until it is")
+		}
+	}
+	if approvals != nil {
+		if _, ok := approvals.Get(string(spec.Approval.Provider)); !ok {
+			missing = append(missing, "the "+string(spec.Approval.Provider)+" approval provider is not mounted in this manager; Ask decisions fail closed (approval_unavailable) until it is")
+		}
+	}
+	return strings.Join(missing, "; ")
 }
 
 // resolveSandbox reports the policy as the mounted provider enforces it.

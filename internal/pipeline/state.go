@@ -10,16 +10,16 @@ type Stage string
 // Stages. A call's State names the next stage to run; each stage appends one
 // Record when it completes.
 const (
-	StageCall        Stage = "Call"         // durable tool/call: admit, validate, snapshot identity
+	StageCall        Stage = "Call"        // durable tool/call: admit, validate, snapshot identity
 	StagePreExecute  Stage = "PreExecute"  // ordered listeners: allow / deny / ask
-	StageApproval    Stage = "Approval"     // one human question for ask
-	StageGuard       Stage = "Guard"        // monotonic guards: deny or abstain
-	StageDispatch    Stage = "Dispatch"     // an attempt starts (persisted before the body)
-	StageExecute     Stage = "Execute"      // wrappers around the body
+	StageApproval    Stage = "Approval"    // one human question for ask
+	StageGuard       Stage = "Guard"       // monotonic guards: deny or abstain
+	StageDispatch    Stage = "Dispatch"    // an attempt starts (persisted before the body)
+	StageExecute     Stage = "Execute"     // wrappers around the body
 	StagePostExecute Stage = "PostExecute" // accept (replace content XOR value, contexts) or block
-	StageFinalize    Stage = "Finalize"     // normalize, then FinalizeContent exactly once
-	StageObserve     Stage = "Observe"      // live tools/result: observers read the frozen outcome
-	StageResult      Stage = "Result"       // durable tool/result
+	StageFinalize    Stage = "Finalize"    // normalize, then FinalizeContent exactly once
+	StageObserve     Stage = "Observe"     // live tools/result: observers read the frozen outcome
+	StageResult      Stage = "Result"      // durable tool/result
 	StageDone        Stage = "Done"
 )
 

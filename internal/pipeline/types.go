@@ -139,7 +139,7 @@ func (a Arguments) Field(name string) (string, bool) {
 // Request is what the agent loop submits: one model call.
 type Request struct {
 	// CallID is the model's identifier of the call.
-	CallID string `json:"callId"`
+	CallID string `json:"callID"`
 	// Tool is the name called.
 	Tool string `json:"tool"`
 	// Arguments is the model's JSON text.
@@ -238,7 +238,7 @@ const (
 // Result is the single authoritative result of a call.
 type Result struct {
 	Token   string  `json:"token"`
-	CallID  string  `json:"callId"`
+	CallID  string  `json:"callID"`
 	Tool    string  `json:"tool"`
 	Outcome Outcome `json:"outcome"`
 	// Code is the stable error code of a non-success outcome.

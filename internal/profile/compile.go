@@ -103,19 +103,19 @@ func (c *Compiled) compile(env *cel.Env) error {
 func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition) error {
 	params, output := string(t.Parameters.Raw), string(t.Output.Schema.Raw)
 	if doc, err := pipeline.ParseJSON(params); err != nil {
-		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, err)
+		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, err)
 	} else if m, ok := doc.(map[string]any); !ok || (m["type"] != nil && m["type"] != "object") {
-		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: parameters must describe an object", t.Name)
+		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: parameters must describe an object", t.Name)
 	}
 	if _, err := pipeline.CompileSchema(params); err != nil {
-		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, oneLine(err))
+		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, oneLine(err))
 	}
 	if _, err := pipeline.CompileSchema(output); err != nil {
-		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: output schema: %v", t.Name, oneLine(err))
+		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: output schema: %v", t.Name, oneLine(err))
 	}
 	render, err := renderer(t)
 	if err != nil {
-		return fail(toolgatev1alpha1.ReasonTemplateInvalid, "tool %s: render template: %v", t.Name, oneLine(err))
+		return fail(toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "tool %s: render template: %v", t.Name, oneLine(err))
 	}
 	def := pipeline.Definition{
 		Name:         t.Name,
@@ -152,7 +152,7 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition)
 	if t.IsConcurrencySafe != "" {
 		prg, err := compileExpr(env, t.IsConcurrencySafe, nil)
 		if err != nil {
-			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "tool %s: isConcurrencySafe: %v", t.Name, oneLine(err))
+			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "tool %s: isConcurrencySafe: %v", t.Name, oneLine(err))
 		}
 		def.IsConcurrencySafe = func(a pipeline.Arguments) any {
 			out, err := prg.eval(map[string]any{"args": a.Copy(celNumber)})
@@ -163,7 +163,7 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition)
 		}
 	}
 	if err := c.Registry.Register(c.scope, def); err != nil {
-		return fail(toolgatev1alpha1.ReasonSchemaInvalid, "tool %s: %v", t.Name, oneLine(err))
+		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: %v", t.Name, oneLine(err))
 	}
 	runtime := "container"
 	if t.Builtin != nil {
@@ -224,7 +224,7 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 	if r.When != "" {
 		var err error
 		if when, err = compileExpr(env, r.When, cel.BoolType); err != nil {
-			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "preExecute rule %s: when: %v", r.Name, oneLine(err))
+			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "preExecute rule %s: when: %v", r.Name, oneLine(err))
 		}
 	}
 	action := map[toolgatev1alpha1.PolicyAction]pipeline.Action{
@@ -251,7 +251,7 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 func (c *Compiled) compileGuard(env *cel.Env, g toolgatev1alpha1.GuardRule) error {
 	deny, err := compileExpr(env, g.Deny, cel.BoolType)
 	if err != nil {
-		return fail(toolgatev1alpha1.ReasonExpressionInvalid, "guard %s: deny: %v", g.Name, oneLine(err))
+		return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "guard %s: deny: %v", g.Name, oneLine(err))
 	}
 	return c.Registry.AddGuard(c.scope, g.Name, func(call pipeline.Call) (string, bool) {
 		if !appliesTo(g.Tools, call.Tool) {
@@ -271,17 +271,17 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 	var err error
 	if r.When != "" {
 		if when, err = compileExpr(env, r.When, cel.BoolType); err != nil {
-			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "postExecute rule %s: when: %v", r.Name, oneLine(err))
+			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "postExecute rule %s: when: %v", r.Name, oneLine(err))
 		}
 	}
 	if r.ReplaceValue != "" {
 		if replaceValue, err = compileExpr(env, r.ReplaceValue, nil); err != nil {
-			return fail(toolgatev1alpha1.ReasonExpressionInvalid, "postExecute rule %s: replaceValue: %v", r.Name, oneLine(err))
+			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "postExecute rule %s: replaceValue: %v", r.Name, oneLine(err))
 		}
 	}
 	if r.ReplaceContent != "" {
 		if replaceContent, err = parseTemplate(r.Name, r.ReplaceContent); err != nil {
-			return fail(toolgatev1alpha1.ReasonTemplateInvalid, "postExecute rule %s: replaceContent: %v", r.Name, oneLine(err))
+			return fail(toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "postExecute rule %s: replaceContent: %v", r.Name, oneLine(err))
 		}
 	}
 	return c.Registry.OnPostExecute(c.scope, r.Name, i, func(call pipeline.Call, in pipeline.PostInput) pipeline.PostDecision {

@@ -67,28 +67,28 @@ func TestCompileErrorsNameTheToolOrRule(t *testing.T) {
 	}{
 		"parameters not an object": {func(w *tu.ToolProfileWrapper) {
 			w.Spec.Tools[0].Parameters = tu.JSON(`{"type":"string"}`)
-		}, toolgatev1alpha1.ReasonSchemaInvalid, "tool echo: parameters"},
+		}, toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool echo: parameters"},
 		"invalid output schema": {func(w *tu.ToolProfileWrapper) {
 			w.Spec.Tools[0].Output.Schema = tu.JSON(`{"type":"strang"}`)
-		}, toolgatev1alpha1.ReasonSchemaInvalid, "tool echo: output schema"},
+		}, toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool echo: output schema"},
 		"remote $ref": {func(w *tu.ToolProfileWrapper) {
 			w.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object","properties":{"x":{"$ref":"https://example.com/x.json"}}}`)
-		}, toolgatev1alpha1.ReasonSchemaInvalid, "tool echo: parameters"},
+		}, toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool echo: parameters"},
 		"classifier syntax": {func(w *tu.ToolProfileWrapper) {
 			w.Spec.Tools[0].IsConcurrencySafe = "args.text =="
-		}, toolgatev1alpha1.ReasonExpressionInvalid, "tool echo: isConcurrencySafe"},
+		}, toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "tool echo: isConcurrencySafe"},
 		"rule when not bool": {func(w *tu.ToolProfileWrapper) {
 			w.PreRule("reads", toolgatev1alpha1.ActionAllow, "'yes'")
-		}, toolgatev1alpha1.ReasonExpressionInvalid, "preExecute rule reads: when"},
+		}, toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "preExecute rule reads: when"},
 		"guard unknown variable": {func(w *tu.ToolProfileWrapper) {
 			w.Guard("no-secrets", "secret.path == 'x'", "no")
-		}, toolgatev1alpha1.ReasonExpressionInvalid, "guard no-secrets: deny"},
+		}, toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "guard no-secrets: deny"},
 		"post template": {func(w *tu.ToolProfileWrapper) {
 			w.PostRule(toolgatev1alpha1.PostRule{Name: "redact", Action: toolgatev1alpha1.PostAccept, ReplaceContent: "{{.Value"})
-		}, toolgatev1alpha1.ReasonTemplateInvalid, "postExecute rule redact: replaceContent"},
+		}, toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "postExecute rule redact: replaceContent"},
 		"render template": {func(w *tu.ToolProfileWrapper) {
 			w.Spec.Tools[0].Output.Render = toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderTemplate, Template: "{{range}}"}
-		}, toolgatev1alpha1.ReasonTemplateInvalid, "tool echo: render template"},
+		}, toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "tool echo: render template"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := tu.MakeToolProfile("ns", "p")

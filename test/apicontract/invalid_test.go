@@ -259,12 +259,12 @@ var corpus = []TableEntry{
 	Entry("tool name with a slash", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.Tool = "fs/read" })
 	}, "spec.tool"}),
-	Entry("empty callId", invalid{func(ns string) client.Object {
+	Entry("empty callID", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.CallID = "" })
-	}, "spec.callId"}),
-	Entry("callId with spaces", invalid{func(ns string) client.Object {
+	}, "spec.callID"}),
+	Entry("callID with spaces", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.CallID = "call one" })
-	}, "spec.callId"}),
+	}, "spec.callID"}),
 	Entry("empty arguments", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.Arguments = "" })
 	}, "spec.arguments"}),

@@ -169,7 +169,7 @@ spec:
   sessionRef: {name: s}
   turn: %d
   index: %d
-  callId: call-%s
+  callID: call-%s
   tool: %s
   arguments: '%s'
   requester: demo-agent

@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/internal/textutil"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -141,18 +142,45 @@ func (p *Provider) setPhase(ctx context.Context, ar *toolgatev1alpha1.ApprovalRe
 	_ = p.setPhaseErr(ctx, ar, phase)
 }
 
+// setPhaseErr writes the phase and, with it, the Decided condition.
 func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) error {
-	if ar.Status.Phase == phase {
+	cond := decided(phase, ar.Generation)
+	if ar.Status.Phase == phase && meta.IsStatusConditionPresentAndEqual(ar.Status.Conditions, cond.Type, cond.Status) {
 		return nil
 	}
 	base := ar.DeepCopy()
 	ar.Status.Phase = phase
-	if phase != toolgatev1alpha1.ApprovalPending {
+	if phase != toolgatev1alpha1.ApprovalPending && ar.Status.ResolvedAt == nil {
 		now := metav1.NewTime(p.Clock.Now())
 		ar.Status.ResolvedAt = &now
 	}
+	meta.SetStatusCondition(&ar.Status.Conditions, cond)
 	if err := p.Client.Status().Patch(ctx, ar, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("setting the approval request phase: %w", err)
 	}
 	return nil
+}
+
+// decided is the Decided condition written with phase: True for a person's
+// answer (Approved, Denied), False while nobody has answered (Pending) and
+// when nobody did (Expired, Cancelled). The reason is the phase.
+func decided(phase toolgatev1alpha1.ApprovalPhase, generation int64) metav1.Condition {
+	cond := metav1.Condition{
+		Type:               toolgatev1alpha1.ApprovalRequestConditionDecided,
+		Status:             metav1.ConditionFalse,
+		ObservedGeneration: generation,
+	}
+	switch phase {
+	case toolgatev1alpha1.ApprovalApproved:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ApprovalRequestReasonApproved, "a person approved the call; it may run once"
+	case toolgatev1alpha1.ApprovalDenied:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ApprovalRequestReasonDenied, "a person denied the call"
+	case toolgatev1alpha1.ApprovalExpired:
+		cond.Reason, cond.Message = toolgatev1alpha1.ApprovalRequestReasonExpired, "the deadline passed undecided; the call failed closed"
+	case toolgatev1alpha1.ApprovalCancelled:
+		cond.Reason, cond.Message = toolgatev1alpha1.ApprovalRequestReasonCancelled, "the call settled before anyone decided"
+	default:
+		cond.Reason, cond.Message = toolgatev1alpha1.ApprovalRequestReasonPending, "waiting for an approver"
+	}
+	return cond
 }

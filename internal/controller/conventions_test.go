@@ -1,0 +1,154 @@
+package controller
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// expectCondition waits until obj's condition of type condType has status
+// and reason at obj's current generation, and status.observedGeneration
+// (read by observed) is that generation too. It returns the condition.
+func expectCondition(obj client.Object, conditions func() []metav1.Condition, observed func() int64,
+	condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	var got metav1.Condition
+	EventuallyWithOffset(1, func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		c := meta.FindStatusCondition(conditions(), condType)
+		g.Expect(c).NotTo(BeNil(), "no %s condition", condType)
+		g.Expect(c.Status).To(Equal(status), c.Message)
+		g.Expect(c.Reason).To(Equal(reason), c.Message)
+		g.Expect(c.ObservedGeneration).To(Equal(obj.GetGeneration()), "the condition's observedGeneration")
+		if observed != nil {
+			g.Expect(observed()).To(Equal(obj.GetGeneration()), "status.observedGeneration")
+		}
+		got = *c
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	return got
+}
+
+func profileReady(p *toolgatev1alpha1.ToolProfile, status metav1.ConditionStatus, reason string) metav1.Condition {
+	return expectCondition(p, func() []metav1.Condition { return p.Status.Conditions },
+		func() int64 { return p.Status.ObservedGeneration }, toolgatev1alpha1.ConditionReady, status, reason)
+}
+
+func sessionReady(s *toolgatev1alpha1.AgentSession, status metav1.ConditionStatus, reason string) metav1.Condition {
+	return expectCondition(s, func() []metav1.Condition { return s.Status.Conditions },
+		func() int64 { return s.Status.ObservedGeneration }, toolgatev1alpha1.ConditionReady, status, reason)
+}
+
+func requestDecided(ar *toolgatev1alpha1.ApprovalRequest, status metav1.ConditionStatus, reason string) metav1.Condition {
+	return expectCondition(ar, func() []metav1.Condition { return ar.Status.Conditions }, nil,
+		toolgatev1alpha1.ApprovalRequestConditionDecided, status, reason)
+}
+
+var _ = Describe("observedGeneration and Ready on every reconcile", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("reports a profile whose sandbox provider is not mounted as not Ready, naming the provider, and Ready once it selects a mounted one", func() {
+		// The sandbox provider defaults to Pod, which the suite does not mount.
+		p := tu.MakeToolProfile(ns, "p").Obj()
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		s := tu.MakeAgentSession(ns, "s", "p").Obj()
+		Expect(k8s.Create(ctx, s)).To(Succeed())
+
+		c := profileReady(p, metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonProviderNotMounted)
+		Expect(c.Message).To(ContainSubstring("the Pod sandbox provider is not mounted"))
+		Expect(p.Status.ToolCount).To(Equal(int32(1)), "the tools compiled")
+		c = sessionReady(s, metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonProfileNotReady)
+		Expect(c.Message).To(ContainSubstring("the Pod sandbox provider is not mounted"))
+
+		base := p.DeepCopy()
+		p.Spec.Sandbox.Provider = toolgatev1alpha1.SandboxProviderProcess
+		Expect(k8s.Patch(ctx, p, client.MergeFrom(base))).To(Succeed())
+		Expect(p.Generation).To(Equal(int64(2)))
+		profileReady(p, metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved)
+		sessionReady(s, metav1.ConditionTrue, toolgatev1alpha1.AgentSessionReasonActive)
+	})
+
+	It("stamps the generation of a profile update it rejects", func() {
+		p := processProfile(ns, shTool("echo", "cat").Obj()).Obj()
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		profileReady(p, metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved)
+		Expect(p.Status.ObservedGeneration).To(Equal(int64(1)))
+
+		// The API server accepts it (an object schema); the profile does
+		// not compile (parameters must describe an object).
+		base := p.DeepCopy()
+		p.Spec.Tools[0].Parameters = tu.JSON(`{"type":"string"}`)
+		Expect(k8s.Patch(ctx, p, client.MergeFrom(base))).To(Succeed())
+		Expect(p.Generation).To(Equal(int64(2)))
+		c := profileReady(p, metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonSchemaInvalid)
+		Expect(c.Message).To(ContainSubstring("tool echo: parameters"))
+		Expect(p.Status.ObservedGeneration).To(Equal(int64(2)))
+	})
+
+	It("stamps the generation of a session it cannot make Ready", func() {
+		s := tu.MakeAgentSession(ns, "s", "missing").Obj()
+		Expect(k8s.Create(ctx, s)).To(Succeed())
+		sessionReady(s, metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonProfileNotFound)
+		Expect(s.Status.ObservedGeneration).To(Equal(int64(1)))
+
+		base := s.DeepCopy()
+		s.Spec.MaxParallel = 8
+		Expect(k8s.Patch(ctx, s, client.MergeFrom(base))).To(Succeed())
+		Expect(s.Generation).To(Equal(int64(2)))
+		sessionReady(s, metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonProfileNotFound)
+		// Written whatever the outcome: the log head of an empty session.
+		Expect(s.Status.CurrentTurn).To(Equal(int64(0)))
+		Expect(s.Status.CommittedTurn).To(Equal(int64(-1)))
+		Expect(s.Status.CommittedCalls).To(Equal(int64(0)))
+	})
+})
+
+var _ = Describe("an ApprovalRequest's Decided condition", func() {
+	var ns string
+	BeforeEach(func() {
+		ns = newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").Obj()).PreRule("ask-all", toolgatev1alpha1.ActionAsk, ""))
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+	})
+
+	It("is False while pending and True once a person approved", func() {
+		ar := approvalRequest(ns, "c1")
+		requestDecided(ar, metav1.ConditionFalse, toolgatev1alpha1.ApprovalRequestReasonPending)
+		decide(ar, toolgatev1alpha1.DecisionApprove)
+		requestDecided(ar, metav1.ConditionTrue, toolgatev1alpha1.ApprovalRequestReasonApproved)
+		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
+		Expect(committedCall(ns, "c1").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		// The session's COMMITTED column counts it.
+		Eventually(func(g Gomega) {
+			s := &toolgatev1alpha1.AgentSession{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.CommittedCalls).To(Equal(int64(1)))
+			g.Expect(s.Status.CommittedTurn).To(Equal(int64(0)))
+		}).Should(Succeed())
+	})
+
+	It("is True once a person denied", func() {
+		ar := approvalRequest(ns, "c1")
+		decide(ar, toolgatev1alpha1.DecisionDeny)
+		requestDecided(ar, metav1.ConditionTrue, toolgatev1alpha1.ApprovalRequestReasonDenied)
+		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalDenied))
+	})
+
+	It("stays False, reason Cancelled, when the call is cancelled before anyone decided", func() {
+		ar := approvalRequest(ns, "c1")
+		c := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1"}, c)).To(Succeed())
+		base := c.DeepCopy()
+		c.Spec.CancelRequested = true
+		Expect(k8s.Patch(ctx, c, client.MergeFrom(base))).To(Succeed())
+		Expect(committedCall(ns, "c1").Status.Result.ErrorCode).To(Equal("cancelled"))
+		requestDecided(ar, metav1.ConditionFalse, toolgatev1alpha1.ApprovalRequestReasonCancelled)
+		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalCancelled))
+	})
+})
