@@ -110,7 +110,7 @@ call t1-list 1 2 list_files '{"path":""}'
 call t1-secret 1 3 read_file '{"path":".ssh/id_rsa"}'
 
 for c in t0-write t0-list t1-read t1-count t1-list t1-secret; do
-  kubectl -n "$ns" wait --for=jsonpath='{.status.phase}'=Committed "toolcall/$c" --timeout=180s >/dev/null
+  kubectl -n "$ns" wait --for=condition=Committed "toolcall/$c" --timeout=180s >/dev/null
 done
 
 say "committed transcript (model order): kubectl toolgate transcript demo"

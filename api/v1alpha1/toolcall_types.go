@@ -78,6 +78,17 @@ type ToolCallSpec struct {
 
 // ToolCallStatus is the pipeline's durable state for the call.
 type ToolCallStatus struct {
+	// conditions are Committed (the result is final and appended to the
+	// session's log in model order; kubectl wait --for=condition=Committed)
+	// and Succeeded (True for a success, False for any other outcome,
+	// Unknown while the call is in flight). The ToolCall controller writes
+	// them.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
 	// phase is the call's place in the pipeline.
 	// +optional
 	// +kubebuilder:validation:Enum=Pending;AwaitingApproval;Running;Settled;Committed
@@ -242,6 +253,23 @@ const (
 	PhaseCommitted ToolCallPhase = "Committed"
 )
 
+// ToolCall conditions and their reasons. While a call is in flight both
+// conditions are Unknown with its phase as the reason.
+const (
+	// ToolCallConditionCommitted is True once the result is final and
+	// appended to the session's log; False when it settled without a
+	// session to commit to.
+	ToolCallConditionCommitted = "Committed"
+	// ToolCallConditionSucceeded is True for a success and False for any
+	// other outcome (the reason is the outcome, the message the code).
+	ToolCallConditionSucceeded = "Succeeded"
+
+	// ToolCallReasonCommitted: the result is in the session's log.
+	ToolCallReasonCommitted = "Committed"
+	// ToolCallReasonNotCommitted: the call settled without a session.
+	ToolCallReasonNotCommitted = "NotCommitted"
+)
+
 // ExecutionMode says whether a call may overlap its neighbours.
 type ExecutionMode string
 
@@ -251,18 +279,20 @@ const (
 	ModeExclusive ExecutionMode = "Exclusive"
 )
 
-// StageRecord is one pipeline boundary crossed.
+// StageRecord is one pipeline boundary crossed. Stages and verdicts are
+// CamelCase enums; reasons carry the stable snake_case error codes (the
+// machine vocabulary shared with results, metrics and logs) or the name of
+// the deciding rule.
 type StageRecord struct {
-	// stage is the boundary: call, pre-execute, approval, guard, execute,
-	// post-execute, finalize, result, commit.
+	// stage is the boundary, in the pipeline's order.
 	// +required
-	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Enum=Call;PreExecute;Approval;Guard;Dispatch;Execute;PostExecute;Finalize;Observe;Result
 	Stage string `json:"stage"`
 
-	// verdict is the stage's outcome (e.g. allow, deny, ask, allowed-once,
-	// abstain, ok, error).
+	// verdict is the stage's outcome. The Result stage's verdict is the
+	// call's outcome.
 	// +required
-	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Enum=Admitted;Allow;Deny;Ask;AllowedOnce;Rejected;Cancelled;Unavailable;Expired;Abstain;Dispatched;OK;Error;Retry;Interrupted;Accept;Block;Skipped;Succeeded;Failed;Denied;TimedOut
 	Verdict string `json:"verdict"`
 
 	// reason is a stable code or the deciding rule's name.

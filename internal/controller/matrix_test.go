@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,8 +17,8 @@ import (
 )
 
 const (
-	success     = "call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:ok post-execute:accept finalize:ok observe:ok result:Succeeded"
-	settledTail = "finalize:ok observe:ok result:"
+	success     = "Call:Admitted PreExecute:Allow Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept Finalize:OK Observe:OK Result:Succeeded"
+	settledTail = "Finalize:OK Observe:OK Result:"
 	echoShell   = "echo ran >> runs; cat"
 )
 
@@ -41,6 +42,13 @@ func expectResult(c *toolgatev1alpha1.ToolCall, outcome toolgatev1alpha1.Outcome
 	ExpectWithOffset(1, c.Status.Result.ErrorCode).To(Equal(code), c.Status.Result.Message)
 	ExpectWithOffset(1, stageTrace(c)).To(Equal(trace))
 	ExpectWithOffset(1, c.Status.Schedule.CommitSequence).NotTo(BeNil())
+	committed := meta.FindStatusCondition(c.Status.Conditions, toolgatev1alpha1.ToolCallConditionCommitted)
+	ExpectWithOffset(1, committed).NotTo(BeNil())
+	ExpectWithOffset(1, committed.Status).To(Equal(metav1.ConditionTrue))
+	succeeded := meta.FindStatusCondition(c.Status.Conditions, toolgatev1alpha1.ToolCallConditionSucceeded)
+	ExpectWithOffset(1, succeeded).NotTo(BeNil())
+	ExpectWithOffset(1, succeeded.Reason).To(Equal(string(outcome)))
+	ExpectWithOffset(1, succeeded.Status == metav1.ConditionTrue).To(Equal(outcome == toolgatev1alpha1.OutcomeSucceeded))
 }
 
 // approvalRequest waits for the call's ApprovalRequest.
@@ -85,7 +93,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 				HaveField("Regarding.Name", "c1"))))
 		}).Should(Succeed())
 		Expect(promtestutil.ToFloat64(callsSettled.WithLabelValues("Succeeded", ""))).To(BeNumerically(">=", 1))
-		Expect(promtestutil.ToFloat64(stageBoundaries.WithLabelValues("dispatch", "dispatched"))).To(BeNumerically(">=", 1))
+		Expect(promtestutil.ToFloat64(stageBoundaries.WithLabelValues("Dispatch", "Dispatched"))).To(BeNumerically(">=", 1))
 		s := &toolgatev1alpha1.AgentSession{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
@@ -97,7 +105,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 	It("deny: no body runs", func() {
 		setup(processProfile(ns, matrixTools()...).PreRule("deny-all", toolgatev1alpha1.ActionDeny, ""))
 		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
-		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeDenied, "policy_denied", "call:admitted pre-execute:deny "+settledTail+"Denied")
+		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeDenied, "policy_denied", "Call:Admitted PreExecute:Deny "+settledTail+"Denied")
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
 	})
 
@@ -113,7 +121,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		decide(ar, toolgatev1alpha1.DecisionApprove)
 		c := committedCall(ns, "c1")
 		expectResult(c, toolgatev1alpha1.OutcomeSucceeded, "",
-			"call:admitted pre-execute:ask approval:allowed-once guard:abstain dispatch:dispatched execute:ok post-execute:accept "+settledTail+"Succeeded")
+			"Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept "+settledTail+"Succeeded")
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
 		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
@@ -124,7 +132,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
 		decide(approvalRequest(ns, "c1"), toolgatev1alpha1.DecisionDeny)
 		c := committedCall(ns, "c1")
-		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_rejected", "call:admitted pre-execute:ask approval:rejected "+settledTail+"Denied")
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_rejected", "Call:Admitted PreExecute:Ask Approval:Rejected "+settledTail+"Denied")
 		Expect(c.Status.Result.Message).To(ContainSubstring("denied by alice: checked"))
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
 	})
@@ -135,7 +143,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
 		ar := approvalRequest(ns, "c1")
 		c := committedCall(ns, "c1", 30*time.Second)
-		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_expired", "call:admitted pre-execute:ask approval:expired "+settledTail+"Denied")
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_expired", "Call:Admitted PreExecute:Ask Approval:Expired "+settledTail+"Denied")
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
@@ -147,7 +155,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
 			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.Provider = toolgatev1alpha1.ApprovalProviderNone }))
 		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
-		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeDenied, "approval_unavailable", "call:admitted pre-execute:ask approval:unavailable "+settledTail+"Denied")
+		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeDenied, "approval_unavailable", "Call:Admitted PreExecute:Ask Approval:Unavailable "+settledTail+"Denied")
 		list := &toolgatev1alpha1.ApprovalRequestList{}
 		Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		Expect(list.Items).To(BeEmpty())
@@ -157,7 +165,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		setup(allowAll().Guard("no-hello", "call.args.text == 'hello'", "hello is off limits"))
 		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
 		c := committedCall(ns, "c1")
-		expectResult(c, toolgatev1alpha1.OutcomeDenied, "guard_denied", "call:admitted pre-execute:allow guard:deny "+settledTail+"Denied")
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "guard_denied", "Call:Admitted PreExecute:Allow Guard:Deny "+settledTail+"Denied")
 		Expect(c.Status.Stages[2].Reason).To(Equal("no-hello"))
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
 	})
@@ -167,7 +175,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		submit(ns, "c1", "fail", `{}`, 0, 0)
 		c := committedCall(ns, "c1")
 		expectResult(c, toolgatev1alpha1.OutcomeFailed, "tool_error",
-			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:error "+settledTail+"Failed")
+			"Call:Admitted PreExecute:Allow Guard:Abstain Dispatch:Dispatched Execute:Error "+settledTail+"Failed")
 		Expect(c.Status.Result.Message).To(Equal("exit code 3: broken"))
 		Expect(c.Status.Result.Value).To(BeEmpty())
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
@@ -181,7 +189,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		submit(ns, "c1", "echo", `{"text":"a secret"}`, 0, 0)
 		c := committedCall(ns, "c1")
 		expectResult(c, toolgatev1alpha1.OutcomeFailed, "post_blocked",
-			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:ok post-execute:block "+settledTail+"Failed")
+			"Call:Admitted PreExecute:Allow Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Block "+settledTail+"Failed")
 		Expect(c.Status.Result.Value).To(BeEmpty())
 		Expect(c.Status.Result.Contexts).To(ConsistOf(toolgatev1alpha1.AdditionalContext{
 			Source: toolgatev1alpha1.ContextSourcePolicy, Rule: "no-secrets", Message: "the output was withheld",
@@ -193,7 +201,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		submit(ns, "c1", "quick_sleep", `{}`, 0, 0)
 		c := committedCall(ns, "c1")
 		expectResult(c, toolgatev1alpha1.OutcomeTimedOut, "timeout",
-			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:error "+settledTail+"TimedOut")
+			"Call:Admitted PreExecute:Allow Guard:Abstain Dispatch:Dispatched Execute:Error "+settledTail+"TimedOut")
 		Consistently(func() string { return workspaceFile(ns, "finished") }, 3*time.Second).Should(BeEmpty())
 	})
 
@@ -202,7 +210,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		c := tu.MakeToolCall(ns, "c1", "s").Tool("echo", `{"text":"hello"}`).Obj()
 		c.Spec.CancelRequested = true
 		Expect(k8s.Create(ctx, c)).To(Succeed())
-		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeCancelled, "cancelled", "call:cancelled "+settledTail+"Cancelled")
+		expectResult(committedCall(ns, "c1"), toolgatev1alpha1.OutcomeCancelled, "cancelled", "Call:Cancelled "+settledTail+"Cancelled")
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
 	})
 
@@ -217,7 +225,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(k8s.Patch(ctx, c, client.MergeFrom(base))).To(Succeed())
 		c = committedCall(ns, "c1")
 		expectResult(c, toolgatev1alpha1.OutcomeCancelled, "cancelled",
-			"call:admitted pre-execute:allow guard:abstain dispatch:dispatched execute:error "+settledTail+"Cancelled")
+			"Call:Admitted PreExecute:Allow Guard:Abstain Dispatch:Dispatched Execute:Error "+settledTail+"Cancelled")
 		Consistently(func() string { return workspaceFile(ns, "finished") }, 2500*time.Millisecond).Should(BeEmpty())
 	})
 
@@ -265,7 +273,7 @@ var _ = Describe("deleting a session", func() {
 		running, waiting := committedCall(ns, "running"), committedCall(ns, "waiting")
 		Expect(running.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect(waiting.Status.Result.ErrorCode).To(Equal("cancelled"))
-		Expect(stageTrace(waiting)).To(Equal("call:cancelled " + settledTail + "Cancelled"))
+		Expect(stageTrace(waiting)).To(Equal("Call:Cancelled " + settledTail + "Cancelled"))
 		Expect([]int64{*running.Status.Schedule.CommitSequence, *waiting.Status.Schedule.CommitSequence}).To(Equal([]int64{0, 1}))
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s))

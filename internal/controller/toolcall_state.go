@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -101,6 +103,37 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		s.Checkpoint = nil
 	}
 	s.Phase = phaseOf(st, s.Schedule.Released)
+	setCallConditions(tc, now)
+}
+
+// setCallConditions derives the call's conditions from its phase and
+// result, so they change only when those do (no extra write).
+func setCallConditions(tc *toolgatev1alpha1.ToolCall, now time.Time) {
+	s := &tc.Status
+	committed := metav1.Condition{Type: toolgatev1alpha1.ToolCallConditionCommitted, Status: metav1.ConditionUnknown, Reason: string(s.Phase)}
+	succeeded := metav1.Condition{Type: toolgatev1alpha1.ToolCallConditionSucceeded, Status: metav1.ConditionUnknown, Reason: string(s.Phase)}
+	if res := s.Result; res != nil {
+		switch s.Phase {
+		case toolgatev1alpha1.PhaseCommitted:
+			committed.Status, committed.Reason = metav1.ConditionTrue, toolgatev1alpha1.ToolCallReasonCommitted
+			if seq := s.Schedule.CommitSequence; seq != nil {
+				committed.Message = fmt.Sprintf("committed at sequence %d", *seq)
+			}
+		default:
+			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
+			committed.Message = "the call settled without a session to commit to"
+		}
+		succeeded.Status, succeeded.Reason = metav1.ConditionFalse, string(res.Outcome)
+		succeeded.Message = res.ErrorCode
+		if res.Outcome == toolgatev1alpha1.OutcomeSucceeded {
+			succeeded.Status = metav1.ConditionTrue
+		}
+	}
+	for _, c := range []metav1.Condition{committed, succeeded} {
+		c.ObservedGeneration = tc.Generation
+		c.LastTransitionTime = metav1.NewTime(now)
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
 }
 
 // phaseOf summarizes a state for people. A released call's result is

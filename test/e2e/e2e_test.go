@@ -242,7 +242,7 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 		Expect(committed("plugin").Status.Result.Outcome).To(Equal("Succeeded"))
 		out, err = kubectl("demo-agent", "", "toolgate", "--kubeconfig", filepath.Join(clusterDir, "kubeconfig", "demo-agent.kubeconfig"), "-n", ns, "trace", "plugin")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(out).To(ContainSubstring("approval"))
+		Expect(out).To(ContainSubstring("Approval"))
 		Expect(out).To(ContainSubstring("no divergence"))
 	})
 
