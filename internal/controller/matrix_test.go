@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -9,6 +8,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -48,7 +48,11 @@ func expectResult(c *toolgatev1alpha1.ToolCall, outcome toolgatev1alpha1.Outcome
 	succeeded := meta.FindStatusCondition(c.Status.Conditions, toolgatev1alpha1.ToolCallConditionSucceeded)
 	ExpectWithOffset(1, succeeded).NotTo(BeNil())
 	ExpectWithOffset(1, succeeded.Reason).To(Equal(string(outcome)))
-	ExpectWithOffset(1, succeeded.Status == metav1.ConditionTrue).To(Equal(outcome == toolgatev1alpha1.OutcomeSucceeded))
+	wantStatus := metav1.ConditionFalse
+	if outcome == toolgatev1alpha1.OutcomeSucceeded {
+		wantStatus = metav1.ConditionTrue
+	}
+	ExpectWithOffset(1, succeeded.Status).To(Equal(wantStatus))
 }
 
 // approvalRequest waits for the call's ApprovalRequest.

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/toolgate/toolgate/internal/textutil"
 	"strconv"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // call returns the frozen identity every stage sees.

@@ -55,7 +55,7 @@ func OneLine(s string, n int) string {
 func LabelValue(s string) string {
 	b := []byte(s)
 	for i, c := range b {
-		if !(isAlnum(c) || c == '-' || c == '_' || c == '.') {
+		if !isAlnum(c) && c != '-' && c != '_' && c != '.' {
 			b[i] = '_'
 		}
 	}

@@ -3,12 +3,12 @@ package approval
 import (
 	"context"
 	"encoding/json"
-	"github.com/toolgate/toolgate/internal/textutil"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Provider answers approval questions about a subject. Approve must be

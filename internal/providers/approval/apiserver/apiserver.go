@@ -7,7 +7,6 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"github.com/toolgate/toolgate/internal/textutil"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,6 +19,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Provider creates and reads ApprovalRequests.

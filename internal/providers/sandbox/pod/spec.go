@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/toolgate/toolgate/internal/textutil"
 	"path"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/runner"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Labels and annotations on tool pods.
