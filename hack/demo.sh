@@ -79,7 +79,7 @@ spec:
   maxParallel: 4
 YAML
 
-call() { # name turn index tool arguments
+call() { # name turn index turnSize tool arguments
   as_agent apply -f - >/dev/null <<YAML
 apiVersion: toolgate.dev/v1alpha1
 kind: ToolCall
@@ -88,15 +88,16 @@ spec:
   sessionRef: {name: demo}
   turn: $2
   index: $3
+  turnSize: $4
   callID: call_$1
-  tool: $4
-  arguments: '$5'
+  tool: $5
+  arguments: '$6'
   requester: demo-agent
 YAML
 }
 say "turn 0: the model writes a file (needs approval) and lists the workspace"
-call t0-write 0 0 write_file '{"path":"notes.md","content":"toolgate ran this write after a person approved it"}'
-call t0-list 0 1 list_files '{"path":""}'
+call t0-write 0 0 2 write_file '{"path":"notes.md","content":"toolgate ran this write after a person approved it"}'
+call t0-list 0 1 2 list_files '{"path":""}'
 until as_approver get approvalrequest t0-write >/dev/null 2>&1; do sleep 0.2; done
 as_approver get approvalrequest t0-write -o custom-columns=CALL:.spec.toolCallRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
 say "demo-agent tries to approve its own call and is refused; demo-approver approves (kubectl toolgate approve)"
@@ -104,10 +105,10 @@ plugin_as demo-agent approve t0-write 2>&1 | sed 's/^/  refused: /' || true
 plugin_as demo-approver approve t0-write -m "fine"
 
 say "turn 1: three parallel reads; a dotfile read the guard denies"
-call t1-read 1 0 read_file '{"path":"notes.md"}'
-call t1-count 1 1 word_count '{"text":"how many words are in this sentence"}'
-call t1-list 1 2 list_files '{"path":""}'
-call t1-secret 1 3 read_file '{"path":".ssh/id_rsa"}'
+call t1-read 1 0 4 read_file '{"path":"notes.md"}'
+call t1-count 1 1 4 word_count '{"text":"how many words are in this sentence"}'
+call t1-list 1 2 4 list_files '{"path":""}'
+call t1-secret 1 3 4 read_file '{"path":".ssh/id_rsa"}'
 
 for c in t0-write t0-list t1-read t1-count t1-list t1-secret; do
   kubectl -n "$ns" wait --for=condition=Committed "toolcall/$c" --timeout=180s >/dev/null

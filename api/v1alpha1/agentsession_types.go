@@ -94,8 +94,9 @@ type AgentSessionStatus struct {
 	// +optional
 	CurrentTurn int64 `json:"currentTurn"`
 
-	// committedTurn is the last turn whose every call has committed; -1
-	// before any. Always written.
+	// committedTurn is the last complete turn: as many of its calls as it
+	// declared (turnSize) have committed. It never goes back, even when a
+	// committed call is deleted. -1 before any. Always written.
 	// +optional
 	CommittedTurn int64 `json:"committedTurn"`
 

@@ -9,6 +9,7 @@ import (
 // cancellation can be requested after create.
 // +kubebuilder:validation:XValidation:rule="has(self.parentRef) == has(oldSelf.parentRef)",message="parentRef is immutable",fieldPath=".parentRef"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancelRequested) || !oldSelf.cancelRequested || (has(self.cancelRequested) && self.cancelRequested)",message="cancelRequested cannot be withdrawn once true",fieldPath=".cancelRequested"
+// +kubebuilder:validation:XValidation:rule="!has(self.turnSize) || self.index < self.turnSize",message="index must be below turnSize (indexes of a turn run from 0 to turnSize-1)",fieldPath=".index"
 type ToolCallSpec struct {
 	// sessionRef names the AgentSession (same namespace) the call belongs to.
 	// +required
@@ -28,6 +29,18 @@ type ToolCallSpec struct {
 	// +kubebuilder:validation:Maximum=1023
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="index is immutable"
 	Index int32 `json:"index"`
+
+	// turnSize is the number of tool calls in the model turn: every call of
+	// a turn declares the same size. The turn is complete once that many
+	// calls have committed: only then are its deferred contexts released
+	// and may the next turn start. A call whose size disagrees with its
+	// turn's is refused (turn_size_mismatch).
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="turnSize is immutable"
+	TurnSize int32 `json:"turnSize,omitempty"`
 
 	// callID is the model's identifier of the call.
 	// +required
@@ -257,8 +270,7 @@ const (
 // conditions are Unknown with its phase as the reason.
 const (
 	// ToolCallConditionCommitted is True once the result is final and
-	// appended to the session's log; False when it settled without a
-	// session to commit to.
+	// appended to the session's log; False when it settled outside the log.
 	ToolCallConditionCommitted = "Committed"
 	// ToolCallConditionSucceeded is True for a success and False for any
 	// other outcome (the reason is the outcome, the message the code).
@@ -266,7 +278,9 @@ const (
 
 	// ToolCallReasonCommitted: the result is in the session's log.
 	ToolCallReasonCommitted = "Committed"
-	// ToolCallReasonNotCommitted: the call settled without a session.
+	// ToolCallReasonNotCommitted: the call settled outside the session's
+	// log (its session is gone, or the session refused it as a duplicate
+	// or for a mismatched turnSize).
 	ToolCallReasonNotCommitted = "NotCommitted"
 )
 

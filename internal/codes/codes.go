@@ -34,4 +34,6 @@ const (
 	ProfileUnavailable  = "profile_unavailable"  // the call's profile is missing or not Ready
 	SessionGone         = "session_gone"         // the call's session does not exist
 	TurnClosed          = "turn_closed"          // the call arrived after a call later in model order had started
+	DuplicateCall       = "duplicate_call"       // another call of the session has the same (turn, index) or callID; it keeps the place
+	TurnSizeMismatch    = "turn_size_mismatch"   // the call's turnSize disagrees with its turn's
 )

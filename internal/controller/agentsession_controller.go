@@ -76,10 +76,11 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	ready := r.profileCondition(ctx, s)
-	if err := r.schedule(ctx, s, calls); err != nil {
+	logged, err := r.schedule(ctx, s, calls)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	setSessionStatus(s, calls)
+	setSessionStatus(s, logged)
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
 	// Stamped whatever Ready says, so that Ready=False at the current
 	// generation means rejected, not yet seen.
@@ -106,7 +107,7 @@ func (r *AgentSessionReconciler) calls(ctx context.Context, s *toolgatev1alpha1.
 func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
 	pending := false
 	for _, c := range calls {
-		if c.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+		if committed(c) || (outOfLog(c.Status.Schedule.Refusal) && c.Status.Result != nil) {
 			continue
 		}
 		pending = true
@@ -119,7 +120,8 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 		}
 	}
 	if pending {
-		return r.schedule(ctx, s, calls)
+		_, err := r.schedule(ctx, s, calls)
+		return err
 	}
 	base := s.DeepCopy()
 	controllerutil.RemoveFinalizer(s, sessionFinalizer)

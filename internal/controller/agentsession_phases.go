@@ -45,20 +45,28 @@ func committed(c *toolgatev1alpha1.ToolCall) bool {
 func turnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
 	sch := c.Status.Schedule
 	return pipeline.TurnCall{
-		Turn: c.Spec.Turn, Index: int(c.Spec.Index), Mode: pipeline.Mode(sch.ExecutionMode),
+		Turn: c.Spec.Turn, Index: int(c.Spec.Index), Size: int(c.Spec.TurnSize), Mode: pipeline.Mode(sch.ExecutionMode),
 		Next: nextStage(c), Released: sch.Released, Refused: sch.Refusal != "", Committed: committed(c),
 	}
 }
 
-// schedule carries out the session's plan (pipeline.PlanTurn): refuse late
-// calls, release the first uncommitted call of the current turn with its
-// place in the log, and admit the next call to start. Each call gets at
-// most one write.
-func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
-	view := make([]pipeline.TurnCall, len(calls))
-	for i, c := range calls {
-		view[i] = turnCallOf(c)
+// schedule screens the session's calls (keeping duplicates and mismatched
+// turn sizes out of the log), then carries out the plan of the calls in the
+// log (pipeline.PlanTurn): refuse late calls, release the first uncommitted
+// call of the current turn with its place in the log, and admit the next
+// call to start. Each call gets at most one write. It returns the calls in
+// the log, in model order.
+func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall) ([]*toolgatev1alpha1.ToolCall, error) {
+	calls, out := screen(all)
+	for _, c := range all { // in model order
+		if code := out[c]; code != "" && c.Status.Schedule.Refusal != code {
+			log.FromContext(ctx).Info("call refused", "call", c.Name, "code", code)
+			if err := r.patchSchedule(ctx, c, []func(*toolgatev1alpha1.CallSchedule){func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = code }}); err != nil {
+				return nil, err
+			}
+		}
 	}
+	view := planView(calls, completeThrough(s))
 	var classifier *pipeline.Pipeline
 	classify := func(i int) pipeline.Mode {
 		if classifier == nil {
@@ -94,10 +102,10 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 			continue
 		}
 		if err := r.patchSchedule(ctx, calls[i], edits[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return calls, nil
 }
 
 // nextSequence is the next free place in the session's log.
@@ -109,26 +117,6 @@ func nextSequence(calls []*toolgatev1alpha1.ToolCall) int64 {
 		}
 	}
 	return next
-}
-
-// currentTurn returns the calls of the earliest turn that has an
-// uncommitted call: a turn starts only once the previous one committed.
-func currentTurn(calls []*toolgatev1alpha1.ToolCall) []*toolgatev1alpha1.ToolCall {
-	for i, c := range calls {
-		if committed(c) {
-			continue
-		}
-		j := i
-		for j > 0 && calls[j-1].Spec.Turn == c.Spec.Turn {
-			j--
-		}
-		k := i
-		for k < len(calls) && calls[k].Spec.Turn == c.Spec.Turn {
-			k++
-		}
-		return calls[j:k]
-	}
-	return nil
 }
 
 // classifier is the pipeline of the session's current profile, or nil

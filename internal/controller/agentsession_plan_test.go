@@ -1,8 +1,12 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -95,5 +99,74 @@ func TestSessionLogHead(t *testing.T) {
 	}
 	if st.CommitCursor == nil || st.CommitCursor.Turn != 0 || st.CommitCursor.Index != 1 {
 		t.Errorf("commit cursor %+v", st.CommitCursor)
+	}
+}
+
+// TestScreen: one call per (turn, index), one per callID, one size per
+// turn; the call already started keeps its place, else the first created.
+func TestScreen(t *testing.T) {
+	at := func(name string, turn int64, index, size int32, created int) *tu.ToolCallWrapper {
+		w := tu.MakeToolCall("ns", name, "s").At(turn, index).Of(size)
+		w.CreationTimestamp = metav1.NewTime(time.Unix(int64(created), 0))
+		return w
+	}
+	for _, tt := range []struct {
+		name  string
+		calls []*tu.ToolCallWrapper
+		out   map[string]string
+	}{
+		{
+			name:  "distinct calls all stay",
+			calls: []*tu.ToolCallWrapper{at("a", 0, 0, 2, 1), at("b", 0, 1, 2, 2), at("c", 1, 0, 1, 3)},
+			out:   map[string]string{},
+		},
+		{
+			name:  "the later of two at one place is refused",
+			calls: []*tu.ToolCallWrapper{at("a", 0, 0, 1, 1), at("twin", 0, 0, 1, 2)},
+			out:   map[string]string{"twin": "duplicate_call"},
+		},
+		{
+			name:  "a started call keeps its place even if created later",
+			calls: []*tu.ToolCallWrapper{at("early", 0, 0, 1, 1), at("running", 0, 0, 1, 2).Admitted(toolgatev1alpha1.ModeParallel)},
+			out:   map[string]string{"early": "duplicate_call"},
+		},
+		{
+			name: "a second call with the same callID is refused wherever it is",
+			calls: []*tu.ToolCallWrapper{at("a", 0, 0, 2, 1), func() *tu.ToolCallWrapper {
+				w := at("same", 0, 1, 2, 2)
+				w.Spec.CallID = "call_a"
+				return w
+			}()},
+			out: map[string]string{"same": "duplicate_call"},
+		},
+		{
+			name:  "a size that disagrees with the turn's is refused",
+			calls: []*tu.ToolCallWrapper{at("a", 0, 0, 2, 1), at("odd", 0, 1, 3, 2)},
+			out:   map[string]string{"odd": "turn_size_mismatch"},
+		},
+		{
+			name:  "a call refused before stays out",
+			calls: []*tu.ToolCallWrapper{at("a", 0, 0, 1, 2), at("old", 0, 0, 1, 1).Refused("duplicate_call")},
+			out:   map[string]string{"old": "duplicate_call"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := make([]*toolgatev1alpha1.ToolCall, len(tt.calls))
+			for i, w := range tt.calls {
+				calls[i] = w.Obj()
+			}
+			sortModelOrder(calls)
+			logged, out := screen(calls)
+			got := map[string]string{}
+			for c, code := range out {
+				got[c.Name] = code
+			}
+			if !maps.Equal(got, tt.out) {
+				t.Errorf("kept out %v, want %v", got, tt.out)
+			}
+			if len(logged)+len(out) != len(calls) {
+				t.Errorf("%d logged + %d out != %d calls", len(logged), len(out), len(calls))
+			}
+		})
 	}
 }

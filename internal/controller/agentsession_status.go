@@ -2,6 +2,7 @@ package controller
 
 import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
 // setSessionStatus derives the session's log head from its calls, so it is
@@ -9,6 +10,7 @@ import (
 // commit and this write).
 func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) {
 	st := &s.Status
+	through := completeThrough(s)
 	st.Counts = toolgatev1alpha1.OutcomeCounts{}
 	st.CommittedCalls = 0
 	st.NextSequence = max(nextSequence(calls), st.NextSequence)
@@ -38,16 +40,17 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 	if last != nil {
 		st.CommitCursor = &toolgatev1alpha1.CallPosition{Turn: last.Spec.Turn, Index: last.Spec.Index}
 	}
-	if turn := currentTurn(calls); turn != nil {
-		st.CurrentTurn = turn[0].Spec.Turn
+	if start, _ := pipeline.CurrentTurn(planView(calls, through)); start >= 0 {
+		st.CurrentTurn = calls[start].Spec.Turn
 	} else if len(calls) > 0 {
 		st.CurrentTurn = calls[len(calls)-1].Spec.Turn
 	}
-	// The last turn whose every call has committed releases its contexts.
+	// The last complete turn (as many calls as it declared, all committed)
+	// releases its contexts.
 	st.DeferredContexts = nil
 	for i := len(calls) - 1; i >= 0; i-- {
 		c := calls[i]
-		if !committed(c) || (turnOpen(calls, c.Spec.Turn)) {
+		if !committed(c) || !turnComplete(calls, c.Spec.Turn, through) {
 			continue
 		}
 		st.CommittedTurn = c.Spec.Turn
@@ -62,14 +65,47 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 		}
 		break
 	}
+	st.CommittedTurn = max(st.CommittedTurn, through)
 }
 
-// turnOpen reports whether turn has an uncommitted call.
-func turnOpen(calls []*toolgatev1alpha1.ToolCall, turn int64) bool {
-	for _, c := range calls {
-		if c.Spec.Turn == turn && !committed(c) {
-			return true
+// completeThrough is the last turn the session has recorded complete (-1
+// before any): a turn once complete stays complete, even when one of its
+// committed calls is deleted.
+func completeThrough(s *toolgatev1alpha1.AgentSession) int64 {
+	if s.Status.CommittedCalls == 0 {
+		return -1 // a status never written (or nothing committed yet)
+	}
+	return s.Status.CommittedTurn
+}
+
+// planView is what turn planning sees of the session's calls: turns already
+// recorded complete no longer count their declared size.
+func planView(calls []*toolgatev1alpha1.ToolCall, through int64) []pipeline.TurnCall {
+	view := make([]pipeline.TurnCall, len(calls))
+	for i, c := range calls {
+		view[i] = turnCallOf(c)
+		if c.Spec.Turn <= through {
+			view[i].Size = 0
 		}
 	}
-	return false
+	return view
+}
+
+// turnComplete reports whether turn has committed as many calls as it
+// declared (or, once recorded complete, every call still present).
+func turnComplete(calls []*toolgatev1alpha1.ToolCall, turn, through int64) bool {
+	size, present, done := 0, 0, 0
+	for _, c := range calls {
+		if c.Spec.Turn == turn {
+			size = int(c.Spec.TurnSize)
+			present++
+			if committed(c) {
+				done++
+			}
+		}
+	}
+	if turn <= through {
+		size = 0
+	}
+	return pipeline.TurnComplete(size, present, done)
 }

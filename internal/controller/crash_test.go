@@ -128,8 +128,8 @@ var _ = Describe("crash safety", Ordered, func() {
 		setup(processProfile(ns, w.Obj(), r.Obj()).
 			PreRule("ask-writes", toolgatev1alpha1.ActionAsk, "", "write").
 			PreRule("allow-reads", toolgatev1alpha1.ActionAllow, "", "read"))
-		submit(ns, "w", "write", `{}`, 0, 0)
-		submit(ns, "r", "read", `{}`, 0, 1)
+		submit(ns, "w", "write", `{}`, 0, 0, 2)
+		submit(ns, "r", "read", `{}`, 0, 1, 2)
 	}
 
 	BeforeAll(func() {

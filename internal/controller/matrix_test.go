@@ -240,8 +240,8 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		bigJSON.Container.MaxOutputBytes = 1024
 		bigJSON.Output = toolgatev1alpha1.OutputDeclaration{Schema: tu.JSON(`{"type":"object"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderJSON}}
 		setup(processProfile(ns, big, bigJSON).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
-		submit(ns, "c1", "big", `{}`, 0, 0)
-		submit(ns, "c2", "big_json", `{}`, 0, 1)
+		submit(ns, "c1", "big", `{}`, 0, 0, 2)
+		submit(ns, "c2", "big_json", `{}`, 0, 1, 2)
 		c := committedCall(ns, "c1")
 		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
 		Expect(c.Status.Result.Truncated).To(BeTrue())
@@ -266,8 +266,8 @@ var _ = Describe("deleting a session", func() {
 	It("cancels its calls, stops their work, settles and commits each once, then lets the session go", func() {
 		ns := newNamespace()
 		setup(processProfile(ns, matrixTools()...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
-		submit(ns, "running", "sleep", `{}`, 0, 0)
-		submit(ns, "waiting", "echo", `{"text":"later"}`, 0, 1)
+		submit(ns, "running", "sleep", `{}`, 0, 0, 2)
+		submit(ns, "waiting", "echo", `{"text":"later"}`, 0, 1, 2)
 		Eventually(func() int { return bodyRuns(ns, "runs") }, 10*time.Second, 20*time.Millisecond).Should(Equal(1))
 
 		s := &toolgatev1alpha1.AgentSession{}

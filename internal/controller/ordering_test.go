@@ -44,10 +44,10 @@ var _ = Describe("ordering through the controllers", func() {
 		).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "").PostRule(toolgatev1alpha1.PostRule{
 			Name: "note", Action: toolgatev1alpha1.PostAccept, Contexts: []string{"checked"},
 		}))
-		submit(ns, "a", "slow", `{"id":"A"}`, 1, 0)
-		submit(ns, "b", "fast", `{"id":"B"}`, 1, 1)
-		submit(ns, "c", "excl", `{"id":"C"}`, 1, 2)
-		submit(ns, "d", "fast", `{"id":"D"}`, 1, 3)
+		submit(ns, "a", "slow", `{"id":"A"}`, 1, 0, 4)
+		submit(ns, "b", "fast", `{"id":"B"}`, 1, 1, 4)
+		submit(ns, "c", "excl", `{"id":"C"}`, 1, 2, 4)
+		submit(ns, "d", "fast", `{"id":"D"}`, 1, 3, 4)
 		// Turn 2 arrives while turn 1 runs: it must wait for turn 1.
 		submit(ns, "e", "fast", `{"id":"E"}`, 2, 0)
 
@@ -91,25 +91,90 @@ var _ = Describe("ordering through the controllers", func() {
 		Expect(logIndex(ns, "start T1")).To(Equal(-1), "the refused call's body must not run")
 	})
 
-	It("refuses a call that arrives after a higher index of its turn started", func() {
+	It("holds a higher index of a declared turn until the lower one arrives, then runs both in model order", func() {
 		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
-		submit(ns, "second", "fast", `{"id":"S"}`, 0, 1)
-		committedCall(ns, "second")
-		submit(ns, "first", "fast", `{"id":"F"}`, 0, 0)
-		c := committedCall(ns, "first")
-		Expect(c.Status.Result.ErrorCode).To(Equal("turn_closed"))
-		Expect(logIndex(ns, "start F")).To(Equal(-1))
+		submit(ns, "second", "fast", `{"id":"S"}`, 0, 1, 2)
+		Consistently(func() toolgatev1alpha1.ExecutionMode {
+			c := &toolgatev1alpha1.ToolCall{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, c)).To(Succeed())
+			return c.Status.Schedule.ExecutionMode
+		}, time.Second).Should(BeEmpty(), "index 1 must not start before index 0 exists")
+		submit(ns, "first", "fast", `{"id":"F"}`, 0, 0, 2)
+		Expect(*committedCall(ns, "first").Status.Schedule.CommitSequence).To(Equal(int64(0)))
+		Expect(*committedCall(ns, "second").Status.Schedule.CommitSequence).To(Equal(int64(1)))
+		Expect(logIndex(ns, "start F")).To(BeNumerically("<", logIndex(ns, "start S")))
+	})
+
+	It("releases a turn's deferred contexts only once every call it declared has committed", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "").PostRule(toolgatev1alpha1.PostRule{
+			Name: "note", Action: toolgatev1alpha1.PostAccept, Contexts: []string{"checked"},
+		}))
+		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0, 2)
+		committedCall(ns, "a")
+		s := &toolgatev1alpha1.AgentSession{}
+		Consistently(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.DeferredContexts).To(BeEmpty())
+			g.Expect(s.Status.CommittedTurn).To(Equal(int64(-1)))
+		}, time.Second).Should(Succeed(), "call 1 of turn 0 is still to come")
+		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1, 2)
+		committedCall(ns, "b")
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.CommittedTurn).To(Equal(int64(0)))
+			g.Expect(s.Status.DeferredContexts).To(HaveLen(2))
+		}).Should(Succeed())
+	})
+
+	It("refuses a second call at the same place, or with the same callID, before it runs, and keeps it out of the log", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0, 2)
+		committedCall(ns, "a")
+		submit(ns, "twin", "fast", `{"id":"T"}`, 0, 0, 2)
+		dup := tu.MakeToolCall(ns, "same-id", "s").Tool("fast", `{"id":"I"}`).At(0, 1).Of(2).Obj()
+		dup.Spec.CallID = "call_a"
+		Expect(k8s.Create(ctx, dup)).To(Succeed())
+		for _, name := range []string{"twin", "same-id"} {
+			c := &toolgatev1alpha1.ToolCall{}
+			Eventually(func(g Gomega) {
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)).To(Succeed())
+				g.Expect(c.Status.Result).NotTo(BeNil())
+			}).Should(Succeed())
+			Expect(c.Status.Result.ErrorCode).To(Equal("duplicate_call"), name)
+			Expect(c.Status.Phase).To(Equal(toolgatev1alpha1.PhaseSettled), name)
+			Expect(c.Status.Schedule.CommitSequence).To(BeNil(), name)
+		}
+		Expect(logIndex(ns, "start T")).To(Equal(-1), "a duplicate's body must not run")
+		Expect(logIndex(ns, "start I")).To(Equal(-1), "a duplicate's body must not run")
+		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1, 2)
+		Expect(*committedCall(ns, "b").Status.Schedule.CommitSequence).To(Equal(int64(1)))
+	})
+
+	It("refuses a call whose turnSize disagrees with its turn's", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0, 2)
+		submit(ns, "odd", "fast", `{"id":"O"}`, 0, 1, 3)
+		c := &toolgatev1alpha1.ToolCall{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "odd"}, c)).To(Succeed())
+			g.Expect(c.Status.Result).NotTo(BeNil())
+		}).Should(Succeed())
+		Expect(c.Status.Result.ErrorCode).To(Equal("turn_size_mismatch"))
+		Expect(logIndex(ns, "start O")).To(Equal(-1))
+		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1, 2)
+		Expect(*committedCall(ns, "b").Status.Schedule.CommitSequence).To(Equal(int64(1)))
 	})
 
 	It("never reuses a sequence number, even after a committed call is deleted", func() {
 		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
-		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0)
-		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1)
+		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0, 2)
+		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1, 2)
 		Expect(*committedCall(ns, "b").Status.Schedule.CommitSequence).To(Equal(int64(1)))
 		s := &toolgatev1alpha1.AgentSession{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
 			g.Expect(s.Status.NextSequence).To(Equal(int64(2)))
+			g.Expect(s.Status.CommittedTurn).To(Equal(int64(0)))
 		}).Should(Succeed())
 		Expect(k8s.Delete(ctx, committedCall(ns, "b"))).To(Succeed())
 		submit(ns, "c", "fast", `{"id":"C"}`, 1, 0)
@@ -120,7 +185,7 @@ var _ = Describe("ordering through the controllers", func() {
 		setup(processProfile(ns, loggingTool("slow", "0.4", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
 			func(s *tu.AgentSessionWrapper) { s.MaxParallel(2) })
 		for i := range 6 {
-			submit(ns, fmt.Sprintf("c%d", i), "slow", fmt.Sprintf(`{"id":"C%d"}`, i), 0, int32(i))
+			submit(ns, fmt.Sprintf("c%d", i), "slow", fmt.Sprintf(`{"id":"C%d"}`, i), 0, int32(i), 6)
 		}
 		for i := range 6 {
 			c := committedCall(ns, fmt.Sprintf("c%d", i), 30*time.Second)

@@ -159,9 +159,14 @@ func readyStatus(conds []metav1.Condition) metav1.ConditionStatus {
 	return ""
 }
 
-// submit creates a call of tool at (turn, index) in session "s".
-func submit(ns, name, tool, args string, turn int64, index int32) *toolgatev1alpha1.ToolCall {
-	c := tu.MakeToolCall(ns, name, "s").Tool(tool, args).At(turn, index).Obj()
+// submit creates a call of tool at (turn, index) in session "s"; of
+// declares the turn's size (default 1).
+func submit(ns, name, tool, args string, turn int64, index int32, of ...int32) *toolgatev1alpha1.ToolCall {
+	w := tu.MakeToolCall(ns, name, "s").Tool(tool, args).At(turn, index)
+	if len(of) > 0 {
+		w.Of(of[0])
+	}
+	c := w.Obj()
 	Expect(k8s.Create(ctx, c)).To(Succeed())
 	return c
 }

@@ -165,10 +165,21 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	return ctrl.Result{}, false, nil
 }
 
+// refusalMessages explain the session's refusals to the model.
+var refusalMessages = map[pipeline.Code]string{
+	pipeline.CodeTurnClosed:       "the session refused to schedule the call: a call later in model order had already started",
+	pipeline.CodeDuplicateCall:    "the session refused the call: another call of the session has the same turn and index, or the same callID; that call keeps the place",
+	pipeline.CodeTurnSizeMismatch: "the session refused the call: its turnSize disagrees with the other calls of its turn",
+}
+
 // reconcileRefusal settles a call the session refused to schedule.
 func (r *ToolCallReconciler) reconcileRefusal(_ context.Context, s *callScope) (ctrl.Result, bool, error) {
-	if code := s.tc.Status.Schedule.Refusal; code != "" {
-		s.st.Abort(pipeline.Code(code), "the session refused to schedule the call: a call later in model order had already started", s.now)
+	if code := pipeline.Code(s.tc.Status.Schedule.Refusal); code != "" {
+		msg, ok := refusalMessages[code]
+		if !ok {
+			msg = "the session refused to schedule the call"
+		}
+		s.st.Abort(code, msg, s.now)
 	}
 	return ctrl.Result{}, false, nil
 }
@@ -231,10 +242,13 @@ func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *to
 
 // gateOpen applies the session's schedule: a call starts only once the
 // session admitted it (or it is cancelled or refused, which settles it at
-// once), and settles only once the session released it.
+// once), and settles only once the session released it. A call kept out of
+// the session's log settles at once: it has no place to wait for.
 func gateOpen(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) bool {
 	sch := tc.Status.Schedule
 	switch {
+	case outOfLog(sch.Refusal):
+		return true
 	case !pipeline.PastPreExecute(st.Next):
 		return sch.ExecutionMode != "" || tc.Spec.CancelRequested || sch.Refusal != ""
 	case pipeline.BodyDone(st.Next):

@@ -113,12 +113,15 @@ func setCallConditions(tc *toolgatev1alpha1.ToolCall, now time.Time) {
 	committed := metav1.Condition{Type: toolgatev1alpha1.ToolCallConditionCommitted, Status: metav1.ConditionUnknown, Reason: string(s.Phase)}
 	succeeded := metav1.Condition{Type: toolgatev1alpha1.ToolCallConditionSucceeded, Status: metav1.ConditionUnknown, Reason: string(s.Phase)}
 	if res := s.Result; res != nil {
-		switch s.Phase {
-		case toolgatev1alpha1.PhaseCommitted:
+		switch {
+		case s.Phase == toolgatev1alpha1.PhaseCommitted:
 			committed.Status, committed.Reason = metav1.ConditionTrue, toolgatev1alpha1.ToolCallReasonCommitted
 			if seq := s.Schedule.CommitSequence; seq != nil {
 				committed.Message = fmt.Sprintf("committed at sequence %d", *seq)
 			}
+		case outOfLog(s.Schedule.Refusal):
+			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
+			committed.Message = "the session kept the call out of its log (" + s.Schedule.Refusal + ")"
 		default:
 			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
 			committed.Message = "the call settled without a session to commit to"

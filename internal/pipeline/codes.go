@@ -44,6 +44,8 @@ const (
 	CodeProfileUnavailable  Code = codes.ProfileUnavailable
 	CodeSessionGone         Code = codes.SessionGone
 	CodeTurnClosed          Code = codes.TurnClosed
+	CodeDuplicateCall       Code = codes.DuplicateCall
+	CodeTurnSizeMismatch    Code = codes.TurnSizeMismatch
 )
 
 // outcomeOf maps a code to the outcome it settles as.

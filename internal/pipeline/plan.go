@@ -12,6 +12,9 @@ type TurnCall struct {
 	// Turn and Index place the call in model order.
 	Turn  int64
 	Index int
+	// Size is the number of calls its turn declared; 0 when unknown (the
+	// turn is then complete once every call present has committed).
+	Size int
 	// Mode is the execution mode it was admitted with; empty until then.
 	Mode Mode
 	// Next is the call's next stage: StageCall before it starts, StageDone
@@ -63,8 +66,11 @@ type Plan struct {
 // what may happen next:
 //
 //   - a call that arrived after a later call started is refused;
-//   - the current turn is the first with an uncommitted call; a turn starts
-//     only when every earlier turn has committed;
+//   - the current turn is the first that is not complete (a turn is
+//     complete once as many of its calls as it declared have committed); a
+//     turn starts only when every earlier turn is complete;
+//   - a turn's calls start in index order: a missing index holds back the
+//     calls after it until it arrives;
 //   - the first uncommitted call of the current turn may settle (it is
 //     released); post-execute and commitment thus follow model order;
 //   - calls start in model order, each once the previous one's pre-execute
@@ -77,13 +83,16 @@ type Plan struct {
 // classified immediately before start, and the answer is acted on.
 func PlanTurn(calls []TurnCall, maxParallel int, classify func(i int) Mode) Plan {
 	plan := Plan{Release: -1, Admit: -1, Refuse: refused(calls)}
-	start, end := currentTurn(calls)
+	start, end := CurrentTurn(calls)
 	if start < 0 {
 		return plan
 	}
 	first := start
 	for first < end && calls[first].Committed {
 		first++
+	}
+	if first == end || calls[first].Index != first-start {
+		return plan // waiting for a call of the turn that has not arrived
 	}
 	// A call that never starts (refused, or settled without starting)
 	// needs no admission: it is released when first in line, and it is no
@@ -122,24 +131,33 @@ func refused(calls []TurnCall) []int {
 	return out
 }
 
-// currentTurn returns the bounds of the first turn with an uncommitted
-// call, or -1.
-func currentTurn(calls []TurnCall) (start, end int) {
-	for i, c := range calls {
-		if c.Committed {
-			continue
-		}
-		start = i
-		for start > 0 && calls[start-1].Turn == c.Turn {
-			start--
-		}
-		end = i
-		for end < len(calls) && calls[end].Turn == c.Turn {
+// CurrentTurn returns the bounds of the first turn that is not complete,
+// or -1 when every turn is.
+func CurrentTurn(calls []TurnCall) (start, end int) {
+	for start = 0; start < len(calls); start = end {
+		end = start
+		committed := 0
+		for end < len(calls) && calls[end].Turn == calls[start].Turn {
+			if calls[end].Committed {
+				committed++
+			}
 			end++
 		}
-		return start, end
+		if !TurnComplete(calls[start].Size, end-start, committed) {
+			return start, end
+		}
 	}
 	return -1, -1
+}
+
+// TurnComplete reports whether a turn that declared size calls (0: not
+// declared), of which present are known and committed have committed, is
+// complete: its deferred contexts may be released and the next turn start.
+func TurnComplete(size, present, committed int) bool {
+	if size > 0 {
+		return committed >= size
+	}
+	return committed == present
 }
 
 // admission walks the current turn [first, end) from its first uncommitted
@@ -154,6 +172,8 @@ func admission(calls []TurnCall, first, end, maxParallel int, idle func(int) boo
 	for i := first; i < end; i++ {
 		c := calls[i]
 		switch {
+		case c.Index != i-(first-calls[first].Index):
+			return -1, "" // a call of the turn has not arrived yet
 		case c.Committed || idle(i):
 			continue
 		case c.Mode == Exclusive:

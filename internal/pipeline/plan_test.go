@@ -26,7 +26,8 @@ func committedCall(c *TurnCall) {
 		c.Mode = Exclusive
 	}
 }
-func refusedCall(c *TurnCall) { c.Refused = true }
+func refusedCall(c *TurnCall)  { c.Refused = true }
+func of(n int) func(*TurnCall) { return func(c *TurnCall) { c.Size = n } }
 
 func TestPlanTurn(t *testing.T) {
 	par := func(int) Mode { return Parallel }
@@ -127,6 +128,26 @@ func TestPlanTurn(t *testing.T) {
 			want:  Plan{Release: 0, Admit: -1},
 		},
 		{
+			name: "declared size: a missing lower index holds the turn back, and nothing is refused", max: 4, classify: par,
+			calls: []TurnCall{tc(0, 1, of(2))},
+			want:  Plan{Release: -1, Admit: -1},
+		},
+		{
+			name: "declared size: a missing index in the middle holds back the calls after it", max: 4, classify: par,
+			calls: []TurnCall{tc(0, 0, of(3), admitted(Parallel, StageExecute), released), tc(0, 2, of(3))},
+			want:  Plan{Release: -1, Admit: -1},
+		},
+		{
+			name: "declared size: a turn missing a call is not complete, so the next turn waits", max: 4, classify: par,
+			calls: []TurnCall{tc(0, 0, of(2), committedCall), tc(1, 0, of(1))},
+			want:  Plan{Release: -1, Admit: -1},
+		},
+		{
+			name: "declared size: a complete turn lets the next one start", max: 4, classify: par,
+			calls: []TurnCall{tc(0, 0, of(2), committedCall), tc(0, 1, of(2), committedCall), tc(1, 0, of(1))},
+			want:  Plan{Release: 2, Admit: 2, AdmitMode: Parallel}, asked: []int{2},
+		},
+		{
 			name: "all committed", max: 4, classify: par,
 			calls: []TurnCall{tc(0, 0, committedCall), tc(1, 0, committedCall)},
 			want:  Plan{Release: -1, Admit: -1},
@@ -142,6 +163,23 @@ func TestPlanTurn(t *testing.T) {
 				t.Errorf("classified %v, want %v (once, the call about to start)", asked, tt.asked)
 			}
 		})
+	}
+}
+
+func TestTurnComplete(t *testing.T) {
+	for _, tt := range []struct {
+		size, present, committed int
+		want                     bool
+	}{
+		{size: 2, present: 1, committed: 1, want: false}, // a declared call is still to come
+		{size: 2, present: 2, committed: 1, want: false},
+		{size: 2, present: 2, committed: 2, want: true},
+		{size: 0, present: 2, committed: 2, want: true}, // undeclared: what is present
+		{size: 0, present: 2, committed: 1, want: false},
+	} {
+		if got := TurnComplete(tt.size, tt.present, tt.committed); got != tt.want {
+			t.Errorf("TurnComplete(%d, %d, %d) = %v", tt.size, tt.present, tt.committed, got)
+		}
 	}
 }
 

@@ -37,8 +37,8 @@ func (p *Pipeline) RunTurn(ctx context.Context, reqs []Request, opts TurnOptions
 	t := &turn{p: p, ctx: ctx, opts: opts, reqs: reqs, states: make([]*State, len(reqs)),
 		view: make([]TurnCall, len(reqs)), finished: make(chan int, len(reqs))}
 	t.out.Modes = make([]Mode, len(reqs))
-	for i, r := range reqs {
-		t.view[i] = TurnCall{Turn: r.Turn, Index: r.Index, Next: StageCall}
+	for i := range reqs {
+		t.view[i] = TurnCall{Index: i, Size: len(reqs), Next: StageCall} // one turn, in the order given
 	}
 	classify := func(i int) Mode { return p.Classify(reqs[i]) }
 	for committed := 0; committed < len(reqs); {

@@ -187,6 +187,12 @@ func (w *ToolCallWrapper) At(turn int64, index int32) *ToolCallWrapper {
 	return w
 }
 
+// Of declares the size of the call's turn.
+func (w *ToolCallWrapper) Of(size int32) *ToolCallWrapper {
+	w.Spec.TurnSize = size
+	return w
+}
+
 // Tool sets the tool and its arguments.
 func (w *ToolCallWrapper) Tool(tool, arguments string) *ToolCallWrapper {
 	w.Spec.Tool, w.Spec.Arguments = tool, arguments

@@ -256,6 +256,18 @@ var corpus = []TableEntry{
 	Entry("index above 1023", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.Index = 1024 })
 	}, "spec.index"}),
+	Entry("index at or above turnSize (default 1)", invalid{func(ns string) client.Object {
+		return call(ns, func(s *v1.ToolCallSpec) { s.Index = 1 })
+	}, "spec.index"}),
+	Entry("index at or above a declared turnSize", invalid{func(ns string) client.Object {
+		return call(ns, func(s *v1.ToolCallSpec) { s.Index, s.TurnSize = 3, 3 })
+	}, "spec.index"}),
+	Entry("turnSize 0", invalid{func(ns string) client.Object {
+		return raw(call(ns, func(*v1.ToolCallSpec) {}), "ToolCall", func(spec map[string]any) { spec["turnSize"] = int64(0) })
+	}, "spec.turnSize"}),
+	Entry("turnSize above 1024", invalid{func(ns string) client.Object {
+		return call(ns, func(s *v1.ToolCallSpec) { s.TurnSize = 1025 })
+	}, "spec.turnSize"}),
 	Entry("tool name with a slash", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.Tool = "fs/read" })
 	}, "spec.tool"}),

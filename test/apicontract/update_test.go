@@ -37,7 +37,7 @@ var _ = Describe("a ToolCall's spec", func() {
 
 	BeforeEach(func() {
 		ns := newNamespace()
-		tc = tu.MakeToolCall(ns, "c", "s").At(3, 1).Obj()
+		tc = tu.MakeToolCall(ns, "c", "s").At(3, 1).Of(2).Obj()
 		Expect(k8s.Create(ctx, tc)).To(Succeed())
 	})
 
@@ -47,6 +47,7 @@ var _ = Describe("a ToolCall's spec", func() {
 		Entry("turn", func(c *v1.ToolCall) { c.Spec.Turn = 4 }, "spec.turn"),
 		Entry("index", func(c *v1.ToolCall) { c.Spec.Index = 0 }, "spec.index"),
 		Entry("callID", func(c *v1.ToolCall) { c.Spec.CallID = "call_other" }, "spec.callID"),
+		Entry("turnSize", func(c *v1.ToolCall) { c.Spec.TurnSize = 3 }, "spec.turnSize"),
 		Entry("tool", func(c *v1.ToolCall) { c.Spec.Tool = "write_file" }, "spec.tool"),
 		Entry("arguments", func(c *v1.ToolCall) { c.Spec.Arguments = `{"text":"bye"}` }, "spec.arguments"),
 		Entry("requester", func(c *v1.ToolCall) { c.Spec.Requester = "someone-else" }, "spec.requester"),

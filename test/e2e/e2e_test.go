@@ -169,11 +169,12 @@ spec:
   sessionRef: {name: s}
   turn: %d
   index: %d
+  turnSize: %d
   callID: call-%s
   tool: %s
   arguments: '%s'
   requester: demo-agent
-`, c[0], turn, i, c[0], c[1], c[2])
+`, c[0], turn, i, len(calls), c[0], c[1], c[2])
 	}
 	apply("demo-agent", b.String())
 }
