@@ -35,6 +35,28 @@ func crashAfterResult() func(*ctrl.Options) {
 	}, crashed.Load)
 }
 
+// crashBeforeResult stops the manager instead of writing the first result:
+// a crash between the live result and the durable one.
+func crashBeforeResult() func(*ctrl.Options) {
+	return func(o *ctrl.Options) {
+		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, opts)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					if tc, ok := obj.(*toolgatev1alpha1.ToolCall); ok && sub == "status" && tc.Status.Result != nil {
+						stopManager()
+						return errors.New("crashed before the result")
+					}
+					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			}), nil
+		}
+	}
+}
+
 // crashWhen makes a manager's client stop the manager right after a
 // successful ToolCall status write for which after reports true, failing
 // the reconcile that made it, and fail every write once crashed reports
@@ -227,6 +249,38 @@ var _ = Describe("crash safety", Ordered, func() {
 			g.Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalCancelled))
 			g.Expect(settledEvents(ns)).To(Equal(map[string]int{"w": 1}))
 		}, 20*time.Second).Should(Succeed())
+		stopRunningManager()
+	})
+})
+
+var _ = Describe("live result before the durable one", Ordered, func() {
+	BeforeAll(func() {
+		stopRunningManager()
+		DeferCleanup(func() {
+			stopRunningManager()
+			startManager(env.Config)
+		})
+	})
+
+	It("announces the frozen outcome before writing the result, and a crash between them still yields one result and one announcement", func() {
+		ns := newNamespace()
+		startManager(env.Config, crashBeforeResult())
+		// Idempotent: the process sandbox loses its work with the manager,
+		// so the body runs again and reaches the same outcome.
+		echo := shTool("echo", "cat")
+		echo.Idempotent = true
+		setup(processProfile(ns, echo.Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c", "echo", `{}`, 0, 0)
+		Eventually(func() bool { return isClosed(managerDone) }, 30*time.Second).Should(BeTrue())
+		stopRunningManager()
+		tc := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, tc)).To(Succeed())
+		Expect(tc.Status.Result).To(BeNil(), "the durable result was not written")
+		Expect(settledEvents(ns)).To(Equal(map[string]int{"c": 1}), "the live result came first")
+
+		startManager(env.Config)
+		Expect(committedCall(ns, "c").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Consistently(func() map[string]int { return settledEvents(ns) }, time.Second).Should(Equal(map[string]int{"c": 1}))
 		stopRunningManager()
 	})
 })

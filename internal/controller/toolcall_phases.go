@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,9 +54,7 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 			return ctrl.Result{}, true, fmt.Errorf("releasing the sandbox: %w", err)
 		}
 	}
-	if err := r.announce(ctx, tc); err != nil {
-		return ctrl.Result{}, true, err
-	}
+	r.announce(ctx, tc, durableSettlement(tc.Status.Result))
 	return ctrl.Result{}, true, nil
 }
 
@@ -90,6 +89,7 @@ func (r *ToolCallReconciler) reconcileSession(ctx context.Context, s *callScope)
 	p := pipeline.New(pipeline.NewRegistry(), pipeline.Options{Clock: r.Clock})
 	for !s.st.Done() {
 		p.Step(context.Background(), s.st)
+		r.announceLive(ctx, s)
 	}
 	if err := r.persist(ctx, s); err != nil {
 		return ctrl.Result{}, true, err
@@ -193,6 +193,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	for !s.st.Done() && gateOpen(s.tc, s.st) {
 		progress, wait := s.pipe.Step(callCtx, s.st)
 		r.remember(s.tc.UID, s.st)
+		r.announceLive(ctx, s)
 		if progress == pipeline.Waiting {
 			requeue = wait
 			break
@@ -332,32 +333,61 @@ func (r *ToolCallReconciler) restore(uid types.UID, st *pipeline.State) {
 // re-announce old calls.
 const announceWindow = 10 * time.Minute
 
+// settlement is what announce says of a call's outcome.
+type settlement struct {
+	outcome toolgatev1alpha1.Outcome
+	code    string
+	at      time.Time
+}
+
+// durableSettlement is the settlement of a call's written result.
+func durableSettlement(res *toolgatev1alpha1.ToolCallResult) settlement {
+	return settlement{outcome: res.Outcome, code: res.ErrorCode, at: res.SettledAt.Time}
+}
+
+// announceLive is the live tools/result of the seed: once the observe stage
+// has run, the frozen outcome is announced before the durable result is
+// written. A crash between the two repeats the stages from the last
+// boundary, and the Event, named after the call, is not created twice.
+func (r *ToolCallReconciler) announceLive(ctx context.Context, s *callScope) {
+	if s.st.Next != pipeline.StageResult || s.st.Result == nil {
+		return
+	}
+	res := s.st.Result
+	r.announce(ctx, s.tc, settlement{outcome: toolgatev1alpha1.Outcome(res.Outcome), code: string(res.Code), at: r.Clock.Now()})
+}
+
 // announce emits the call's Settled Event and counts it in the metrics,
-// once: the Event's name is derived from the call, so a second manager (or
-// this one after a restart) finds it already exists and counts nothing.
-func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.ToolCall) error {
+// once per outcome: the Event's name is derived from the call and the
+// outcome, so a second manager (or this one after a restart) finds it
+// already exists and counts nothing. Only when a crash between the live
+// and the durable result loses the body's work (the process sandbox, a pod
+// deleted by someone else) can the durable outcome differ from the live
+// one; it then gets its own Event.
+// Events are for people and the result does not depend on one: a failure
+// is logged, and the metrics still count the call.
+func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.ToolCall, res settlement) {
 	key := client.ObjectKeyFromObject(tc)
 	if uid, done := r.announced.Load(key); done && uid == tc.UID {
-		return nil
+		return
 	}
-	res := tc.Status.Result
-	if r.Clock.Since(res.SettledAt.Time) > announceWindow {
+	if r.Clock.Since(res.at) > announceWindow {
 		r.announced.Store(key, tc.UID)
-		return nil
+		return
 	}
 	kind := corev1.EventTypeNormal
-	if res.Outcome != toolgatev1alpha1.OutcomeSucceeded {
+	if res.outcome != toolgatev1alpha1.OutcomeSucceeded {
 		kind = corev1.EventTypeWarning
 	}
 	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name + "." + string(tc.UID)},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name + "." + string(tc.UID) + "." + strings.ToLower(string(res.outcome))},
 		EventTime:           metav1.NewMicroTime(r.Clock.Now()),
 		ReportingController: reportingController,
 		ReportingInstance:   reportingController,
 		Action:              "Settle",
 		Reason:              "Settled",
 		Type:                kind,
-		Note:                fmt.Sprintf("outcome %s, code %s", res.Outcome, orNone(res.ErrorCode)),
+		Note:                fmt.Sprintf("outcome %s, code %s", res.outcome, orNone(res.code)),
 		Regarding: corev1.ObjectReference{
 			APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall",
 			Namespace: tc.Namespace, Name: tc.Name, UID: tc.UID,
@@ -367,15 +397,13 @@ func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.
 	switch {
 	case apierrors.IsAlreadyExists(err):
 	case err != nil:
-		// Events are for people; the result does not depend on one.
 		log.FromContext(ctx).Error(err, "settled event not created", "call", tc.Name)
 		fallthrough
 	default:
-		callsSettled.WithLabelValues(string(res.Outcome), res.ErrorCode).Inc()
-		callDuration.WithLabelValues(string(res.Outcome)).Observe(res.SettledAt.Sub(tc.CreationTimestamp.Time).Seconds())
+		callsSettled.WithLabelValues(string(res.outcome), res.code).Inc()
+		callDuration.WithLabelValues(string(res.outcome)).Observe(res.at.Sub(tc.CreationTimestamp.Time).Seconds())
 	}
 	r.announced.Store(key, tc.UID)
-	return nil
 }
 
 // reportingController names toolgate in the Events it emits.
