@@ -159,6 +159,32 @@ type OutputDeclaration struct {
 	// render turns the value into model-facing content.
 	// +required
 	Render RenderSpec `json:"render"`
+
+	// finalizeContent shapes the model-facing content of every result of
+	// the tool, failures included: once, last, content only (the outcome,
+	// code and value never change).
+	// +optional
+	FinalizeContent *FinalizeContentSpec `json:"finalizeContent,omitempty"`
+}
+
+// FinalizeContentSpec is the last, content-only word on a result: a
+// template, then a byte cap.
+// +kubebuilder:validation:XValidation:rule="has(self.template) || has(self.maxBytes)",message="set template, maxBytes or both"
+type FinalizeContentSpec struct {
+	// template is a Go text/template over .Content, .Outcome, .Code and
+	// .Message; its output replaces the content. A template that fails to
+	// execute fails the result as normalization_failed.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=8192
+	Template string `json:"template,omitempty"`
+
+	// maxBytes cuts the content, after the template, to at most this many
+	// bytes, never inside a character, ending in "…[truncated]" when cut.
+	// +optional
+	// +kubebuilder:validation:Minimum=32
+	// +kubebuilder:validation:Maximum=1048576
+	MaxBytes int32 `json:"maxBytes,omitempty"`
 }
 
 // RenderSpec says how a result value becomes content.

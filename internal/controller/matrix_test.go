@@ -174,6 +174,24 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
 	})
 
+	It("finalizeContent of a declared tool shapes the content of a success and of a failure, once, content only", func() {
+		p := allowAll().Guard("no-stop", "call.args.text == 'STOP'", "stop is off limits")
+		for i := range p.Spec.Tools {
+			if p.Spec.Tools[i].Name == "echo" {
+				p.Spec.Tools[i].Output.FinalizeContent = &toolgatev1alpha1.FinalizeContentSpec{Template: "[{{.Outcome}}] {{.Content}}"}
+			}
+		}
+		setup(p)
+		submit(ns, "ok", "echo", `{"text":"hello"}`, 0, 0, 2)
+		submit(ns, "denied", "echo", `{"text":"STOP"}`, 0, 1, 2)
+		ok, denied := committedCall(ns, "ok"), committedCall(ns, "denied")
+		expectResult(ok, toolgatev1alpha1.OutcomeSucceeded, "", success)
+		Expect(ok.Status.Result.Content).To(Equal(`[Succeeded] {"text":"hello"}`))
+		Expect(ok.Status.Result.Value).To(Equal(`"{\"text\":\"hello\"}"`), "the value never changes")
+		expectResult(denied, toolgatev1alpha1.OutcomeDenied, "guard_denied", "Call:Admitted PreExecute:Allow Guard:Deny "+settledTail+"Denied")
+		Expect(denied.Status.Result.Content).To(Equal("[Denied] error: guard_denied: stop is off limits"))
+	})
+
 	It("body failure: one normalized error result", func() {
 		setup(allowAll())
 		submit(ns, "c1", "fail", `{}`, 0, 0)

@@ -14,6 +14,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Error is a compile error: a reason (one of the Ready condition reasons)
@@ -117,16 +118,21 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition)
 	if err != nil {
 		return fail(toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "tool %s: render template: %v", t.Name, oneLine(err))
 	}
+	finalize, err := finalizer(t)
+	if err != nil {
+		return fail(toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "tool %s: finalizeContent template: %v", t.Name, oneLine(err))
+	}
 	def := pipeline.Definition{
-		Name:         t.Name,
-		Description:  t.Description,
-		Parameters:   params,
-		Output:       pipeline.Output{Schema: output, Render: render},
-		Timeout:      time.Duration(t.TimeoutSeconds) * time.Second,
-		Idempotent:   t.Idempotent,
-		Reattach:     true, // sandbox providers re-attach to an attempt, or report it lost
-		MaxAttempts:  1,
-		RetryBackoff: 0,
+		Name:            t.Name,
+		Description:     t.Description,
+		Parameters:      params,
+		Output:          pipeline.Output{Schema: output, Render: render},
+		FinalizeContent: finalize,
+		Timeout:         time.Duration(t.TimeoutSeconds) * time.Second,
+		Idempotent:      t.Idempotent,
+		Reattach:        true, // sandbox providers re-attach to an attempt, or report it lost
+		MaxAttempts:     1,
+		RetryBackoff:    0,
 	}
 	if t.Retry != nil {
 		def.MaxAttempts = int(t.Retry.MaxAttempts)
@@ -192,6 +198,38 @@ func renderer(t *toolgatev1alpha1.ToolDefinition) (func(pipeline.Arguments, any)
 	default: // Text: a string as is, anything else as JSON
 		return nil, nil
 	}
+}
+
+// finalizer compiles a tool's finalizeContent: the template, then the byte
+// cap. A template that fails to execute panics, which the pipeline settles
+// as normalization_failed (a finalizer must be total).
+func finalizer(t *toolgatev1alpha1.ToolDefinition) (func(string, pipeline.ResultView) string, error) {
+	spec := t.Output.FinalizeContent
+	if spec == nil {
+		return nil, nil
+	}
+	var tpl *template.Template
+	if spec.Template != "" {
+		var err error
+		if tpl, err = parseTemplate(t.Name+"-finalize", spec.Template); err != nil {
+			return nil, err
+		}
+	}
+	limit := int(spec.MaxBytes)
+	return func(content string, res pipeline.ResultView) string {
+		if tpl != nil {
+			var b bytes.Buffer
+			data := map[string]any{"Content": content, "Outcome": string(res.Outcome()), "Code": string(res.Code()), "Message": res.Message()}
+			if err := tpl.Execute(&b, data); err != nil {
+				panic(err)
+			}
+			content = b.String()
+		}
+		if limit > 0 {
+			content = textutil.TruncateMarked(content, limit, "…[truncated]")
+		}
+		return content
+	}, nil
 }
 
 func parseTemplate(name, text string) (*template.Template, error) {

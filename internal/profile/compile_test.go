@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
@@ -237,5 +238,34 @@ func TestCostLimitFailsClosed(t *testing.T) {
 	}
 	if res := run(t, w, "echo", `{"text":"x","items":[1,2]}`); res.Outcome != pipeline.Succeeded {
 		t.Fatalf("a cheap evaluation: %s %q", res.Code, res.Message)
+	}
+}
+
+// TestFinalizeContent: a declared tool's finalizeContent has the last,
+// content-only word on every result, failures included.
+func TestFinalizeContent(t *testing.T) {
+	profile := func(spec toolgatev1alpha1.FinalizeContentSpec) *tu.ToolProfileWrapper {
+		w := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Guard("no-shouting", "call.args.text == 'STOP'", "no shouting")
+		w.Spec.Tools[0].Output.FinalizeContent = &spec
+		return w
+	}
+	tagged := profile(toolgatev1alpha1.FinalizeContentSpec{Template: "[{{.Outcome}} {{.Code}}] {{.Content}}"})
+	if res := run(t, tagged, "echo", `{"text":"hello"}`); res.Outcome != pipeline.Succeeded || res.Content != "[Succeeded ] hello" || res.Value != `"hello"` {
+		t.Errorf("success: %s %q %q", res.Outcome, res.Content, res.Value)
+	}
+	if res := run(t, tagged, "echo", `{"text":"STOP"}`); res.Code != pipeline.CodeGuardDenied || res.Content != "[Denied guard_denied] error: guard_denied: no shouting" {
+		t.Errorf("failure: %s %q", res.Code, res.Content)
+	}
+	capped := profile(toolgatev1alpha1.FinalizeContentSpec{MaxBytes: 32})
+	res := run(t, capped, "echo", `{"text":"`+strings.Repeat("é", 40)+`"}`)
+	if len(res.Content) > 32 || !strings.HasSuffix(res.Content, "…[truncated]") || !utf8.ValidString(res.Content) || res.Outcome != pipeline.Succeeded {
+		t.Errorf("cap: %d bytes %q", len(res.Content), res.Content)
+	}
+	broken := profile(toolgatev1alpha1.FinalizeContentSpec{Template: "{{.Missing}}"})
+	if res := run(t, broken, "echo", `{"text":"hello"}`); res.Code != pipeline.CodeNormalizationFailed || res.Value != "" {
+		t.Errorf("a template that fails to execute: %s %q", res.Code, res.Value)
+	}
+	if _, err := Compile(profile(toolgatev1alpha1.FinalizeContentSpec{Template: "{{.Content"}).Obj()); err == nil || !strings.Contains(err.Error(), "finalizeContent template") {
+		t.Errorf("a template that does not parse: %v", err)
 	}
 }

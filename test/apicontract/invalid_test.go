@@ -268,6 +268,12 @@ var corpus = []TableEntry{
 	Entry("turnSize above 1024", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.TurnSize = 1025 })
 	}, "spec.turnSize"}),
+	Entry("finalizeContent with neither template nor maxBytes", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) { t.Output.FinalizeContent = &v1.FinalizeContentSpec{} })
+	}, "spec.tools[0].output.finalizeContent"}),
+	Entry("finalizeContent maxBytes below 32", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) { t.Output.FinalizeContent = &v1.FinalizeContentSpec{MaxBytes: 8} })
+	}, "spec.tools[0].output.finalizeContent.maxBytes"}),
 	Entry("tool name with a slash", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.Tool = "fs/read" })
 	}, "spec.tool"}),
