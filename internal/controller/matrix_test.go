@@ -192,6 +192,30 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(denied.Status.Result.Content).To(Equal("[Denied] error: guard_denied: stop is off limits"))
 	})
 
+	It("tool-deferred contexts of a declared tool precede decision contexts, reach the model after the turn commits, and a failure carries none", func() {
+		note := shTool("note", `echo 'verify the figures' >> "$TOOLGATE_CONTEXTS_FILE"; echo done`)
+		broken := shTool("broken", `echo 'never delivered' >> "$TOOLGATE_CONTEXTS_FILE"; exit 3`)
+		setup(processProfile(ns, note.Obj(), broken.Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "").PostRule(toolgatev1alpha1.PostRule{
+			Name: "remind", Action: toolgatev1alpha1.PostAccept, Contexts: []string{"cite your sources"},
+		}))
+		submit(ns, "n", "note", `{}`, 0, 0, 2)
+		submit(ns, "b", "broken", `{}`, 0, 1, 2)
+		n, b := committedCall(ns, "n"), committedCall(ns, "b")
+		Expect(n.Status.Result.Contexts).To(Equal([]toolgatev1alpha1.AdditionalContext{
+			{Source: "Tool", Message: "verify the figures"},
+			{Source: "Policy", Rule: "remind", Message: "cite your sources"},
+		}))
+		Expect(b.Status.Result.ErrorCode).To(Equal("tool_error"))
+		Expect(b.Status.Result.Contexts).To(BeEmpty())
+		s := &toolgatev1alpha1.AgentSession{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.DeferredContexts).To(HaveLen(2))
+			g.Expect(s.Status.DeferredContexts[0].Message).To(Equal("verify the figures"))
+			g.Expect(s.Status.DeferredContexts[1].Message).To(Equal("cite your sources"))
+		}).Should(Succeed())
+	})
+
 	It("body failure: one normalized error result", func() {
 		setup(allowAll())
 		submit(ns, "c1", "fail", `{}`, 0, 0)

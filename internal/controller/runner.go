@@ -50,5 +50,10 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("exit code %d: %s", res.ExitCode, textutil.Tail(res.Stderr, 512)))
 	}
 	exec.Truncated = res.Truncated
+	// A tool's deferred contexts precede decision contexts, and reach the
+	// model only after its turn commits (the pipeline's rule).
+	for _, m := range res.Contexts {
+		exec.DeferContext(pipeline.Context{Message: m})
+	}
 	return res.Stdout, nil
 }

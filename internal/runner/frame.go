@@ -28,9 +28,12 @@ type Header struct {
 	Error string `json:"error,omitempty"`
 	// Code is a stable code (internal/codes) for Error; the providers turn
 	// it into the pipeline failure.
-	Code   string `json:"code,omitempty"`
-	SHA256 string `json:"sha256"`
-	MAC    string `json:"mac,omitempty"`
+	Code string `json:"code,omitempty"`
+	// Contexts are the messages the tool deferred for the model (one line
+	// each of the file named by TOOLGATE_CONTEXTS_FILE), bounded.
+	Contexts []string `json:"contexts,omitempty"`
+	SHA256   string   `json:"sha256"`
+	MAC      string   `json:"mac,omitempty"`
 }
 
 // Result is a verified frame.

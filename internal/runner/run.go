@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/builtin"
 	"github.com/toolgate/toolgate/internal/codes"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Environment variables the pod provider sets for the runner. The runner
@@ -28,6 +31,12 @@ const (
 
 // MaxStderrBytes bounds the captured stderr.
 const MaxStderrBytes = 16 << 10
+
+// Bounds of the contexts a tool defers: how many, and how long each.
+const (
+	MaxContexts     = 16
+	MaxContextBytes = 4096
+)
 
 // Spec is what to run.
 type Spec struct {
@@ -84,6 +93,15 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 		cmd.Dir = os.TempDir()
 	}
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.TempDir(), "TOOLGATE_ARGUMENTS_FILE=" + spec.ArgumentsFile}
+	// Where the tool may defer context messages for the model, one per
+	// line (without a writable temporary directory it simply cannot).
+	contexts := ""
+	if f, err := os.CreateTemp("", "toolgate-contexts-*"); err == nil {
+		contexts = f.Name()
+		_ = f.Close()
+		defer func() { _ = os.Remove(contexts) }()
+		cmd.Env = append(cmd.Env, "TOOLGATE_CONTEXTS_FILE="+contexts)
+	}
 	if spec.Workspace != "" {
 		cmd.Env = append(cmd.Env, "TOOLGATE_WORKSPACE="+spec.Workspace)
 	}
@@ -111,7 +129,7 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 	}
 	// No process the tool started outlives it.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	h := Header{Truncated: stdout.Truncated}
+	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts)}
 	if werr != nil {
 		h.ExitCode = cmd.ProcessState.ExitCode()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -162,6 +180,32 @@ func Main(ctx context.Context, out io.Writer, terminationLog string) int {
 		}
 	}
 	return 0
+}
+
+// readContexts reads the messages a tool deferred (from its first MiB): one
+// per non-empty line, at most MaxContexts of at most MaxContextBytes each
+// (cut, never inside a character).
+func readContexts(name string) []string {
+	if name == "" {
+		return nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	r := bufio.NewReader(io.LimitReader(f, 1<<20))
+	var out []string
+	for len(out) < MaxContexts {
+		line, err := r.ReadString('\n')
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, textutil.Truncate(line, MaxContextBytes))
+		}
+		if err != nil {
+			break
+		}
+	}
+	return out
 }
 
 // Bounded keeps the first Limit bytes written and notes the rest was cut.

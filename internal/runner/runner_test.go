@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,32 @@ func TestBuiltinsThroughTheRunner(t *testing.T) {
 	}
 	if h, _, _ := run(t, Spec{Builtin: "fs.write", Workspace: ws}, `{"path":"b.txt","content":"x"}`); h.Code != codes.SandboxDenied {
 		t.Fatalf("read-only write: %+v", h)
+	}
+}
+
+// TestDeferredContexts: a tool defers messages one per line of
+// $TOOLGATE_CONTEXTS_FILE; they travel in the authenticated header,
+// bounded, and the file is gone afterwards.
+func TestDeferredContexts(t *testing.T) {
+	script := `printf 'verify the report\n\n  check the totals  \n' >> "$TOOLGATE_CONTEXTS_FILE"; echo "$TOOLGATE_CONTEXTS_FILE"`
+	h, out, _ := run(t, Spec{Argv: []string{"/bin/sh", "-c", script}}, `{}`)
+	if want := []string{"verify the report", "check the totals"}; !slices.Equal(h.Contexts, want) {
+		t.Fatalf("contexts %q, want %q", h.Contexts, want)
+	}
+	if _, err := os.Stat(strings.TrimSpace(out)); !os.IsNotExist(err) {
+		t.Errorf("the contexts file is left behind: %v", err)
+	}
+	flood := `i=0; while [ $i -lt 40 ]; do printf '%05000d\n' $i >> "$TOOLGATE_CONTEXTS_FILE"; i=$((i+1)); done`
+	h, _, _ = run(t, Spec{Argv: []string{"/bin/sh", "-c", flood}}, `{}`)
+	if len(h.Contexts) != MaxContexts || len(h.Contexts[0]) != MaxContextBytes {
+		t.Errorf("%d contexts, the first %d bytes: the bounds are %d and %d", len(h.Contexts), len(h.Contexts[0]), MaxContexts, MaxContextBytes)
+	}
+	var log bytes.Buffer
+	if err := WriteFrame(&log, key, Header{Contexts: []string{"a"}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	altered := strings.Replace(log.String(), `"contexts":["a"]`, `"contexts":["b"]`, 1)
+	if _, err := ReadFrame(strings.NewReader(altered), key); !errors.Is(err, ErrForged) {
+		t.Errorf("an altered context verified: %v", err)
 	}
 }

@@ -13,5 +13,5 @@ func Outcome(h runner.Header, stdout, stderr []byte) (Result, error) {
 	if h.Code != "" {
 		return Result{}, pipeline.Fail(pipeline.Code(h.Code), h.Error)
 	}
-	return Result{Stdout: string(stdout), Stderr: string(stderr), ExitCode: h.ExitCode, Truncated: h.Truncated}, nil
+	return Result{Stdout: string(stdout), Stderr: string(stderr), ExitCode: h.ExitCode, Truncated: h.Truncated, Contexts: h.Contexts}, nil
 }

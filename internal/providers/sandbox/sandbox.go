@@ -59,6 +59,8 @@ type Result struct {
 	Stderr string
 	// ExitCode is the process exit code.
 	ExitCode int
+	// Contexts are the messages the tool deferred for the model.
+	Contexts []string
 	// Truncated says Stdout hit its bound and was cut.
 	Truncated bool
 }
