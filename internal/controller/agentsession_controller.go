@@ -107,7 +107,7 @@ func (r *AgentSessionReconciler) calls(ctx context.Context, s *toolgatev1alpha1.
 func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
 	pending := false
 	for _, c := range calls {
-		if committed(c) || (outOfLog(c.Status.Schedule.Refusal) && c.Status.Result != nil) {
+		if committed(c) || ((outOfLog(c.Status.Schedule.Refusal) || c.Spec.ParentRef != nil) && c.Status.Result != nil) {
 			continue
 		}
 		pending = true

@@ -57,11 +57,22 @@ func turnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
 // call to start. Each call gets at most one write. It returns the calls in
 // the log, in model order.
 func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall) ([]*toolgatev1alpha1.ToolCall, error) {
-	calls, out := screen(all)
+	calls, nested, out := screen(all)
 	for _, c := range all { // in model order
 		if code := out[c]; code != "" && c.Status.Schedule.Refusal != code {
 			log.FromContext(ctx).Info("call refused", "call", c.Name, "code", code)
 			if err := r.patchSchedule(ctx, c, []func(*toolgatev1alpha1.CallSchedule){func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = code }}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, c := range nested {
+		if c.Status.Schedule.ExecutionMode == "" {
+			// Within its parent's slot: it starts and may settle at once.
+			log.FromContext(ctx).V(1).Info("nested call admitted", "call", c.Name)
+			if err := r.patchSchedule(ctx, c, []func(*toolgatev1alpha1.CallSchedule){func(sch *toolgatev1alpha1.CallSchedule) {
+				sch.ExecutionMode, sch.Released = toolgatev1alpha1.ModeParallel, true
+			}}); err != nil {
 				return nil, err
 			}
 		}

@@ -14,17 +14,44 @@ import (
 // declared size. The call that keeps the place is the one already started,
 // else the first created; the others are refused, settle at once without
 // running, and are never committed.
+//
+// A nested call (spec.parentRef) is not a model call: it has no place in
+// the log. It runs within its parent's slot, started and released at once,
+// if its parent is a call of the same session whose body is executing;
+// otherwise it is refused (invalid_parent).
 
 // outOfLog reports whether a refusal keeps a call out of the session's log
 // (a turn_closed call still commits in its place).
 func outOfLog(refusal string) bool {
-	return refusal == string(pipeline.CodeDuplicateCall) || refusal == string(pipeline.CodeTurnSizeMismatch)
+	switch pipeline.Code(refusal) {
+	case pipeline.CodeDuplicateCall, pipeline.CodeTurnSizeMismatch, pipeline.CodeInvalidParent:
+		return true
+	}
+	return false
 }
 
 // screen splits calls (in model order) into those in the log, still in
-// model order, and those kept out of it, with the refusal each gets.
-func screen(calls []*toolgatev1alpha1.ToolCall) (logged []*toolgatev1alpha1.ToolCall, out map[*toolgatev1alpha1.ToolCall]string) {
+// model order, the nested calls that may run, and those kept out of both,
+// with the refusal each gets.
+func screen(all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha1.ToolCall, out map[*toolgatev1alpha1.ToolCall]string) {
 	out = map[*toolgatev1alpha1.ToolCall]string{}
+	calls := make([]*toolgatev1alpha1.ToolCall, 0, len(all))
+	byName := make(map[string]*toolgatev1alpha1.ToolCall, len(all))
+	for _, c := range all {
+		byName[c.Name] = c
+	}
+	for _, c := range all {
+		switch {
+		case c.Spec.ParentRef == nil:
+			calls = append(calls, c)
+		case outOfLog(c.Status.Schedule.Refusal):
+			out[c] = c.Status.Schedule.Refusal
+		case c.Status.Schedule.ExecutionMode != "" || parentExecuting(byName[c.Spec.ParentRef.Name]):
+			nested = append(nested, c) // once started, it runs to its end
+		default:
+			out[c] = string(pipeline.CodeInvalidParent)
+		}
+	}
 	type position struct {
 		turn  int64
 		index int32
@@ -57,7 +84,14 @@ func screen(calls []*toolgatev1alpha1.ToolCall) (logged []*toolgatev1alpha1.Tool
 			logged = append(logged, c)
 		}
 	}
-	return logged, out
+	return logged, nested, out
+}
+
+// parentExecuting reports whether parent (nil when it is not a call of the
+// session) is running its body: the only time its body can ask for a
+// nested call.
+func parentExecuting(parent *toolgatev1alpha1.ToolCall) bool {
+	return parent != nil && parent.Spec.ParentRef == nil && nextStage(parent) == pipeline.StageExecute
 }
 
 // byPrecedence orders calls for screening: started calls first, then by

@@ -203,3 +203,61 @@ var _ = Describe("ordering through the controllers", func() {
 		Expect(peak).To(Equal(2), workspaceFile(ns, "log"))
 	})
 })
+
+var _ = Describe("nested calls", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	nestedCall := func(name, parent, id string) {
+		c := tu.MakeToolCall(ns, name, "s").Tool("fast", `{"id":"`+id+`"}`).At(0, 0).Parent(parent).Obj()
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+	}
+	settledCall := func(name string) *toolgatev1alpha1.ToolCall {
+		c := &toolgatev1alpha1.ToolCall{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)).To(Succeed())
+			g.Expect(c.Status.Result).NotTo(BeNil())
+		}, 20*time.Second).Should(Succeed())
+		return c
+	}
+
+	It("runs within its executing parent's slot, even behind an exclusive parent, carries no contexts, and stays out of the log", func() {
+		setup(processProfile(ns, loggingTool("slow", "2", false), loggingTool("fast", "0", true)).
+			PreRule("allow-all", toolgatev1alpha1.ActionAllow, "").
+			PostRule(toolgatev1alpha1.PostRule{Name: "note", Action: toolgatev1alpha1.PostAccept, Contexts: []string{"checked"}}))
+		submit(ns, "parent", "slow", `{"id":"P"}`, 0, 0)
+		Eventually(func() int { return logIndex(ns, "start P") }, 10*time.Second).Should(BeNumerically(">=", 0))
+		nestedCall("child", "parent", "C")
+		child := settledCall("child")
+		Expect(child.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), child.Status.Result.Message)
+		Expect(child.Status.Result.Contexts).To(BeEmpty(), "a nested call omits additional contexts")
+		Expect(child.Status.Schedule.CommitSequence).To(BeNil())
+		Expect(child.Status.Phase).To(Equal(toolgatev1alpha1.PhaseSettled))
+		parent := committedCall(ns, "parent", 20*time.Second)
+		Expect(logIndex(ns, "end C")).To(BeNumerically("<", logIndex(ns, "end P")), "the child ran while its parent's body ran")
+		Expect(*parent.Status.Schedule.CommitSequence).To(Equal(int64(0)))
+		Expect(parent.Status.Token).NotTo(BeEmpty())
+	})
+
+	It("refuses a nested call whose parent does not exist, belongs to another session, or is not executing", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		nestedCall("orphan", "nobody", "O")
+		Expect(settledCall("orphan").Status.Result.ErrorCode).To(Equal("invalid_parent"))
+
+		other := tu.MakeAgentSession(ns, "other", "p").Obj()
+		Expect(k8s.Create(ctx, other)).To(Succeed())
+		foreign := tu.MakeToolCall(ns, "foreign", "other").Tool("fast", `{"id":"F"}`).Obj()
+		Expect(k8s.Create(ctx, foreign)).To(Succeed())
+		nestedCall("crossing", "foreign", "X")
+		Expect(settledCall("crossing").Status.Result.ErrorCode).To(Equal("invalid_parent"))
+
+		submit(ns, "done", "fast", `{"id":"D"}`, 0, 0)
+		committedCall(ns, "done")
+		nestedCall("late", "done", "L")
+		late := settledCall("late")
+		Expect(late.Status.Result.ErrorCode).To(Equal("invalid_parent"))
+		for _, id := range []string{"O", "X", "L"} {
+			Expect(logIndex(ns, "start "+id)).To(Equal(-1), "a refused nested call must not run")
+		}
+	})
+})

@@ -147,7 +147,7 @@ func setup(p *tu.ToolProfileWrapper, edit ...func(*tu.AgentSessionWrapper)) {
 		got := &toolgatev1alpha1.ToolProfile{}
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p.Obj()), got)).To(Succeed())
 		g.Expect(readyStatus(got.Status.Conditions)).To(Equal(metav1.ConditionTrue))
-	}).Should(Succeed())
+	}, 10*time.Second).Should(Succeed()) // a manager just started may still be syncing its caches
 }
 
 func readyStatus(conds []metav1.Condition) metav1.ConditionStatus {

@@ -83,6 +83,7 @@ type callScope struct {
 	tc      *toolgatev1alpha1.ToolCall
 	base    *toolgatev1alpha1.ToolCall // the status last written
 	session *toolgatev1alpha1.AgentSession
+	parent  *toolgatev1alpha1.ToolCall // a nested call's parent, when it exists
 	st      *pipeline.State
 	now     time.Time
 

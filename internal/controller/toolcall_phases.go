@@ -69,7 +69,7 @@ func (r *ToolCallReconciler) reconcileSession(ctx context.Context, s *callScope)
 	err := r.Client.Get(ctx, key, session)
 	if err == nil {
 		s.session = session
-		return ctrl.Result{}, false, nil
+		return ctrl.Result{}, false, r.loadParent(ctx, s)
 	}
 	if !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, true, fmt.Errorf("reading the session: %w", err)
@@ -95,6 +95,25 @@ func (r *ToolCallReconciler) reconcileSession(ctx context.Context, s *callScope)
 		return ctrl.Result{}, true, err
 	}
 	return r.reconcileSettled(ctx, s)
+}
+
+// loadParent finds a nested call's parent: the call carries the parent's
+// token (its execution identity, never just a name), and the parent's
+// cancellation reaches it.
+func (r *ToolCallReconciler) loadParent(ctx context.Context, s *callScope) error {
+	ref := s.tc.Spec.ParentRef
+	if ref == nil {
+		return nil
+	}
+	parent := &toolgatev1alpha1.ToolCall{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.tc.Namespace, Name: ref.Name}, parent); err != nil {
+		return client.IgnoreNotFound(err) // the session refuses a call without a parent
+	}
+	s.parent = parent
+	if s.st.Request.Parent = parent.Status.Token; s.st.Request.Parent == "" {
+		s.st.Request.Parent = "parent:" + ref.Name // still nested: no contexts
+	}
+	return nil
 }
 
 // reconcileOwner makes the session own the call, so deleting the session
@@ -170,6 +189,7 @@ var refusalMessages = map[pipeline.Code]string{
 	pipeline.CodeTurnClosed:       "the session refused to schedule the call: a call later in model order had already started",
 	pipeline.CodeDuplicateCall:    "the session refused the call: another call of the session has the same turn and index, or the same callID; that call keeps the place",
 	pipeline.CodeTurnSizeMismatch: "the session refused the call: its turnSize disagrees with the other calls of its turn",
+	pipeline.CodeInvalidParent:    "the session refused the nested call: its parentRef does not name a call of the same session whose body is executing",
 }
 
 // reconcileRefusal settles a call the session refused to schedule.
@@ -188,7 +208,7 @@ func (r *ToolCallReconciler) reconcileRefusal(_ context.Context, s *callScope) (
 // the status before every stage with a side effect (asking a person,
 // running the body) and once at the end, never when nothing changed.
 func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
-	callCtx := callContext(ctx, s.tc, s.session)
+	callCtx := callContext(ctx, s.tc, s.session, s.parent)
 	var requeue time.Duration
 	for !s.st.Done() && gateOpen(s.tc, s.st) {
 		progress, wait := s.pipe.Step(callCtx, s.st)
@@ -229,11 +249,12 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 }
 
 // callContext is the caller's signal: cancelled once cancellation is
-// requested or the session is being deleted, and never by the manager's
-// own shutdown (a restart is not a cancellation).
-func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession) context.Context {
+// requested (of the call, or of a nested call's parent) or the session is
+// being deleted, and never by the manager's own shutdown (a restart is not
+// a cancellation).
+func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession, parent *toolgatev1alpha1.ToolCall) context.Context {
 	callCtx := context.WithoutCancel(ctx)
-	if tc.Spec.CancelRequested || !session.DeletionTimestamp.IsZero() {
+	if tc.Spec.CancelRequested || !session.DeletionTimestamp.IsZero() || (parent != nil && parent.Spec.CancelRequested) {
 		var cancel context.CancelFunc
 		callCtx, cancel = context.WithCancel(callCtx)
 		cancel()

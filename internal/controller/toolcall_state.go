@@ -102,7 +102,8 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		// The result holds everything; the checkpoint is no longer needed.
 		s.Checkpoint = nil
 	}
-	s.Phase = phaseOf(st, s.Schedule.Released)
+	// Only a call with a place in the log commits (a nested call has none).
+	s.Phase = phaseOf(st, s.Schedule.Released && s.Schedule.CommitSequence != nil)
 	setCallConditions(tc, now)
 }
 
@@ -119,6 +120,9 @@ func setCallConditions(tc *toolgatev1alpha1.ToolCall, now time.Time) {
 			if seq := s.Schedule.CommitSequence; seq != nil {
 				committed.Message = fmt.Sprintf("committed at sequence %d", *seq)
 			}
+		case tc.Spec.ParentRef != nil && !outOfLog(s.Schedule.Refusal):
+			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
+			committed.Message = "a nested call has no place in the session's log; its parent's result does"
 		case outOfLog(s.Schedule.Refusal):
 			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
 			committed.Message = "the session kept the call out of its log (" + s.Schedule.Refusal + ")"

@@ -46,6 +46,7 @@ const (
 	CodeTurnClosed          Code = codes.TurnClosed
 	CodeDuplicateCall       Code = codes.DuplicateCall
 	CodeTurnSizeMismatch    Code = codes.TurnSizeMismatch
+	CodeInvalidParent       Code = codes.InvalidParent
 )
 
 // outcomeOf maps a code to the outcome it settles as.
