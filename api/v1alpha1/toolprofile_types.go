@@ -59,10 +59,12 @@ type ToolProfileSpec struct {
 
 	// sandbox confines execution once a call is permitted.
 	// +optional
+	// +kubebuilder:default={}
 	Sandbox SandboxPolicy `json:"sandbox,omitempty"`
 
 	// approval configures how Ask decisions reach a human.
 	// +optional
+	// +kubebuilder:default={}
 	Approval ApprovalSettings `json:"approval,omitempty"`
 }
 
@@ -427,7 +429,7 @@ const (
 )
 
 // SandboxPolicy confines execution.
-// +kubebuilder:validation:XValidation:rule="self.mode != 'FullAccess' || (has(self.allowFullAccess) && self.allowFullAccess)",message="mode FullAccess requires allowFullAccess: true",fieldPath=".mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'FullAccess' || (has(self.allowFullAccess) && self.allowFullAccess)",message="mode FullAccess requires allowFullAccess: true",fieldPath=".mode"
 type SandboxPolicy struct {
 	// mode is ReadOnly (workspace mounted read-only), WorkspaceWrite
 	// (workspace read-write) or FullAccess (no workspace confinement).

@@ -1,6 +1,8 @@
 package apicontract
 
 import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -135,5 +137,32 @@ var _ = Describe("an AgentSession's spec", func() {
 		Expect(p.Spec.Sandbox.Provider).To(Equal(v1.SandboxProviderPod))
 		Expect(p.Spec.Approval.Provider).To(Equal(v1.ApprovalProviderAPIServer))
 		Expect(p.Spec.Tools[0].TimeoutSeconds).To(Equal(int32(60)))
+	})
+
+	It("gets nested defaults from YAML that leaves whole sections out", func() {
+		// The typed client always sends empty structs; kubectl apply of
+		// YAML does not. Defaults must not depend on that.
+		ns := newNamespace()
+		u := &unstructured.Unstructured{}
+		Expect(yaml.Unmarshal([]byte(`
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolProfile
+metadata: {name: bare, namespace: `+ns+`}
+spec:
+  tools:
+  - name: echo
+    description: echo the arguments
+    parameters: {type: object}
+    output: {schema: {type: object}, render: {format: JSON}}
+    container: {image: busybox, command: [/bin/cat]}
+`), &u.Object)).To(Succeed())
+		Expect(k8s.Create(ctx, u)).To(Succeed())
+		p := &v1.ToolProfile{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bare"}, p)).To(Succeed())
+		Expect(p.Spec.Sandbox.Mode).To(Equal(v1.SandboxReadOnly))
+		Expect(p.Spec.Sandbox.WorkspaceRoot).To(Equal("/workspace"))
+		Expect(p.Spec.Sandbox.Provider).To(Equal(v1.SandboxProviderPod))
+		Expect(p.Spec.Approval.Provider).To(Equal(v1.ApprovalProviderAPIServer))
+		Expect(p.Spec.Approval.TimeoutSeconds).To(Equal(int32(900)))
 	})
 })
