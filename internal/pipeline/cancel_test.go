@@ -212,3 +212,198 @@ func TestApproverSeesTheQuestion(t *testing.T) {
 type approverFunc func(context.Context, Question) (Answer, string)
 
 func (f approverFunc) Approve(ctx context.Context, q Question) (Answer, string) { return f(ctx, q) }
+
+// TestTimeoutAndCancellationTheFirstWins: when both the attempt's timeout and
+// the caller's cancellation happen while the body runs, the one that
+// happened first is the outcome: a timeout followed by a cancellation stays a
+// timeout, a cancellation followed by the deadline stays a cancellation. With
+// and without a wrapper that substitutes the dispatch context.
+func TestTimeoutAndCancellationTheFirstWins(t *testing.T) {
+	const timeout = 30 * time.Millisecond
+	for _, wrapped := range []bool{false, true} {
+		for _, timeoutFirst := range []bool{true, false} {
+			name := map[bool]string{true: "timeout then cancel", false: "cancel then deadline"}[timeoutFirst]
+			if wrapped {
+				name += " under a wrapper"
+			}
+			t.Run(name, func(t *testing.T) {
+				h := newHarness(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var sawDeadline, sawExceeded bool
+				h.echo("echo", func(d *Definition) {
+					d.Timeout = timeout
+					d.Execute = func(bctx context.Context, _ Arguments, _ *Exec) (any, error) {
+						h.bodies.Add(1)
+						_, sawDeadline = bctx.Deadline()
+						if timeoutFirst {
+							<-bctx.Done() // the deadline passes
+							sawExceeded = errors.Is(bctx.Err(), context.DeadlineExceeded)
+							cancel() // then the caller cancels, before the body returns
+						} else {
+							cancel()      // the caller cancels
+							<-bctx.Done() // the body sees it
+							time.Sleep(2 * timeout)
+							// then the deadline passes, before the body returns
+						}
+						return nil, bctx.Err()
+					}
+				})
+				h.allowAll()
+				if wrapped {
+					must(t, h.reg.WrapExecute(h.scope, "trace", func(ctx context.Context, _ Call, next Next) (any, error) {
+						return next(context.WithValue(ctx, spanKey{}, "span"))
+					}))
+				}
+				res := h.pipeline(Options{}).Run(ctx, req("echo", `{"text":"x"}`))
+				want, outcome := CodeCancelled, Cancelled
+				if timeoutFirst {
+					want, outcome = CodeTimeout, TimedOut
+				}
+				if res.Code != want || res.Outcome != outcome || h.bodies.Load() != 1 || h.results.Load() != 1 {
+					t.Fatalf("%s/%s (%s), bodies %d results %d; want %s/%s, 1, 1",
+						res.Outcome, res.Code, res.Message, h.bodies.Load(), h.results.Load(), outcome, want)
+				}
+				if !sawDeadline {
+					t.Error("the body's context did not carry the attempt's deadline")
+				}
+				if timeoutFirst && !sawExceeded {
+					t.Error("the body did not see its timeout as context.DeadlineExceeded")
+				}
+			})
+		}
+	}
+}
+
+// TestTimeoutAndCancellationTheFirstWinsAcrossSteps: a Reattach body still
+// stopping its work answers Pending after the timeout fired; the caller's
+// cancellation that arrives before the work is gone does not turn the
+// timeout into a cancellation (and the reverse order stays a cancellation).
+func TestTimeoutAndCancellationTheFirstWinsAcrossSteps(t *testing.T) {
+	for _, timeoutFirst := range []bool{true, false} {
+		name := map[bool]string{true: "timeout then cancel", false: "cancel then deadline"}[timeoutFirst]
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			invocations := 0
+			h.echo("echo", func(d *Definition) {
+				d.Reattach, d.Timeout = true, time.Minute
+				d.Execute = func(bctx context.Context, _ Arguments, _ *Exec) (any, error) {
+					invocations++
+					if invocations < 3 || bctx.Err() == nil {
+						return nil, Pending // running, then still stopping
+					}
+					return nil, bctx.Err() // the work is gone
+				}
+			})
+			h.allowAll()
+			p := h.pipeline(Options{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st := NewState(req("echo", `{"text":"x"}`))
+			for st.Next != StageExecute {
+				p.Step(ctx, st)
+			}
+			first := func() { h.clock.Advance(2 * time.Minute) }
+			second := cancel
+			if !timeoutFirst {
+				first, second = cancel, func() { h.clock.Advance(2 * time.Minute) }
+			}
+			if progress, _ := p.Step(ctx, st); progress != Waiting { // started
+				t.Fatalf("step 1: %v", progress)
+			}
+			first()
+			if progress, _ := p.Step(ctx, st); progress != Waiting { // stopping
+				t.Fatalf("step 2: %v", progress)
+			}
+			second()
+			res := p.Resume(ctx, st, nil) // stopped
+			want := map[bool]Code{true: CodeTimeout, false: CodeCancelled}[timeoutFirst]
+			if res.Code != want || invocations != 3 {
+				t.Fatalf("%s/%s (%s) after %d invocations, want %s after 3", res.Outcome, res.Code, res.Message, invocations, want)
+			}
+		})
+	}
+}
+
+// TestCancelledAtExecuteEntryNeverEntersTheBody: the caller cancels after the
+// dispatch boundary was persisted but before the execute stage runs; the
+// body (and its wrappers) never run, and the call settles once, cancelled.
+func TestCancelledAtExecuteEntryNeverEntersTheBody(t *testing.T) {
+	h := newHarness(t)
+	h.echo("echo", nil)
+	h.allowAll()
+	var wrapperRuns atomic.Int32
+	must(t, h.reg.WrapExecute(h.scope, "metrics", func(ctx context.Context, _ Call, next Next) (any, error) {
+		wrapperRuns.Add(1)
+		return next(ctx)
+	}))
+	p := h.pipeline(Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	st := NewState(req("echo", `{"text":"x"}`))
+	for st.Next != StageExecute {
+		p.Step(ctx, st)
+	}
+	cancel() // after the dispatch boundary, before the body is entered
+	res := p.Resume(ctx, st, nil)
+	if res.Outcome != Cancelled || res.Code != CodeCancelled || h.bodies.Load() != 0 || wrapperRuns.Load() != 0 || h.results.Load() != 1 {
+		t.Fatalf("%s/%s, bodies %d wrappers %d results %d; want Cancelled/cancelled, 0, 0, 1",
+			res.Outcome, res.Code, h.bodies.Load(), wrapperRuns.Load(), h.results.Load())
+	}
+	if got, want := trace(st), traceHead+"Execute:Cancelled "+traceTail+"Cancelled"; got != want {
+		t.Errorf("trace %s, want %s", got, want)
+	}
+}
+
+// TestCancelledReattachBodyIsStillCalledToStopItsWork: a Reattach body whose
+// attempt already started (its work runs elsewhere, in a pod) is invoked
+// with the cancelled signal, so it can stop that work before the call
+// settles: in this process (it answered Pending) and after a restart.
+func TestCancelledReattachBodyIsStillCalledToStopItsWork(t *testing.T) {
+	for _, restarted := range []bool{false, true} {
+		name := map[bool]string{false: "answered pending here", true: "resumed after a restart"}[restarted]
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			var running, stopped atomic.Bool
+			var resumedWithCancel atomic.Bool
+			h.echo("echo", func(d *Definition) {
+				d.Reattach = true
+				d.Execute = func(bctx context.Context, _ Arguments, e *Exec) (any, error) {
+					h.bodies.Add(1)
+					if !e.Resumed {
+						running.Store(true) // the work starts, elsewhere
+						return nil, Pending
+					}
+					if bctx.Err() != nil {
+						resumedWithCancel.Store(true)
+						running.Store(false)
+						stopped.Store(true)
+						return nil, bctx.Err()
+					}
+					return nil, Pending
+				}
+			})
+			h.allowAll()
+			p := h.pipeline(Options{})
+			ctx, cancel := context.WithCancel(context.Background())
+			st := NewState(req("echo", `{"text":"x"}`))
+			for st.Next != StageExecute {
+				p.Step(ctx, st)
+			}
+			if progress, _ := p.Step(ctx, st); progress != Waiting {
+				t.Fatalf("the body did not start: %v", progress)
+			}
+			if restarted {
+				st.SetLive(false, false)
+			}
+			cancel()
+			res := p.Resume(ctx, st, nil)
+			if res.Outcome != Cancelled || res.Code != CodeCancelled || h.results.Load() != 1 {
+				t.Fatalf("%s/%s results %d", res.Outcome, res.Code, h.results.Load())
+			}
+			if h.bodies.Load() != 2 || !resumedWithCancel.Load() || !stopped.Load() || running.Load() {
+				t.Fatalf("invocations %d, re-invoked with the cancelled signal %v, work stopped %v",
+					h.bodies.Load(), resumedWithCancel.Load(), stopped.Load())
+			}
+		})
+	}
+}

@@ -33,7 +33,9 @@
 //   - "Understand which stage may rewrite what": Call is passed by value and
 //     its Arguments hand out fresh copies only; a Wrapper can substitute only
 //     the context passed to Next, and the caller's cancellation is re-fused
-//     before the body (fuse); post-execute accepts replace content XOR value
+//     before the body (fuse); the body's own outcome is the result, and a
+//     wrapper returning anything else fails the call (wrapperFailure);
+//     post-execute accepts replace content XOR value
 //     (a new value is validated and rendered again) or block (a valueless
 //     failure keeping only the blocking listener's contexts);
 //     FinalizeContent is content-only; observers get a ResultView.
@@ -44,8 +46,10 @@
 //     post-execute and commitment in model order, contexts released after
 //     the whole turn commits).
 //   - "Handle cancellation and deferred context": cancellation before
-//     dispatch skips every remaining stage (cancelledBeforeDispatch); after
-//     invocation it replaces only a success; Exec.DeferContext queues
+//     dispatch skips every remaining stage (cancelledBeforeDispatch), and so
+//     does one arriving before the body was entered (execute); after
+//     invocation it replaces only a success, and against the timeout the
+//     first of the two wins; Exec.DeferContext queues
 //     tool contexts, which precede decision contexts on accept and are
 //     dropped on failure or block; nested calls (Request.Parent) carry none.
 //

@@ -49,6 +49,14 @@ func matrix() []matrixCase {
 			}
 		}
 	}
+	wrappedOver := func(edit func(*Definition), w Wrapper) func(*harness) {
+		return func(h *harness) {
+			h.echo("echo", edit)
+			h.allowAll()
+			must(h.t, h.reg.WrapExecute(h.scope, "w", w))
+		}
+	}
+	wrapped := func(w Wrapper) func(*harness) { return wrappedOver(nil, w) }
 	ask := func(h *harness) {
 		h.echo("echo", nil)
 		must(h.t, h.reg.OnPreExecute(h.scope, "ask-all", 0, func(context.Context, Call) Decision {
@@ -418,6 +426,132 @@ func matrix() []matrixCase {
 			},
 			outcome: Failed, code: CodeNormalizationFailed, bodies: 1,
 			trace: traceHead + "Execute:OK PostExecute:Accept Finalize:Error Observe:OK Result:Failed",
+			check: failureShape("error: normalization_failed: FinalizeContent panicked"),
+		},
+		{
+			// docs/pipeline.md: a failure carries no success content, no value
+			// and no tool-deferred (or accept) contexts.
+			name: "a normalization failure drops the success content, value and contexts", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", func(d *Definition) {
+					inner := d.Execute
+					d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
+						e.DeferContext(Context{Message: "from the tool"})
+						e.Truncated = true
+						return inner(ctx, a, e)
+					}
+					d.FinalizeContent = func(string, ResultView) string { panic("boom") }
+				})
+				h.allowAll()
+				must(h.t, h.reg.OnPostExecute(h.scope, "p", 0, func(Call, PostInput) PostDecision {
+					return PostDecision{Contexts: []string{"from the policy"}}
+				}))
+			},
+			outcome: Failed, code: CodeNormalizationFailed, bodies: 1,
+			trace: traceHead + "Execute:OK PostExecute:Accept Finalize:Error Observe:OK Result:Failed",
+			check: func(t *testing.T, h *harness, res Result) {
+				failureShape("error: normalization_failed: FinalizeContent panicked")(t, h, res)
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if len(h.observed) != 1 || h.observed[0].Content() != res.Content || len(h.observed[0].Contexts()) != 0 {
+					t.Errorf("the observer saw a different outcome: %+v", h.observed)
+				}
+			},
+		},
+		{
+			name: "a wrapper cannot replace the body's value", req: hello,
+			setup: wrapped(func(ctx context.Context, _ Call, next Next) (any, error) {
+				_, err := next(ctx)
+				return "replaced", err
+			}),
+			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
+			check: failureShape("error: wrapper_failed: an execute wrapper replaced the body's value"),
+		},
+		{
+			name: "a wrapper cannot change the body's value in place", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", func(d *Definition) {
+					d.Output.Schema = `{"type":"object"}`
+					d.Execute = func(_ context.Context, a Arguments, _ *Exec) (any, error) {
+						h.bodies.Add(1)
+						text, _ := a.Field("text")
+						return map[string]any{"text": text}, nil
+					}
+				})
+				h.allowAll()
+				must(h.t, h.reg.WrapExecute(h.scope, "tamper", func(ctx context.Context, _ Call, next Next) (any, error) {
+					v, err := next(ctx)
+					if m, ok := v.(map[string]any); ok {
+						m["text"] = "tampered"
+					}
+					return v, err
+				}))
+			},
+			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
+			check: failureShape("error: wrapper_failed: an execute wrapper replaced the body's value"),
+		},
+		{
+			name: "a wrapper cannot turn a body failure into a success", req: hello,
+			setup: wrappedOver(failing(errors.New("disk on fire")), func(ctx context.Context, _ Call, next Next) (any, error) {
+				_, _ = next(ctx)
+				return "fine", nil
+			}),
+			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
+			check: failureShape("error: wrapper_failed: an execute wrapper replaced the body's failure with a success"),
+		},
+		{
+			name: "a wrapper cannot fail a body that succeeded", req: hello,
+			setup: wrapped(func(ctx context.Context, _ Call, next Next) (any, error) {
+				_, _ = next(ctx)
+				return nil, Fail(CodeSandboxDenied, "made up")
+			}),
+			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
+			check: failureShape("error: wrapper_failed: an execute wrapper failed: sandbox_denied: made up"),
+		},
+		{
+			name: "a wrapper that passes the outcome through keeps the body's value", req: hello,
+			setup: wrapped(func(ctx context.Context, _ Call, next Next) (any, error) {
+				return next(context.WithValue(ctx, spanKey{}, "span"))
+			}),
+			outcome: Succeeded, bodies: 1, trace: traceSuccess,
+			check: func(t *testing.T, _ *harness, res Result) {
+				if res.Value != `"hello"` || res.Content != "hello" {
+					t.Errorf("value %q content %q", res.Value, res.Content)
+				}
+			},
+		},
+		{
+			name: "a wrapper that passes the outcome through keeps the body's failure", req: hello,
+			setup: wrappedOver(failing(Fail(CodeSandboxDenied, "path escapes the workspace")), func(ctx context.Context, _ Call, next Next) (any, error) {
+				return next(ctx)
+			}),
+			outcome: Denied, code: CodeSandboxDenied, bodies: 1,
+			trace: traceHead + "Execute:Error " + traceTail + "Denied",
+			check: failureShape("error: sandbox_denied: path escapes the workspace"),
+		},
+		{
+			name: "order keys compare without overflow: a deny at -1 precedes an allow at MaxInt", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", nil)
+				must(h.t, h.reg.OnPreExecute(h.scope, "deny-early", -1, func(context.Context, Call) Decision { return Decision{Action: Deny} }))
+				must(h.t, h.reg.OnPreExecute(h.scope, "allow-last", math.MaxInt, func(context.Context, Call) Decision { return Decision{Action: Allow} }))
+			},
+			outcome: Denied, code: CodePolicyDenied, bodies: 0,
+			trace: "Call:Admitted PreExecute:Deny " + traceTail + "Denied",
+		},
+		{
+			name: "order keys compare without overflow: a deny at MinInt precedes an allow at 1", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", nil)
+				must(h.t, h.reg.OnPreExecute(h.scope, "deny-first", math.MinInt, func(context.Context, Call) Decision { return Decision{Action: Deny} }))
+				must(h.t, h.reg.OnPreExecute(h.scope, "allow", 1, func(context.Context, Call) Decision { return Decision{Action: Allow} }))
+			},
+			outcome: Denied, code: CodePolicyDenied, bodies: 0,
+			trace: "Call:Admitted PreExecute:Deny " + traceTail + "Denied",
 		},
 		{
 			name: "an idempotent body is retried within its budget", req: hello,
@@ -487,6 +621,20 @@ func matrix() []matrixCase {
 				}
 			},
 		},
+	}
+}
+
+type spanKey struct{}
+
+// failureShape asserts the shape every failure has: its content is the
+// failure content, and it carries no value, no contexts and no cut flag.
+func failureShape(content string) func(*testing.T, *harness, Result) {
+	return func(t *testing.T, _ *harness, res Result) {
+		t.Helper()
+		if res.Content != content || res.Value != "" || len(res.Contexts) != 0 || res.Truncated {
+			t.Errorf("failure kept a success shape: content %q (want %q) value %q contexts %+v truncated %v",
+				res.Content, content, res.Value, res.Contexts, res.Truncated)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -44,7 +45,10 @@ type Next func(ctx context.Context) (any, error)
 
 // Wrapper surrounds one attempt's dispatch (metrics, tracing, rate limits).
 // It may substitute only the dispatch context; the caller's cancellation is
-// re-fused before the body, and the timeout is enforced inside next.
+// re-fused before the body, and the timeout is enforced inside next. It must
+// call next exactly once and return what next returned: the body's outcome
+// is the result, and a wrapper that returns anything else (another value, a
+// success after a failure, another error) fails the call (wrapper_failed).
 type Wrapper func(ctx context.Context, call Call, next Next) (any, error)
 
 // PostInput is what a post-execute listener sees of a successful result.
@@ -190,10 +194,11 @@ func addEntry[T any](r *Registry, scope *lifecycle.Scope, list *[]entry[T], name
 	// Copy on write: a snapshot taken by a running call is never mutated.
 	next := append(slices.Clone(*list), e)
 	slices.SortStableFunc(next, func(a, b entry[T]) int {
-		if a.order != b.order {
-			return a.order - b.order
+		// Compared, never subtracted: a difference of extreme keys overflows.
+		if c := cmp.Compare(a.order, b.order); c != 0 {
+			return c
 		}
-		return int(a.seq - b.seq)
+		return cmp.Compare(a.seq, b.seq)
 	})
 	*list = next
 	r.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -209,7 +210,7 @@ func (p *Pipeline) dispatch(ctx context.Context, st *State, snap snapshot) (Prog
 	}
 	st.Attempt++
 	st.AttemptStartedAt = now
-	st.dispatched, st.reattaching = true, false
+	st.dispatched, st.reattaching, st.timedOut = true, false, false
 	st.record(StageDispatch, VerdictDispatched, attemptReason(st.Attempt), now)
 	st.Next = StageExecute
 	return Advanced, 0
@@ -243,7 +244,17 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 	if !st.dispatched && !def.Reattach {
 		return p.interrupted(st, def, now)
 	}
-	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: !st.dispatched || st.reattaching, StartedAt: st.AttemptStartedAt, runner: p.opts.Runner}
+	resumed := !st.dispatched || st.reattaching
+	if ctx.Err() != nil && !resumed {
+		// Cancelled after the dispatch boundary, before the body was entered:
+		// there is no work to stop, so neither wrappers nor body run. A body
+		// already entered (a Reattach body whose work runs elsewhere) is
+		// still invoked below, with the cancelled signal, to stop that work.
+		st.record(StageExecute, VerdictCancelled, string(CodeCancelled), now)
+		st.settle(CodeCancelled, "the call was cancelled before its body was entered")
+		return Advanced, 0
+	}
+	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: resumed, StartedAt: st.AttemptStartedAt, runner: p.opts.Runner}
 	value, fail := p.invoke(ctx, st, snap, exec)
 	now = p.opts.Clock.Now()
 	if fail != nil && fail.Code == codeLost {
@@ -307,84 +318,197 @@ const (
 	codeLost    Code = "lost"
 )
 
-// attempt is one dispatch of the body: what invoke needs to tell a body's
-// own failure from a wrapper's, and whether the timeout fired.
+// attempt is one dispatch of the body: what invoke needs to tell the body's
+// own outcome from what the wrappers returned, and whether the timeout fired.
 type attempt struct {
 	p        *Pipeline
 	st       *State
 	def      *Definition
 	exec     *Exec
 	caller   context.Context
+	wrapped  bool // wrappers surround the body
 	calls    int
-	err      error
 	panicked bool
-	timeout  context.Context // nil without a timeout
+	// value and err are the body's own outcome. With wrappers, a successful
+	// value is frozen when the body returns (frozen, and its canonical text
+	// canon, or canonErr when it is not JSON), so that nothing a wrapper
+	// does with it afterwards reaches the result.
+	value    any
+	err      error
+	frozen   any
+	canon    string
+	canonErr error
+	// timedOut: the attempt's deadline passed before the caller cancelled
+	// (decided when the body returned).
+	timedOut bool
 }
+
+// errAttemptTimeout is the cause of an attempt's timeout; it wraps
+// context.DeadlineExceeded.
+var errAttemptTimeout = fmt.Errorf("the attempt's timeout passed: %w", context.DeadlineExceeded)
 
 // body is the innermost Next: it re-fuses the caller's cancellation,
 // applies the timeout anchored at the persisted attempt start, and runs the
 // body once.
-func (a *attempt) body(wctx context.Context) (v any, err error) {
+func (a *attempt) body(wctx context.Context) (any, error) {
 	a.calls++
 	if a.calls > 1 {
 		return nil, Fail(CodeWrapperFailed, "a wrapper dispatched the body twice in one attempt")
 	}
-	bctx := fuse(wctx, a.caller)
-	if a.def.Timeout > 0 {
-		deadline := a.st.AttemptStartedAt.Add(a.def.Timeout)
-		var cancel context.CancelFunc
-		bctx, cancel = context.WithTimeout(bctx, deadline.Sub(a.p.opts.Clock.Now()))
-		defer cancel()
-		a.timeout = bctx
+	bctx, timeout, stop := a.context(wctx)
+	a.value, a.err = a.run(bctx)
+	// Which came first is decided now, before the contexts are released:
+	// the timeout context is derived from the caller's, so its cause is
+	// errAttemptTimeout only when the deadline passed before the caller
+	// cancelled.
+	a.timedOut = timeout != nil && context.Cause(timeout) == errAttemptTimeout
+	stop()
+	if a.wrapped && a.err == nil {
+		a.freeze()
 	}
+	return a.value, a.err
+}
+
+func (a *attempt) run(ctx context.Context) (v any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			a.panicked = true
 			v, err = nil, Fail(CodeToolPanic, "the tool body panicked")
 		}
-		a.err = err
 	}()
-	return a.def.Execute(bctx, a.exec.Call.Args, a.exec)
+	return a.def.Execute(ctx, a.exec.Call.Args, a.exec)
 }
 
-func (a *attempt) timedOut() bool {
-	return a.timeout != nil && errors.Is(a.timeout.Err(), context.DeadlineExceeded) && a.caller.Err() == nil
+// context is the body's context: the wrapper's, fused with the caller's
+// cancellation and the attempt's timeout. The timeout context is derived
+// from the caller's directly (never through a wrapper's), so the order of
+// the two is exact.
+func (a *attempt) context(wctx context.Context) (bctx, timeout context.Context, stop func()) {
+	if a.def.Timeout <= 0 {
+		bctx, stop = fuse(wctx, a.caller)
+		return bctx, nil, stop
+	}
+	deadline := a.st.AttemptStartedAt.Add(a.def.Timeout)
+	timeout, cancel := context.WithTimeoutCause(a.caller, deadline.Sub(a.p.opts.Clock.Now()), errAttemptTimeout)
+	if wctx == a.caller {
+		return timeout, timeout, cancel
+	}
+	fused, unfuse := fuse(wctx, timeout)
+	return timedContext{fused, timeout}, timeout, func() { unfuse(); cancel() }
+}
+
+// freeze copies a successful value when the body returns.
+func (a *attempt) freeze() {
+	v, err := toLossless(a.value)
+	if err == nil {
+		a.canon, err = CanonicalJSON(v)
+	}
+	if err != nil {
+		a.canonErr = err
+		return
+	}
+	a.frozen = copyValue(v, nil)
+}
+
+// sameValue reports whether v, returned by the outermost wrapper, is the
+// body's value unchanged.
+func (a *attempt) sameValue(v any) bool {
+	if a.canonErr != nil {
+		return identical(v, a.value)
+	}
+	lv, err := toLossless(v)
+	if err != nil {
+		return false
+	}
+	canon, err := CanonicalJSON(lv)
+	return err == nil && canon == a.canon
+}
+
+// wrapperFailure checks what the outermost wrapper returned. A wrapper may
+// substitute the dispatch signal and nothing else: it must dispatch the body
+// exactly once and return the body's own outcome (value or failure)
+// unchanged.
+func (a *attempt) wrapperFailure(value any, err error) *Failure {
+	if !a.wrapped {
+		return nil // next is the body itself
+	}
+	var f *Failure
+	wrapperCode := err != nil && errors.As(err, &f) && f.Code == CodeWrapperFailed
+	switch {
+	case a.calls == 0 && err == nil:
+		return &Failure{Code: CodeWrapperFailed, Message: "a wrapper returned without dispatching the body"}
+	case a.calls > 1:
+		return &Failure{Code: CodeWrapperFailed, Message: "a wrapper dispatched the body twice in one attempt"}
+	case wrapperCode && (a.calls == 0 || !identical(err, a.err)):
+		return f // a panicking wrapper, or one reporting its own failure
+	case a.calls == 0:
+		return &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper failed: " + bounded(err.Error())}
+	case identical(err, a.err):
+		if a.err == nil && !a.sameValue(value) {
+			return &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper replaced the body's value"}
+		}
+		return nil
+	case err == nil:
+		return &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper replaced the body's failure with a success"}
+	default:
+		return &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper failed: " + bounded(err.Error())}
+	}
+}
+
+// identical reports whether x and y are the same value, without panicking on
+// values that are not comparable.
+func identical(x, y any) bool {
+	if x == nil || y == nil {
+		return x == nil && y == nil
+	}
+	if reflect.TypeOf(x) != reflect.TypeOf(y) {
+		return false
+	}
+	if reflect.ValueOf(x).Comparable() {
+		return x == y || x != x && y != y // NaN is itself
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // invoke calls the wrappers (first registered outermost) around the body and
-// classifies what came back.
+// classifies the body's own outcome; a wrapper that returns anything else
+// fails the call (wrapper_failed).
 func (p *Pipeline) invoke(ctx context.Context, st *State, snap snapshot, exec *Exec) (any, *Failure) {
 	def := &snap.tool.def
-	a := &attempt{p: p, st: st, def: def, exec: exec, caller: ctx}
+	a := &attempt{p: p, st: st, def: def, exec: exec, caller: ctx, wrapped: len(snap.wrappers) > 0}
 	next := Next(a.body)
 	for i := len(snap.wrappers) - 1; i >= 0; i-- {
 		next = wrap(snap.wrappers[i].fn, exec.Call, next)
 	}
 	value, err := next(ctx)
-	if errors.Is(err, Pending) && def.Reattach && err == a.err {
+	if f := a.wrapperFailure(value, err); f != nil {
+		return nil, f
+	}
+	value, err = a.value, a.err
+	if a.wrapped && a.canonErr == nil {
+		value = a.frozen // not JSON otherwise: accept reports output_invalid
+	}
+	timedOut := a.timedOut || st.timedOut
+	if errors.Is(err, Pending) && def.Reattach {
 		// Still running, or still stopping after a cancellation or the
-		// timeout: the outcome is reported only once the work is gone.
+		// timeout: the outcome is reported only once the work is gone. A
+		// timeout that came first stays the outcome even if the caller
+		// cancels while the work stops.
+		st.timedOut = timedOut
 		return nil, &Failure{Code: codePending}
 	}
-	if a.timedOut() {
+	if timedOut {
 		return nil, &Failure{Code: CodeTimeout, Message: fmt.Sprintf("the body exceeded its %s timeout", def.Timeout)}
 	}
 	if err == nil {
-		if a.calls == 0 {
-			return nil, &Failure{Code: CodeWrapperFailed, Message: "a wrapper returned without dispatching the body"}
-		}
 		return value, nil
 	}
 	var f *Failure
 	switch {
-	case errors.Is(err, Pending) && def.Reattach && err == a.err:
-		return nil, &Failure{Code: codePending}
-	case errors.Is(err, ErrAttemptLost) && def.Reattach && err == a.err:
+	case errors.Is(err, ErrAttemptLost) && def.Reattach:
 		return nil, &Failure{Code: codeLost}
-	case errors.As(err, &f) && (err == a.err || a.panicked || f.Code == CodeWrapperFailed):
+	case errors.As(err, &f):
 		return nil, ownCode(f, ctx.Err() != nil)
-	case err != a.err:
-		return nil, &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper failed: " + bounded(err.Error())}
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return nil, &Failure{Code: CodeCancelled, Message: "the body stopped on cancellation"}
 	default:
@@ -422,14 +546,42 @@ func wrap(w Wrapper, call Call, next Next) Next {
 }
 
 // fuse re-attaches the caller's cancellation to the context a wrapper chose,
-// so no wrapper can detach the body from its caller.
-func fuse(wctx, caller context.Context) context.Context {
+// so no wrapper can detach the body from its caller; stop releases it once
+// the body has returned.
+func fuse(wctx, caller context.Context) (ctx context.Context, stop func()) {
 	if wctx == caller || caller.Done() == nil {
-		return wctx
+		return wctx, func() {}
 	}
 	fused, cancel := context.WithCancelCause(wctx)
-	context.AfterFunc(caller, func() { cancel(context.Cause(caller)) })
-	return fused
+	unregister := context.AfterFunc(caller, func() { cancel(context.Cause(caller)) })
+	return fused, func() {
+		unregister()
+		cancel(context.Canceled)
+	}
+}
+
+// timedContext is the body's context under a wrapper that substituted its
+// own: the fused context, presenting the attempt's deadline, and its timeout
+// as context.DeadlineExceeded, as a body sees them without a wrapper.
+type timedContext struct {
+	context.Context
+	timeout context.Context
+}
+
+func (c timedContext) Deadline() (time.Time, bool) {
+	d, ok := c.timeout.Deadline()
+	if w, wok := c.Context.Deadline(); wok && (!ok || w.Before(d)) {
+		return w, true
+	}
+	return d, ok
+}
+
+func (c timedContext) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == errAttemptTimeout {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // accept validates a body's value against the output schema and renders it.
@@ -581,8 +733,11 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 		if content, ok := safeFinalize(snap.tool.def.FinalizeContent, res); ok {
 			res.Content = content
 		} else {
-			res.Outcome, res.Code, res.Value = Failed, CodeNormalizationFailed, ""
-			res.Message = "FinalizeContent panicked"
+			// A failure like any other: its content is the failure content,
+			// and it carries no value, no contexts and no cut flag.
+			f := &Failure{Code: CodeNormalizationFailed, Message: "FinalizeContent panicked"}
+			res.Outcome, res.Code, res.Message = Failed, f.Code, f.Message
+			res.Content, res.Value, res.Contexts, res.Truncated = failureContent(f), "", nil, false
 			verdict = VerdictError
 		}
 	}

@@ -107,6 +107,10 @@ type State struct {
 	dispatched bool
 	// reattaching is true once a Reattach body answered Pending.
 	reattaching bool
+	// timedOut is true once the current attempt's timeout passed before the
+	// caller cancelled, while its Reattach body was still stopping (it
+	// answered Pending): the timeout stays the outcome.
+	timedOut bool
 	// args caches the frozen arguments.
 	args Arguments
 }

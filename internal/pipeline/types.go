@@ -26,8 +26,9 @@ type Definition struct {
 	// it parallel. Nil means exclusive.
 	IsConcurrencySafe func(args Arguments) any
 	// FinalizeContent gets the last word on the content, synchronously, for
-	// every result, failures included. It must be total; a panic keeps the
-	// content it was given and fails the result as a normalization failure.
+	// every result, failures included. It must be total; a panic fails the
+	// result as a normalization failure, which like every failure has the
+	// failure content and no value or contexts.
 	FinalizeContent func(content string, res ResultView) string
 	// Timeout bounds one attempt of the body; zero means no timeout.
 	Timeout time.Duration
