@@ -4,6 +4,10 @@
 // file; bounded output; the whole process group stopped on cancellation or
 // timeout). It exists for development and tests: it does not isolate
 // anything, and reports its enforcement as partial.
+//
+// Its work lives in the manager's process, so it is a providers.Stopper:
+// disposing the scope that mounted it stops every running tool (the whole
+// process group) and returns once they are gone.
 package process
 
 import (
@@ -11,11 +15,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/runner"
 )
@@ -30,11 +37,15 @@ type Provider struct {
 	// Notify is called when an attempt ends.
 	Notify sandbox.Notifier
 
-	mu   sync.Mutex
-	runs map[string]*run
+	mu      sync.Mutex
+	runs    map[string]*run
+	stopped bool
 }
 
-var _ sandbox.Provider = &Provider{}
+var (
+	_ sandbox.Provider  = &Provider{}
+	_ providers.Stopper = &Provider{}
+)
 
 // New returns a provider keeping workspaces under base.
 func New(base string, notify sandbox.Notifier) *Provider {
@@ -42,10 +53,23 @@ func New(base string, notify sandbox.Notifier) *Provider {
 }
 
 type run struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	// done is closed once result and err are set; gone once nothing of the
+	// run is left (its processes reaped, its arguments file removed, its
+	// call notified).
 	done   chan struct{}
-	stop   context.CancelFunc
+	gone   chan struct{}
 	result sandbox.Result
 	err    error
+	// cancelled: a caller's cancelled signal stopped the run; asked again
+	// with a cancelled signal, Run answers the cancellation again.
+	cancelled atomic.Bool
+}
+
+func newRun() *run {
+	ctx, stop := context.WithCancel(context.Background())
+	return &run{ctx: ctx, stop: stop, done: make(chan struct{}), gone: make(chan struct{})}
 }
 
 // Enforcement is partial: a local subprocess is not confined.
@@ -58,16 +82,23 @@ func (p *Provider) WorkspaceDir(session types.NamespacedName) string {
 	return filepath.Join(p.WorkspaceBase, session.Namespace, session.Name)
 }
 
+// errStopped answers every Run once the provider was stopped.
+var errStopped = pipeline.Fail(pipeline.CodeSandboxUnavailable, "the process sandbox provider was stopped (its scope was disposed)")
+
 // Run starts, polls or stops an attempt.
 func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
 	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return sandbox.Result{}, errStopped
+	}
 	r, ok := p.runs[job.Key]
 	if !ok {
 		if job.Resumed {
 			p.mu.Unlock()
 			return sandbox.Result{}, sandbox.ErrLost
 		}
-		r = &run{done: make(chan struct{})}
+		r = newRun()
 		p.runs[job.Key] = r
 		p.mu.Unlock()
 		if err := p.start(job, r); err != nil {
@@ -79,11 +110,15 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	}
 	select {
 	case <-r.done:
+		if r.cancelled.Load() && ctx.Err() != nil {
+			return sandbox.Result{}, ctx.Err()
+		}
 		return r.result, r.err
 	default:
 	}
 	if ctx.Err() != nil {
 		// Stop the owned work, and only then report.
+		r.cancelled.Store(true)
 		r.stop()
 		<-r.done
 		return sandbox.Result{}, ctx.Err()
@@ -113,6 +148,29 @@ func (p *Provider) Release(_ context.Context, _ types.NamespacedName, uid types.
 	return len(running) == 0, nil
 }
 
+// Stop stops every running attempt (SIGTERM to its process group, SIGKILL
+// after the grace period), waits until each is gone, and forgets them all;
+// the provider starts no new work afterwards. It returns ctx's error if ctx
+// ends first.
+func (p *Provider) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopped = true
+	runs := p.runs
+	p.runs = map[string]*run{}
+	p.mu.Unlock()
+	for _, r := range runs {
+		r.stop()
+	}
+	for _, r := range runs {
+		select {
+		case <-r.gone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // Forget drops a settled attempt's record.
 func (p *Provider) Forget(key string) {
 	p.mu.Lock()
@@ -120,7 +178,16 @@ func (p *Provider) Forget(key string) {
 	delete(p.runs, key)
 }
 
-func (p *Provider) start(job sandbox.Job, r *run) error {
+func (p *Provider) start(job sandbox.Job, r *run) (err error) {
+	defer func() {
+		if err != nil {
+			// Nothing started: a Stop waiting for this run must not hang.
+			r.err = err
+			close(r.done)
+			close(r.gone)
+			r.stop()
+		}
+	}()
 	dir := p.WorkspaceDir(job.Workspace.Session)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -131,6 +198,7 @@ func (p *Provider) start(job sandbox.Job, r *run) error {
 	}
 	if _, err := args.WriteString(job.Arguments); err != nil {
 		_ = args.Close()
+		_ = os.Remove(args.Name())
 		return err
 	}
 	_ = args.Close()
@@ -148,12 +216,11 @@ func (p *Provider) start(job sandbox.Job, r *run) error {
 			spec.Env[e.Name] = e.Value
 		}
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	r.stop = stop
 	go func() {
-		defer stop()
+		defer close(r.gone)
+		defer r.stop()
 		defer func() { _ = os.Remove(args.Name()) }()
-		h, stdout, stderr := runner.Execute(runCtx, spec, []byte(job.Arguments), grace)
+		h, stdout, stderr := runner.Execute(r.ctx, spec, []byte(job.Arguments), grace)
 		r.result, r.err = sandbox.Outcome(h, stdout, stderr)
 		close(r.done)
 		if p.Notify != nil {

@@ -3,8 +3,10 @@ package process
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 )
 
@@ -144,6 +148,81 @@ func TestStartFailureLeavesNoAttemptBehind(t *testing.T) {
 	for range 2 {
 		if _, err := p.Run(context.Background(), j); err == nil || errors.Is(err, sandbox.ErrPending) {
 			t.Fatalf("start under a file: %v, want an error", err)
+		}
+	}
+}
+
+// TestDisposingTheScopeStopsOwnedWork mounts the provider under a scope,
+// starts a long-running tool through the mounted provider, disposes the
+// scope and proves the tool's process is gone when Dispose returns, the
+// registration is gone, and the provider starts no new work.
+func TestDisposingTheScopeStopsOwnedWork(t *testing.T) {
+	base := t.TempDir()
+	scope := lifecycle.NewScope()
+	mounts := &sandbox.Mounts{}
+	if err := mounts.Mount(scope, "Process", New(base, nil)); err != nil {
+		t.Fatal(err)
+	}
+	provider, _ := mounts.Get("Process")
+	j := job("uid-7/1", []string{"/bin/sh", "-c", `echo $$ > tool.pid; exec sleep 30`}, `{}`)
+	if _, err := provider.Run(context.Background(), j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	pidFile := filepath.Join(base, "ns", "s", "tool.pid")
+	var pid int
+	deadline := time.Now().Add(10 * time.Second)
+	for pid == 0 || !alive(pid) {
+		if data, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(data), "\n") {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tool never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	scope.Dispose()
+
+	if alive(pid) {
+		t.Fatalf("the tool's process %d survived the disposal of the scope that mounted its provider", pid)
+	}
+	if _, ok := mounts.Get("Process"); ok {
+		t.Fatal("the provider is still mounted")
+	}
+	var f *pipeline.Failure
+	if _, err := provider.Run(context.Background(), job("uid-8/1", []string{"/bin/true"}, `{}`)); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxUnavailable {
+		t.Fatalf("a disposed provider started work: %v, want sandbox_unavailable", err)
+	}
+}
+
+// alive reports whether pid names a process that has not exited (a zombie
+// has).
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// TestCancelledAttemptAnswersTheSameWhenAskedAgain: a driver whose status
+// write failed asks again, with the same cancelled signal, about the attempt
+// it just stopped: the answer is the cancellation again, never the killed
+// tool's exit status (which would settle the call as a tool error).
+func TestCancelledAttemptAnswersTheSameWhenAskedAgain(t *testing.T) {
+	p := New(t.TempDir(), nil)
+	j := job("uid-3/1", []string{"/bin/sleep", "30"}, `{}`)
+	if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	j.Resumed = true
+	for i := range 2 {
+		if res, err := p.Run(ctx, j); !errors.Is(err, context.Canceled) {
+			t.Fatalf("asked %d times: %+v %v, want context.Canceled", i+1, res, err)
 		}
 	}
 }
