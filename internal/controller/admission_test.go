@@ -128,6 +128,22 @@ var _ = Describe("admission", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("decision can be set once"))
 	})
 
+	It("refuses an ApprovalRequest created already decided, whoever creates it", func() {
+		ar := tu.MakeApprovalRequest(ns, "predecided", "predecided", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
+		// carol holds a broader role than the shipped ones: she may create
+		// requests and approve them. Every other rule would let her decide.
+		broad := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-broad"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "create", "approve"}}},
+		}
+		Expect(k8s.Create(ctx, broad)).To(Succeed())
+		bind(ns, "carol", broad.Name)
+		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "carol"}
+		err := as("carol").Create(ctx, ar)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("cannot be created with a decision"))
+	})
+
 	It("refuses a ToolCall that claims another requester, and admits an honest one", func() {
 		err := as("agent").Create(ctx, tu.MakeToolCall(ns, "forged", "s").Requester("alice").Obj())
 		Expect(err).To(HaveOccurred())

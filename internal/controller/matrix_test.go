@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	tu "github.com/toolgate/toolgate/internal/testutil"
@@ -129,6 +130,22 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
 		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
+	})
+
+	It("ask: a request someone created before toolgate, owned by the call but asking another question, never counts", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("ask-echo", toolgatev1alpha1.ActionAsk, "", "echo").PreRule("allow-rest", toolgatev1alpha1.ActionAllow, ""))
+		// Index 1 waits for index 0: time to plant a request for it.
+		w := submit(ns, "w", "echo", `{"text":"rm -rf /"}`, 0, 1, 2)
+		forged := tu.MakeApprovalRequest(ns, "w", "w", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
+		forged.Spec.ArgumentsPreview = `{"text":"harmless"}`
+		Expect(controllerutil.SetControllerReference(w, forged, k8s.Scheme())).To(Succeed())
+		Expect(k8s.Create(ctx, forged)).To(Succeed())
+		decide(forged, toolgatev1alpha1.DecisionApprove)
+		submit(ns, "first", "fail", `{}`, 0, 0, 2)
+		c := committedCall(ns, "w")
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_unavailable", "Call:Admitted PreExecute:Ask Approval:Unavailable "+settledTail+"Denied")
+		Expect(c.Status.Result.Message).To(ContainSubstring("does not ask this call's question"))
+		Expect(bodyRuns(ns, "runs")).To(Equal(1), "only the first call's body ran")
 	})
 
 	It("ask + deny: no body runs", func() {

@@ -66,6 +66,12 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 		// A same-named request this call does not own is not its question.
 		return pipeline.Unavailable, "an ApprovalRequest of that name belongs to another object"
 	}
+	if !asks(ar, question(subj, q)) {
+		// Someone created this request before toolgate did: what an
+		// approver read there is not this call's question, so no answer to
+		// it counts.
+		return pipeline.Unavailable, "the ApprovalRequest does not ask this call's question (requester, tool or arguments differ)"
+	}
 	d := ar.Spec.Decision
 	if d == nil {
 		return pipeline.AnswerPending, ""
@@ -86,12 +92,13 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	}
 }
 
-func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline.Question) error {
+// question is the request the provider asks about one call.
+func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.ApprovalRequest {
 	reason := q.Reason
 	if q.Message != "" {
 		reason += ": " + q.Message
 	}
-	ar := &toolgatev1alpha1.ApprovalRequest{
+	return &toolgatev1alpha1.ApprovalRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner)},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
 			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
@@ -102,6 +109,18 @@ func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline
 			Deadline:         metav1.NewTime(q.Deadline),
 		},
 	}
+}
+
+// asks reports whether a request found in the cluster asks want's
+// question: the same call, requester, tool and argument preview (what an
+// approver judges by).
+func asks(found, want *toolgatev1alpha1.ApprovalRequest) bool {
+	f, w := found.Spec, want.Spec
+	return f.ToolCallRef == w.ToolCallRef && f.Requester == w.Requester && f.Tool == w.Tool && f.ArgumentsPreview == w.ArgumentsPreview
+}
+
+func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline.Question) error {
+	ar := question(subj, q)
 	if err := controllerutil.SetControllerReference(subj.Owner, ar, p.Client.Scheme()); err != nil {
 		return err
 	}
