@@ -21,6 +21,9 @@ import (
 
 // options are what the manager's flags choose.
 type options struct {
+	// processSandbox mounts the Process sandbox provider, which runs tools
+	// as processes of the manager itself: for tests and development only.
+	processSandbox        bool
 	processWorkspaceDir   string
 	runnerImage           string
 	networkPolicyEnforced bool
@@ -42,8 +45,10 @@ func compose(mgr ctrl.Manager, scope *lifecycle.Scope, o options) (controller.Co
 	if err := mount(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})); err != nil {
 		return cfg, err
 	}
-	if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(o.processWorkspaceDir, cfg.Wake.Notify))); err != nil {
-		return cfg, err
+	if o.processSandbox {
+		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(o.processWorkspaceDir, cfg.Wake.Notify))); err != nil {
+			return cfg, err
+		}
 	}
 	if o.runnerImage != "" {
 		logs, err := kubernetes.NewForConfig(mgr.GetConfig())

@@ -32,10 +32,13 @@ func main() {
 		workspaceDir string
 		runnerImage  string
 		netpolicy    bool
+		processBox   bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one manager reconciles at a time.")
+	flag.BoolVar(&processBox, "enable-process-sandbox", false,
+		"Mount the Process sandbox provider, which runs tools as processes of the manager itself, with no isolation: for tests and development only.")
 	flag.StringVar(&workspaceDir, "process-workspace-dir", filepath.Join(os.TempDir(), "toolgate-workspaces"),
 		"Where the Process sandbox provider (development only, not isolating) keeps session workspaces.")
 	flag.StringVar(&runnerImage, "runner-image", "", "Image holding /toolgate-runner; enables the Pod sandbox provider.")
@@ -70,7 +73,7 @@ func main() {
 		os.Exit(1)
 	}
 	cfg, err := compose(mgr, lifecycle.NewScope(), options{
-		processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
+		processSandbox: processBox, processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
 	})
 	if err != nil {
 		log.Error(err, "providers not mounted")
