@@ -63,9 +63,13 @@ type follower struct {
 }
 
 // Enforcement is full when NetworkPolicy is enforced (or egress is allowed
-// anyway) and the mode is not FullAccess.
+// anyway), the mode is not FullAccess, and the resources are within the caps
+// (CheckResources; above one, no pod is built).
 func (p *Provider) Enforcement(policy toolgatev1alpha1.SandboxPolicy) (bool, string) {
 	var reasons []string
+	if err := p.Validate(policy); err != nil {
+		reasons = append(reasons, err.Error()+": no tool pod is created and calls fail (sandbox_unavailable) until the profile asks for less")
+	}
 	if policy.Mode == toolgatev1alpha1.SandboxFullAccess {
 		reasons = append(reasons, "mode FullAccess: the workspace is writable and egress is allowed")
 	} else if !policy.AllowEgress && !p.NetworkPolicyEnforced {
@@ -75,6 +79,13 @@ func (p *Provider) Enforcement(policy toolgatev1alpha1.SandboxPolicy) (bool, str
 		reasons = append(reasons, "no runtimeClassName: tools share the node's kernel (set one for gVisor or Kata)")
 	}
 	return len(reasons) == 0, strings.Join(reasons, "; ")
+}
+
+// Validate refuses a policy this provider cannot run at all: resources
+// above a cap. The ToolProfile controller may use it (through an optional
+// interface) to keep such a profile from being Ready.
+func (p *Provider) Validate(policy toolgatev1alpha1.SandboxPolicy) error {
+	return CheckResources(policy.Resources)
 }
 
 // Run creates, adopts, polls or stops the attempt's pod.
@@ -167,16 +178,17 @@ func failureOf(pod *corev1.Pod) error {
 }
 
 func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.NamespacedName) error {
-	if err := p.ensureNetworkPolicy(ctx, key.Namespace); err != nil {
-		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the sandbox NetworkPolicy could not be created: "+err.Error())
-	}
 	frameKey := make([]byte, 32)
 	if _, err := rand.Read(frameKey); err != nil {
 		return err
 	}
 	pod, err := BuildPod(p.Config, job, key.Name, hex.EncodeToString(frameKey))
 	if err != nil {
-		return err
+		// Nothing ran: a definite failure.
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot be built: "+err.Error())
+	}
+	if err := p.ensureNetworkPolicy(ctx, key.Namespace); err != nil {
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the sandbox NetworkPolicy could not be created: "+err.Error())
 	}
 	pod.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: job.Owner.Name, UID: job.OwnerUID,

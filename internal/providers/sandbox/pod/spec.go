@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -41,6 +42,98 @@ const (
 	terminationPath = "/dev/termination-log"
 )
 
+// Default resources of the tool container, for each of cpu and memory the
+// profile's sandbox.resources leaves unset (a resource the profile sets is
+// the container's limit and request). Without them a tool pod would run
+// unbounded (BestEffort), able to take a node's CPU and memory.
+//   - Requests are small: tool pods requesting 200m did not fit a 2-CPU node
+//     beside the control plane (FailedScheduling: Insufficient cpu), and a
+//     session's parallel calls each get a pod. CPU is compressible, so a
+//     small request only lowers the tool's share when the node is busy.
+//   - Limits bound a runaway tool: 1 CPU, and 512 Mi of memory (beyond
+//     which the tool ends as sandbox_oom_killed, a clear code). A tool that
+//     needs more, or a guaranteed share, sets sandbox.resources.
+//
+// No ephemeral-storage default: the root file system is read-only and the
+// writable volumes (/tmp, the runner's) have size limits of their own.
+const (
+	DefaultCPURequest    = "50m"
+	DefaultCPULimit      = "1"
+	DefaultMemoryRequest = "64Mi"
+	DefaultMemoryLimit   = "512Mi"
+)
+
+// Caps on what a profile's sandbox.resources may ask for one tool pod. A
+// call is one bounded step of an agent, and a session runs several at once:
+// a tool wanting more than this belongs in a workload of its own. A profile
+// above a cap is refused, never silently cut (CheckResources): Enforcement
+// reports it, and its calls fail with sandbox_unavailable.
+const (
+	MaxCPU              = "4"
+	MaxMemory           = "4Gi"
+	MaxEphemeralStorage = "4Gi"
+)
+
+// resourceBounds are the parsed defaults (for cpu and memory) and caps, in
+// the order they are reported.
+var resourceBounds = []struct {
+	name                corev1.ResourceName
+	request, limit, max resource.Quantity
+	hasDefault          bool
+}{
+	{corev1.ResourceCPU, resource.MustParse(DefaultCPURequest), resource.MustParse(DefaultCPULimit), resource.MustParse(MaxCPU), true},
+	{corev1.ResourceMemory, resource.MustParse(DefaultMemoryRequest), resource.MustParse(DefaultMemoryLimit), resource.MustParse(MaxMemory), true},
+	{corev1.ResourceEphemeralStorage, resource.Quantity{}, resource.Quantity{}, resource.MustParse(MaxEphemeralStorage), false},
+}
+
+// profileQuantity is what the profile asks for resource name (nil: unset).
+func profileQuantity(r toolgatev1alpha1.SandboxResources, name corev1.ResourceName) *resource.Quantity {
+	switch name {
+	case corev1.ResourceCPU:
+		return r.CPU
+	case corev1.ResourceMemory:
+		return r.Memory
+	case corev1.ResourceEphemeralStorage:
+		return r.EphemeralStorage
+	}
+	return nil
+}
+
+// CheckResources refuses a profile's resources above a cap (or not
+// positive), naming each resource, what was asked and the cap.
+func CheckResources(r toolgatev1alpha1.SandboxResources) error {
+	var problems []string
+	for _, b := range resourceBounds {
+		q := profileQuantity(r, b.name)
+		switch {
+		case q == nil:
+		case q.Sign() <= 0:
+			problems = append(problems, fmt.Sprintf("%s %s is not positive", b.name, q.String()))
+		case q.Cmp(b.max) > 0:
+			problems = append(problems, fmt.Sprintf("%s %s exceeds the cap %s", b.name, q.String(), b.max.String()))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("sandbox.resources: %s", strings.Join(problems, "; "))
+}
+
+// toolResources are the tool container's requests and limits: each resource
+// the profile sets as both, the defaults for unset cpu and memory.
+func toolResources(r toolgatev1alpha1.SandboxResources) corev1.ResourceRequirements {
+	out := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	for _, b := range resourceBounds {
+		switch q := profileQuantity(r, b.name); {
+		case q != nil:
+			out.Limits[b.name], out.Requests[b.name] = q.DeepCopy(), q.DeepCopy()
+		case b.hasDefault:
+			out.Limits[b.name], out.Requests[b.name] = b.limit.DeepCopy(), b.request.DeepCopy()
+		}
+	}
+	return out
+}
+
 // MaxArguments is the largest argument text the pod provider passes (through
 // a pod annotation, whose total size the API server caps at 256 KiB).
 const MaxArguments = 200 << 10
@@ -69,9 +162,14 @@ type Config struct {
 // root file system with a small writable /tmp, no service account token, no
 // service links, the runner injected by an init container, the workspace
 // mounted at the canonical root (read-only unless the mode allows writes),
-// and the kubelet's activeDeadlineSeconds as a backstop to the timeout.
+// the kubelet's activeDeadlineSeconds as a backstop to the timeout, and
+// bounded resources (the profile's, else the defaults; above a cap, an
+// error and no pod).
 func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, error) {
 	tool, policy := job.Tool, job.Policy
+	if err := CheckResources(policy.Resources); err != nil {
+		return nil, err
+	}
 	spec := runner.Spec{ArgumentsFile: path.Join(argsDir, "arguments")}
 	image := cfg.RunnerImage
 	if tool.Builtin != nil {
@@ -125,14 +223,7 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: job.Workspace.ClaimName, ReadOnly: !writable},
 		}})
 	}
-	resources := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
-	for name, q := range map[corev1.ResourceName]*resource.Quantity{
-		corev1.ResourceCPU: policy.Resources.CPU, corev1.ResourceMemory: policy.Resources.Memory, corev1.ResourceEphemeralStorage: policy.Resources.EphemeralStorage,
-	} {
-		if q != nil {
-			resources.Limits[name], resources.Requests[name] = *q, *q
-		}
-	}
+	resources := toolResources(policy.Resources)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: job.Owner.Namespace,

@@ -152,3 +152,83 @@ func TestEnforcement(t *testing.T) {
 		t.Fatal("FullAccess reported as full enforcement")
 	}
 }
+
+// TestDefaultResources: a profile that sets no resources still gets bounded
+// tool pods, with a small CPU request (tool pods requesting 200m did not fit
+// a 2-CPU node); each resource the profile sets is its limit and request.
+func TestDefaultResources(t *testing.T) {
+	job := testJob(toolgatev1alpha1.SandboxReadOnly, "")
+	job.Policy.Resources = toolgatev1alpha1.SandboxResources{}
+	pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := pod.Spec.Containers[0].Resources
+	for _, c := range []struct {
+		what string
+		got  resource.Quantity
+		want string
+	}{
+		{"cpu request", r.Requests[corev1.ResourceCPU], "50m"},
+		{"memory request", r.Requests[corev1.ResourceMemory], "64Mi"},
+		{"cpu limit", r.Limits[corev1.ResourceCPU], "1"},
+		{"memory limit", r.Limits[corev1.ResourceMemory], "512Mi"},
+	} {
+		if c.got.Cmp(resource.MustParse(c.want)) != 0 {
+			t.Errorf("default %s: %q, want %s", c.what, c.got.String(), c.want)
+		}
+	}
+	if _, ok := r.Limits[corev1.ResourceEphemeralStorage]; ok {
+		t.Error("an ephemeral-storage limit the profile did not ask for")
+	}
+	// Only memory set: memory from the profile, CPU by default.
+	job.Policy.Resources.Memory = ptr.To(resource.MustParse("256Mi"))
+	pod, _ = BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	r = pod.Spec.Containers[0].Resources
+	if r.Limits.Memory().String() != "256Mi" || r.Requests.Memory().String() != "256Mi" || r.Limits.Cpu().String() != "1" || r.Requests.Cpu().String() != "50m" {
+		t.Errorf("memory from the profile, cpu by default: %+v", r)
+	}
+	// The init container (the runner copy) is bounded too, and needs less
+	// than the tool's default.
+	init := pod.Spec.InitContainers[0].Resources
+	if init.Limits.Cpu().IsZero() || init.Limits.Memory().IsZero() || init.Requests.Cpu().Cmp(resource.MustParse("50m")) > 0 {
+		t.Errorf("init container: %+v", init)
+	}
+}
+
+// TestResourcesAboveTheCapsAreRefused: a profile asking for more than a cap
+// is not silently cut: Enforcement reports it (naming the resource, what was
+// asked and the cap), Validate refuses the policy, and no pod is built.
+func TestResourcesAboveTheCapsAreRefused(t *testing.T) {
+	p := &Provider{NetworkPolicyEnforced: true}
+	at := toolgatev1alpha1.SandboxPolicy{Mode: toolgatev1alpha1.SandboxReadOnly, RuntimeClassName: ptr.To("gvisor"),
+		Resources: toolgatev1alpha1.SandboxResources{CPU: ptr.To(resource.MustParse("4")), Memory: ptr.To(resource.MustParse("4Gi")), EphemeralStorage: ptr.To(resource.MustParse("4Gi"))}}
+	if full, reason := p.Enforcement(at); !full {
+		t.Fatalf("resources at the caps: partial: %s", reason)
+	}
+	for name, tc := range map[string]struct {
+		set  func(*toolgatev1alpha1.SandboxResources)
+		want string
+	}{
+		"cpu":               {func(r *toolgatev1alpha1.SandboxResources) { r.CPU = ptr.To(resource.MustParse("4100m")) }, "cpu 4100m exceeds the cap 4"},
+		"memory":            {func(r *toolgatev1alpha1.SandboxResources) { r.Memory = ptr.To(resource.MustParse("8Gi")) }, "memory 8Gi exceeds the cap 4Gi"},
+		"ephemeral-storage": {func(r *toolgatev1alpha1.SandboxResources) { r.EphemeralStorage = ptr.To(resource.MustParse("10Gi")) }, "ephemeral-storage 10Gi exceeds the cap 4Gi"},
+		"zero memory":       {func(r *toolgatev1alpha1.SandboxResources) { r.Memory = ptr.To(resource.MustParse("0")) }, "memory 0 is not positive"},
+	} {
+		policy := at
+		policy.Resources = *at.Resources.DeepCopy()
+		tc.set(&policy.Resources)
+		full, reason := p.Enforcement(policy)
+		if full || !strings.Contains(reason, tc.want) {
+			t.Errorf("%s: Enforcement = %v %q, want partial naming %q", name, full, reason, tc.want)
+		}
+		if err := p.Validate(policy); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v", name, err)
+		}
+		job := testJob(toolgatev1alpha1.SandboxReadOnly, "")
+		job.Policy = policy
+		if pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00"); err == nil || pod != nil {
+			t.Errorf("%s: a pod was built", name)
+		}
+	}
+}
