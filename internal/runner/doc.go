@@ -8,7 +8,8 @@
 // Frame to its own stdout, which is the container log. The tool never writes
 // to that log: its output goes to pipes the runner reads, and the runner
 // makes itself non-dumpable so that a tool running as the same user cannot
-// open the runner's descriptors through /proc. Each frame carries sizes, a
+// open the runner's descriptors or read its environment through /proc; if
+// it cannot, it runs nothing and writes no frame (fail closed). Each frame carries sizes, a
 // SHA-256 digest and an HMAC under a per-attempt key that only the runner
 // and the provider know, so a tool cannot forge or alter its result.
 //

@@ -140,14 +140,38 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 	return h, stdout.Bytes(), stderr.Bytes()
 }
 
+// makeNonDumpable is the runner's first step: non-dumpable, its
+// /proc/<pid>/{fd,environ,mem} become root-owned and ptrace is refused, so a
+// tool running as the same user can reach neither the log nor the frame
+// key. The flag is read back, since a kernel or sandbox (gVisor) that
+// accepts the call without honouring it protects nothing. A variable, so
+// that a test can make it fail.
+var makeNonDumpable = func() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+	}
+	v, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("prctl(PR_GET_DUMPABLE): %w", err)
+	}
+	if v != 0 {
+		return fmt.Errorf("prctl(PR_GET_DUMPABLE) = %d after setting 0", v)
+	}
+	return nil
+}
+
 // Main is the runner's "run" command: it reads its spec and key from the
 // environment, runs the tool, writes the frame to out and the header to the
 // termination log, and returns the process exit code (0 once a frame is
-// written: the tool's own exit code is in the frame).
+// written: the tool's own exit code is in the frame). It runs nothing and
+// writes no frame unless it could first make itself non-dumpable.
 func Main(ctx context.Context, out io.Writer, terminationLog string) int {
-	// Non-dumpable: /proc/<runner>/{fd,environ,mem} become root-owned, so a
-	// tool running as the same user cannot reach the log or the key.
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// Fail closed: a runner the tool's user can inspect through /proc could
+	// have its frame key read and its frame forged, so it runs nothing.
+	if err := makeNonDumpable(); err != nil {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: cannot make the runner non-dumpable, so the tool could read its frame key; refusing to run the tool:", err)
+		return 2
+	}
 	key, err := hex.DecodeString(os.Getenv(EnvKey))
 	specText := os.Getenv(EnvSpec)
 	_ = os.Unsetenv(EnvKey)
