@@ -10,12 +10,30 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/toolgate/toolgate/internal/codes"
 )
 
 // MaxFileBytes bounds what fs.read returns and fs.write accepts.
 const MaxFileBytes = 1 << 20
+
+// Bounds of an fs.list answer: at most MaxListEntries entries and at most
+// MaxListBytes of JSON, so that the runner's frame stays within the pod
+// provider's log limit (1 MiB of output + 80 KiB). A larger directory fails
+// with tool_error naming the bound instead of answering a subset: the
+// directory is read in its own (unsorted) order, so a cut listing would be an
+// arbitrary part of it, and the tool's output is a plain JSON array with no
+// room for a "truncated" mark. The agent lists a subdirectory instead.
+const (
+	MaxListEntries = 10000
+	MaxListBytes   = MaxFileBytes
+)
+
+// errNotRegular is the answer to reading or writing a FIFO, a device, a
+// socket or a directory: a FIFO would block until the tool's timeout, a
+// device could be endless.
+var errNotRegular = fail(codes.ToolError, "not a regular file")
 
 // Names of the built-in tools.
 const (
@@ -121,10 +139,37 @@ func mapErr(err error) error {
 
 func isEscape(err error) bool { return strings.Contains(err.Error(), "escape") }
 
-func read(r *os.Root, p string) (string, error) {
-	f, err := r.Open(p)
+// openRegular opens p for flag only if it is a regular file (following
+// symlinks inside the workspace). The path is checked before opening, so a
+// device is never opened, and the opened file again (O_NONBLOCK, so that a
+// FIFO put in its place meanwhile cannot block the open).
+func openRegular(r *os.Root, p string, flag int, perm os.FileMode) (*os.File, error) {
+	if fi, err := r.Stat(p); err == nil && !fi.Mode().IsRegular() {
+		return nil, errNotRegular
+	} else if err != nil && (flag&os.O_CREATE == 0 || !errors.Is(err, fs.ErrNotExist)) {
+		return nil, mapErr(err)
+	}
+	f, err := r.OpenFile(p, flag|syscall.O_NONBLOCK, perm)
 	if err != nil {
-		return "", mapErr(err)
+		if errors.Is(err, syscall.ENXIO) { // a FIFO without a reader, opened for writing
+			return nil, errNotRegular
+		}
+		return nil, mapErr(err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = f.Close()
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		return nil, errNotRegular
+	}
+	return f, nil
+}
+
+func read(r *os.Root, p string) (string, error) {
+	f, err := openRegular(r, p, os.O_RDONLY, 0)
+	if err != nil {
+		return "", err
 	}
 	defer func() { _ = f.Close() }()
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
@@ -138,14 +183,28 @@ func read(r *os.Root, p string) (string, error) {
 }
 
 func list(r *os.Root, p string) (string, error) {
-	f, err := r.Open(p)
+	if fi, err := r.Stat(p); err != nil {
+		return "", mapErr(err)
+	} else if !fi.IsDir() {
+		return "", fail(codes.ToolError, "not a directory")
+	}
+	// O_DIRECTORY: a FIFO put in its place meanwhile fails at once.
+	f, err := r.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			return "", fail(codes.ToolError, "not a directory")
+		}
 		return "", mapErr(err)
 	}
 	defer func() { _ = f.Close() }()
-	entries, err := f.ReadDir(-1)
-	if err != nil {
+	// One entry more than the bound tells that the directory is over it,
+	// without reading a huge directory whole.
+	entries, err := f.ReadDir(MaxListEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return "", mapErr(err)
+	}
+	if len(entries) > MaxListEntries {
+		return "", fail(codes.ToolError, fmt.Sprintf("the directory has more than %d entries, the fs.list bound; list a subdirectory", MaxListEntries))
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
@@ -157,6 +216,9 @@ func list(r *os.Root, p string) (string, error) {
 	}
 	sort.Strings(names)
 	out, _ := json.Marshal(names)
+	if len(out) > MaxListBytes {
+		return "", fail(codes.ToolError, fmt.Sprintf("the listing is larger than %d bytes, the fs.list bound; list a subdirectory", MaxListBytes))
+	}
 	return string(out), nil
 }
 
@@ -169,7 +231,19 @@ func write(r *os.Root, p, content string) (string, error) {
 			return "", mapErr(err)
 		}
 	}
-	if err := r.WriteFile(p, []byte(content), 0o644); err != nil {
+	f, err := openRegular(r, p, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return "", err
+	}
+	// Truncated only once known to be a regular file.
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.WriteString(content)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return "", mapErr(err)
 	}
 	return fmt.Sprintf(`{"bytes":%d}`, len(content)), nil

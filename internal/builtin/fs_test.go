@@ -2,9 +2,14 @@ package builtin
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/codes"
 )
@@ -82,10 +87,138 @@ func TestFilesystemTools(t *testing.T) {
 	if out, err := Run(List, ws, false, `{}`); err != nil || out != `["notes/"]` {
 		t.Fatalf("list: %q %v", out, err)
 	}
+	if err := os.Symlink("notes", filepath.Join(ws, "notes-link")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := Run(List, ws, false, `{"path":"notes-link"}`); err != nil || out != `["today.md"]` {
+		t.Fatalf("list through a symlink: %q %v", out, err)
+	}
+	if _, err := Run(List, ws, false, `{"path":"notes/today.md"}`); code(err) != codes.ToolError {
+		t.Fatalf("list of a file: %v", err)
+	}
 	if _, err := Run(Write, ws, false, `{"path":"x","content":"y"}`); code(err) != codes.SandboxDenied {
 		t.Fatalf("write in a read-only workspace: %v", err)
 	}
 	if _, err := Run(Edit, ws, true, `{"path":"notes/today.md","old":"zzz","new":"y"}`); code(err) != codes.ToolError {
 		t.Fatalf("edit without a match: %v", err)
+	}
+}
+
+// within fails the test when f does not return well under a second (a
+// blocked open of a FIFO would otherwise wait for the tool's timeout).
+func within(t *testing.T, what string, unblock func(), f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(500 * time.Millisecond):
+		unblock()
+		<-done
+		t.Fatalf("%s blocked", what)
+		return nil
+	}
+}
+
+// TestOnlyRegularFilesAreRead: fs.read (and fs.edit, fs.write) of a FIFO, a
+// device, a socket or a directory fails at once with tool_error "not a
+// regular file"; it never blocks on the FIFO until the timeout.
+func TestOnlyRegularFilesAreRead(t *testing.T) {
+	start := time.Now()
+	ws := t.TempDir()
+	fifo := filepath.Join(ws, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A blocked open for reading is released by a writer, one for writing
+	// by a reader: either way the test ends.
+	unblock := func() {
+		if f, err := os.OpenFile(fifo, os.O_RDWR, 0); err == nil {
+			_ = f.Close()
+		}
+	}
+	if err := os.Mkdir(filepath.Join(ws, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := net.Listen("unix", filepath.Join(ws, "sock")); err == nil {
+		defer func() { _ = l.Close() }()
+	} else {
+		t.Logf("no socket: %v", err)
+	}
+	paths := []string{"pipe", "dir", "sock"}
+	if err := syscall.Mknod(filepath.Join(ws, "null"), syscall.S_IFCHR|0o666, 1<<8|3); err == nil {
+		paths = append(paths, "null")
+	} else {
+		t.Logf("no device node (not root?): %v", err)
+	}
+	if err := os.Symlink("pipe", filepath.Join(ws, "link-to-pipe")); err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, "link-to-pipe")
+	for _, p := range paths {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err != nil {
+			continue // the socket could not be made
+		}
+		for _, tc := range []struct{ tool, args string }{
+			{Read, `{"path":"` + p + `"}`},
+			{Edit, `{"path":"` + p + `","old":"a","new":"b"}`},
+			{Write, `{"path":"` + p + `","content":"x"}`},
+		} {
+			err := within(t, tc.tool+" "+p, unblock, func() error { _, err := Run(tc.tool, ws, true, tc.args); return err })
+			var f *Error
+			if !errors.As(err, &f) || f.Code != codes.ToolError || f.Message != "not a regular file" {
+				t.Errorf("%s %s: %v, want tool_error: not a regular file", tc.tool, p, err)
+			}
+		}
+	}
+	// fs.list of a FIFO is not a directory, and does not block either.
+	err := within(t, "fs.list pipe", unblock, func() error { _, err := Run(List, ws, false, `{"path":"pipe"}`); return err })
+	if code(err) != codes.ToolError {
+		t.Errorf("list of a FIFO: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("took %s", took)
+	}
+}
+
+// TestListIsBounded: a listing of more than 10,000 entries, or of more than
+// 1 MiB of JSON, fails with tool_error naming the bound (a listing in
+// directory order cut at the bound would be an arbitrary subset), so the
+// frame stays within the provider's log limit.
+func TestListIsBounded(t *testing.T) {
+	fill := func(dir string, n, nameLen int) {
+		t.Helper()
+		for i := range n {
+			name := fmt.Sprintf("%0*d", nameLen, i)
+			f, err := os.Create(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+		}
+	}
+	ws := t.TempDir()
+	if err := os.Mkdir(filepath.Join(ws, "many"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fill(filepath.Join(ws, "many"), 10000, 8)
+	out, err := Run(List, ws, false, `{"path":"many"}`)
+	if err != nil || strings.Count(out, `"`) != 2*10000 {
+		t.Fatalf("10000 entries: %v (%d bytes)", err, len(out))
+	}
+	fill(filepath.Join(ws, "many"), 1, 9) // one more
+	out, err = Run(List, ws, false, `{"path":"many"}`)
+	var f *Error
+	if !errors.As(err, &f) || f.Code != codes.ToolError || !strings.Contains(f.Message, "10000 entries") {
+		t.Fatalf("10001 entries: %v (%d bytes)", err, len(out))
+	}
+	if err := os.Mkdir(filepath.Join(ws, "long"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fill(filepath.Join(ws, "long"), 4500, 250) // about 1.14 MB of JSON
+	out, err = Run(List, ws, false, `{"path":"long"}`)
+	if !errors.As(err, &f) || f.Code != codes.ToolError || !strings.Contains(f.Message, "1048576 bytes") {
+		t.Fatalf("1.14 MB listing: %v (%d bytes)", err, len(out))
 	}
 }
