@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/testenv"
@@ -142,6 +143,34 @@ var _ = Describe("admission", Ordered, func() {
 		err := as("carol").Create(ctx, ar)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("cannot be created with a decision"))
+	})
+
+	It("refuses changes to a call's or a request's owner references and finalizers by anyone but toolgate", func() {
+		call := tu.MakeToolCall(ns, "owned", "s").Requester("agent").Obj()
+		Expect(as("agent").Create(ctx, call)).To(Succeed())
+		strip := func(c client.Client, obj client.Object, edit func(client.Object)) error {
+			Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			base := obj.DeepCopyObject().(client.Object)
+			edit(obj)
+			return c.Patch(ctx, obj, client.MergeFrom(base))
+		}
+		setOwner := func(o client.Object) {
+			o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "anything", UID: "0000"}})
+		}
+		for what, edit := range map[string]func(client.Object){
+			"owner references": setOwner,
+			"finalizers":       func(o client.Object) { o.SetFinalizers([]string{"example.com/hold"}) },
+		} {
+			err := strip(as("agent"), &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owned"}}, edit)
+			Expect(err).To(HaveOccurred(), what)
+			Expect(err.Error()).To(ContainSubstring("only toolgate may change"), what)
+		}
+		ar := request("stripped")
+		Expect(controllerutil.SetControllerReference(call, ar, k8s.Scheme())).To(Succeed())
+		Expect(k8s.Update(ctx, ar)).To(Succeed(), "toolgate itself (here the cluster admin, who holds every verb) may")
+		err := strip(as("alice"), &toolgatev1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripped"}}, func(o client.Object) { o.SetOwnerReferences(nil) })
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only toolgate may change"))
 	})
 
 	It("refuses a ToolCall that claims another requester, and admits an honest one", func() {

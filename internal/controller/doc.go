@@ -17,6 +17,7 @@ package controller
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolprofiles/status;agentsessions/status;toolcalls/status;approvalrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/finalizers;agentsessions/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolgate.dev,resources=approvalrequests,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls;approvalrequests,verbs=manage
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
