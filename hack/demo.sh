@@ -74,6 +74,7 @@ apiVersion: toolgate.dev/v1alpha1
 kind: AgentSession
 metadata: {name: demo}
 spec:
+  owner: demo-agent
   profileRef: {name: workspace-tools}
   workspace: {existingClaim: demo-workspace}
   maxParallel: 4

@@ -8,6 +8,16 @@ import (
 // AgentSessionSpec describes one agent conversation whose tool calls toolgate
 // executes and commits in model order.
 type AgentSessionSpec struct {
+	// owner is the identity the session belongs to: it must be the user
+	// creating the session (checked by admission), and only its calls enter
+	// the session (a call with another requester is refused,
+	// not_session_owner).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="owner is immutable"
+	Owner string `json:"owner"`
+
 	// profileRef names the ToolProfile (same namespace) that governs every
 	// call of the session.
 	// +required

@@ -117,7 +117,7 @@ func setup(ctx context.Context, c client.Client, ns string) error {
 		return err
 	}
 	s := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: session},
-		Spec: toolgatev1alpha1.AgentSessionSpec{ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "bench"}}}
+		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "admin", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "bench"}}}
 	return client.IgnoreAlreadyExists(c.Create(ctx, s))
 }
 

@@ -173,6 +173,46 @@ var _ = Describe("admission", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("only toolgate may change"))
 	})
 
+	It("keeps one agent out of another's session: a session is its creator's, others' calls never enter it, and only the requester cancels", func() {
+		agentRole := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-agent"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"agentsessions", "toolcalls"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}},
+		}
+		Expect(k8s.Create(ctx, agentRole)).To(Succeed())
+		bind(ns, "agent-2", agentRole.Name)
+		bind(ns, "agent", agentRole.Name)
+		claimed := tu.MakeAgentSession(ns, "claimed", "p").Obj() // owner "agent"
+		err := as("agent-2").Create(ctx, claimed)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.owner must be the user creating the session"))
+
+		Expect(k8s.Create(ctx, tu.MakeToolProfile(ns, "p").Preset(toolgatev1alpha1.PresetTrusted).Sandbox(func(s *toolgatev1alpha1.SandboxPolicy) {
+			s.Provider = toolgatev1alpha1.SandboxProviderProcess
+		}).Obj())).To(Succeed())
+		Expect(as("agent").Create(ctx, tu.MakeAgentSession(ns, "mine", "p").Obj())).To(Succeed())
+		intruder := tu.MakeToolCall(ns, "intruder", "mine").Requester("agent-2").Obj()
+		Expect(as("agent-2").Create(ctx, intruder)).To(Succeed(), "the API server cannot see the session; the controller refuses it")
+		Eventually(func(g Gomega) {
+			got := &toolgatev1alpha1.ToolCall{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(intruder), got)).To(Succeed())
+			g.Expect(got.Status.Result).NotTo(BeNil())
+			g.Expect(got.Status.Result.ErrorCode).To(Equal("not_session_owner"))
+			g.Expect(got.Status.Schedule.CommitSequence).To(BeNil(), "never entered the transcript")
+			g.Expect(got.Status.Stages).NotTo(ContainElement(HaveField("Stage", "Execute")))
+		}, 20*time.Second).Should(Succeed())
+
+		own := tu.MakeToolCall(ns, "own-call", "mine").Tool("echo", `{"text":"x"}`).Requester("agent").At(0, 0).Obj()
+		Expect(as("agent").Create(ctx, own)).To(Succeed())
+		got := &toolgatev1alpha1.ToolCall{}
+		Expect(as("agent-2").Get(ctx, client.ObjectKeyFromObject(own), got)).To(Succeed())
+		base := got.DeepCopy()
+		got.Spec.CancelRequested = true
+		err = as("agent-2").Patch(ctx, got, client.MergeFrom(base))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only the call's requester may cancel it"))
+	})
+
 	It("refuses a ToolCall that claims another requester, and admits an honest one", func() {
 		err := as("agent").Create(ctx, tu.MakeToolCall(ns, "forged", "s").Requester("alice").Obj())
 		Expect(err).To(HaveOccurred())

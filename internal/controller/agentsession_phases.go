@@ -57,7 +57,7 @@ func turnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
 // call to start. Each call gets at most one write. It returns the calls in
 // the log, in model order.
 func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall) ([]*toolgatev1alpha1.ToolCall, error) {
-	calls, nested, out := screen(all)
+	calls, nested, out := screen(s.Spec.Owner, all)
 	for _, c := range all { // in model order
 		if code := out[c]; code != "" && c.Status.Schedule.Refusal != code {
 			log.FromContext(ctx).Info("call refused", "call", c.Name, "code", code)

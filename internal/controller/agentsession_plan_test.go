@@ -156,7 +156,7 @@ func TestScreen(t *testing.T) {
 				calls[i] = w.Obj()
 			}
 			sortModelOrder(calls)
-			logged, nested, out := screen(calls)
+			logged, nested, out := screen("agent", calls)
 			got := map[string]string{}
 			for c, code := range out {
 				got[c.Name] = code

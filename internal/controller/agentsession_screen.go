@@ -24,7 +24,7 @@ import (
 // (a turn_closed call still commits in its place).
 func outOfLog(refusal string) bool {
 	switch pipeline.Code(refusal) {
-	case pipeline.CodeDuplicateCall, pipeline.CodeTurnSizeMismatch, pipeline.CodeInvalidParent:
+	case pipeline.CodeDuplicateCall, pipeline.CodeTurnSizeMismatch, pipeline.CodeInvalidParent, pipeline.CodeNotSessionOwner:
 		return true
 	}
 	return false
@@ -33,7 +33,7 @@ func outOfLog(refusal string) bool {
 // screen splits calls (in model order) into those in the log, still in
 // model order, the nested calls that may run, and those kept out of both,
 // with the refusal each gets.
-func screen(all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha1.ToolCall, out map[*toolgatev1alpha1.ToolCall]string) {
+func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha1.ToolCall, out map[*toolgatev1alpha1.ToolCall]string) {
 	out = map[*toolgatev1alpha1.ToolCall]string{}
 	calls := make([]*toolgatev1alpha1.ToolCall, 0, len(all))
 	byName := make(map[string]*toolgatev1alpha1.ToolCall, len(all))
@@ -42,10 +42,12 @@ func screen(all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha
 	}
 	for _, c := range all {
 		switch {
-		case c.Spec.ParentRef == nil:
-			calls = append(calls, c)
 		case outOfLog(c.Status.Schedule.Refusal):
 			out[c] = c.Status.Schedule.Refusal
+		case c.Spec.Requester != owner && c.Status.Schedule.ExecutionMode == "":
+			out[c] = string(pipeline.CodeNotSessionOwner) // never recorded in someone else's session
+		case c.Spec.ParentRef == nil:
+			calls = append(calls, c)
 		case c.Status.Schedule.ExecutionMode != "" || parentExecuting(byName[c.Spec.ParentRef.Name]):
 			nested = append(nested, c) // once started, it runs to its end
 		default:
@@ -62,10 +64,6 @@ func screen(all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha
 	// Holders are chosen in precedence order, so that a later call never
 	// displaces one that keeps its place.
 	for _, c := range byPrecedence(calls) {
-		if r := c.Status.Schedule.Refusal; outOfLog(r) {
-			out[c] = r
-			continue
-		}
 		pos := position{c.Spec.Turn, c.Spec.Index}
 		switch held, sized := turnSize[c.Spec.Turn]; {
 		case byPosition[pos] != nil || byCallID[c.Spec.CallID] != nil:

@@ -189,6 +189,7 @@ var refusalMessages = map[pipeline.Code]string{
 	pipeline.CodeTurnClosed:       "the session refused to schedule the call: a call later in model order had already started",
 	pipeline.CodeDuplicateCall:    "the session refused the call: another call of the session has the same turn and index, or the same callID; that call keeps the place",
 	pipeline.CodeTurnSizeMismatch: "the session refused the call: its turnSize disagrees with the other calls of its turn",
+	pipeline.CodeNotSessionOwner:  "the session refused the call: its requester is not the session's owner",
 	pipeline.CodeInvalidParent:    "the session refused the nested call: its parentRef does not name a call of the same session whose body is executing",
 }
 

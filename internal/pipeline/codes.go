@@ -47,6 +47,7 @@ const (
 	CodeDuplicateCall       Code = codes.DuplicateCall
 	CodeTurnSizeMismatch    Code = codes.TurnSizeMismatch
 	CodeInvalidParent       Code = codes.InvalidParent
+	CodeNotSessionOwner     Code = codes.NotSessionOwner
 )
 
 // outcomeOf maps a code to the outcome it settles as.

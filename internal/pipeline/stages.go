@@ -523,7 +523,7 @@ func ownCode(f *Failure, callerCancelled bool) *Failure {
 	switch f.Code {
 	case CodePolicyDenied, CodeApprovalRejected, CodeApprovalUnavailable, CodeApprovalExpired,
 		CodeApprovalCancelled, CodeGuardDenied, CodePostBlocked, CodePostFailed, CodeUnknownTool,
-		CodeInvalidArguments, CodeNormalizationFailed, CodeInternal, CodeProfileUnavailable, CodeSessionGone, CodeTurnClosed, codePending, codeLost:
+		CodeInvalidArguments, CodeNormalizationFailed, CodeInternal, CodeProfileUnavailable, CodeSessionGone, CodeTurnClosed, CodeDuplicateCall, CodeTurnSizeMismatch, CodeInvalidParent, CodeNotSessionOwner, codePending, codeLost:
 		return &Failure{Code: CodeToolError, Message: "the body claimed " + string(f.Code) + ": " + bounded(f.Message)}
 	case CodeCancelled:
 		if !callerCancelled {

@@ -123,6 +123,7 @@ func MakeAgentSession(namespace, name, profile string) *AgentSessionWrapper {
 	return &AgentSessionWrapper{toolgatev1alpha1.AgentSession{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: toolgatev1alpha1.AgentSessionSpec{
+			Owner:      "agent", // the requester of MakeToolCall's calls
 			ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: profile},
 		},
 	}}

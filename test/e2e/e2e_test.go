@@ -117,6 +117,7 @@ apiVersion: toolgate.dev/v1alpha1
 kind: AgentSession
 metadata: {name: s}
 spec:
+  owner: demo-agent
   profileRef: {name: e2e}
   workspace: {existingClaim: workspace}
   maxParallel: 4
