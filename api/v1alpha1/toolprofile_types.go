@@ -677,6 +677,10 @@ const (
 	// sandbox or approval provider is not mounted in this manager (calls
 	// would fail); the message names the provider.
 	ToolProfileReasonProviderNotMounted = "ProviderNotMounted"
+	// ToolProfileReasonSandboxPolicyRefused: the mounted sandbox provider
+	// cannot run the profile's sandbox policy at all (for example resources
+	// above its caps); the message says what and why.
+	ToolProfileReasonSandboxPolicyRefused = "SandboxPolicyRefused"
 )
 
 // ToolProfile is a GitOps-managed tool catalog with its policies.

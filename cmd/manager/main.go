@@ -72,7 +72,11 @@ func main() {
 		log.Error(err, "manager not created")
 		os.Exit(1)
 	}
-	cfg, err := compose(mgr, lifecycle.NewScope(), options{
+	// Disposing the scope at exit stops the providers' owned work (tools
+	// the Process provider runs as processes of this manager).
+	scope := lifecycle.NewScope()
+	defer scope.Dispose()
+	cfg, err := compose(mgr, scope, options{
 		processSandbox: processBox, processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
 	})
 	if err != nil {

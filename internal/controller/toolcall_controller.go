@@ -47,7 +47,7 @@ type ToolCallReconciler struct {
 	// live remembers, per attempt, that this process dispatched it and
 	// invoked its body; after a restart it is empty, which is what makes a
 	// resumed attempt look interrupted to the pipeline.
-	live sync.Map // attemptKey -> liveAttempt
+	live sync.Map // attemptKey -> pipeline.LiveAttempt
 	// announced remembers the settled calls whose Event and metrics this
 	// process emitted (or found emitted); an entry goes with its call.
 	announced sync.Map // types.NamespacedName -> types.UID
@@ -58,7 +58,6 @@ type attemptKey struct {
 	attempt int
 }
 
-type liveAttempt struct{ dispatched, invoked bool }
 
 // Wake is the sandbox providers' Notifier: it wakes a call whose work
 // ended, so it is reconciled at once instead of at the next poll.

@@ -338,14 +338,12 @@ func (r *ToolCallReconciler) remember(uid types.UID, st *pipeline.State) {
 	if st.Attempt == 0 {
 		return
 	}
-	d, inv := st.Live()
-	r.live.Store(attemptKey{uid, st.Attempt}, liveAttempt{d, inv})
+	r.live.Store(attemptKey{uid, st.Attempt}, st.Live())
 }
 
 func (r *ToolCallReconciler) restore(uid types.UID, st *pipeline.State) {
 	if v, ok := r.live.Load(attemptKey{uid, st.Attempt}); ok {
-		l := v.(liveAttempt)
-		st.SetLive(l.dispatched, l.invoked)
+		st.SetLive(v.(pipeline.LiveAttempt))
 	}
 }
 

@@ -50,7 +50,8 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// the current generation means rejected, not yet seen.
 	st.ObservedGeneration = obj.Generation
 	cond := metav1.Condition{Type: toolgatev1alpha1.ConditionReady, ObservedGeneration: obj.Generation}
-	switch missing := unmountedProviders(spec, r.Sandboxes, r.Approvals); {
+	missing := unmountedProviders(spec, r.Sandboxes, r.Approvals)
+	switch refused := refusedPolicy(spec, r.Sandboxes); {
 	case cerr != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, cerr.Reason, cerr.Message
 		st.Tools, st.ToolCount = nil, 0
@@ -59,7 +60,12 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonProviderNotMounted, missing
 		st.Tools = compiled.Tools
 		st.ToolCount = int32(len(compiled.Tools))
-		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason, "message", missing)
+		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
+	case refused != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonSandboxPolicyRefused, refused
+		st.Tools = compiled.Tools
+		st.ToolCount = int32(len(compiled.Tools))
+		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved, "every schema, expression and template compiled; the providers are mounted"
 		st.Tools = compiled.Tools
@@ -85,6 +91,22 @@ func unmountedProviders(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandb
 		}
 	}
 	return strings.Join(missing, "; ")
+}
+
+// refusedPolicy says why the mounted sandbox provider cannot run spec's
+// sandbox policy at all, or "".
+func refusedPolicy(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandbox.Mounts) string {
+	if sandboxes == nil {
+		return ""
+	}
+	p, ok := sandboxes.Get(string(spec.Sandbox.Provider))
+	if !ok {
+		return ""
+	}
+	if err := p.Validate(spec.Sandbox); err != nil {
+		return "the " + string(spec.Sandbox.Provider) + " sandbox provider refuses the policy: " + err.Error()
+	}
+	return ""
 }
 
 // resolveSandbox reports the policy as the mounted provider enforces it.

@@ -393,7 +393,7 @@ func TestCancelledReattachBodyIsStillCalledToStopItsWork(t *testing.T) {
 				t.Fatalf("the body did not start: %v", progress)
 			}
 			if restarted {
-				st.SetLive(false, false)
+				st.SetLive(LiveAttempt{})
 			}
 			cancel()
 			res := p.Resume(ctx, st, nil)

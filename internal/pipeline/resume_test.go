@@ -211,7 +211,7 @@ func TestLostAttempt(t *testing.T) {
 		for st.Next != StageExecute {
 			p.Step(context.Background(), st)
 		}
-		st.SetLive(false, false) // as after a restart
+		st.SetLive(LiveAttempt{}) // as after a restart
 		res := p.Resume(context.Background(), st, nil)
 		want := map[bool]Code{false: CodeInterrupted, true: ""}[idempotent]
 		if res.Code != want || h.bodies.Load() != map[bool]int32{false: 0, true: 1}[idempotent] {

@@ -115,18 +115,26 @@ type State struct {
 	args Arguments
 }
 
+// LiveAttempt is what a process knows of the current attempt beyond the
+// durable state: whether it dispatched it, whether its body was already
+// invoked here (a Reattach body then re-attaches), and whether its timeout
+// passed first while the body was still stopping.
+type LiveAttempt struct {
+	Dispatched, Invoked, TimedOut bool
+}
+
 // SetLive tells a state rebuilt from storage what this process knows of the
-// current attempt: whether this process dispatched it, and whether its body
-// was already invoked here (a Reattach body then re-attaches). A driver that
-// rebuilds the State on every step (a controller) keeps that knowledge in
-// memory; after a restart it is lost, which is exactly what makes a resumed
-// attempt look interrupted.
-func (s *State) SetLive(dispatched, invoked bool) {
-	s.dispatched, s.reattaching = dispatched, invoked
+// current attempt. A driver that rebuilds the State on every step (a
+// controller) keeps that knowledge in memory; after a restart it is lost,
+// which is exactly what makes a resumed attempt look interrupted.
+func (s *State) SetLive(l LiveAttempt) {
+	s.dispatched, s.reattaching, s.timedOut = l.Dispatched, l.Invoked, l.TimedOut
 }
 
 // Live reports what SetLive sets.
-func (s *State) Live() (dispatched, invoked bool) { return s.dispatched, s.reattaching }
+func (s *State) Live() LiveAttempt {
+	return LiveAttempt{Dispatched: s.dispatched, Invoked: s.reattaching, TimedOut: s.timedOut}
+}
 
 // NewState returns the state of a call just recorded (durable tool/call).
 func NewState(req Request) *State {

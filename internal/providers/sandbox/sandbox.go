@@ -84,6 +84,9 @@ type Provider interface {
 	// Enforcement says whether the provider enforces every restriction of
 	// policy, and if not, which one and why.
 	Enforcement(policy toolgatev1alpha1.SandboxPolicy) (full bool, reason string)
+	// Validate refuses a policy the provider cannot run at all (a profile
+	// using it is not Ready); nil when it can.
+	Validate(policy toolgatev1alpha1.SandboxPolicy) error
 	// Forget releases what the provider keeps about a settled attempt.
 	Forget(key string)
 	// Release stops every attempt's work of a call and forgets it, for a

@@ -82,8 +82,7 @@ func (p *Provider) Enforcement(policy toolgatev1alpha1.SandboxPolicy) (bool, str
 }
 
 // Validate refuses a policy this provider cannot run at all: resources
-// above a cap. The ToolProfile controller may use it (through an optional
-// interface) to keep such a profile from being Ready.
+// above a cap, or not positive.
 func (p *Provider) Validate(policy toolgatev1alpha1.SandboxPolicy) error {
 	return CheckResources(policy.Resources)
 }

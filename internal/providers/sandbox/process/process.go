@@ -72,6 +72,10 @@ func newRun() *run {
 	return &run{ctx: ctx, stop: stop, done: make(chan struct{}), gone: make(chan struct{})}
 }
 
+// Validate accepts every policy: the process provider enforces little of
+// it, which Enforcement reports.
+func (p *Provider) Validate(toolgatev1alpha1.SandboxPolicy) error { return nil }
+
 // Enforcement is partial: a local subprocess is not confined.
 func (p *Provider) Enforcement(toolgatev1alpha1.SandboxPolicy) (bool, string) {
 	return false, "the process provider runs tools as local subprocesses of the manager, without isolation (development only)"
