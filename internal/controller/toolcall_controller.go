@@ -58,7 +58,6 @@ type attemptKey struct {
 	attempt int
 }
 
-
 // Wake is the sandbox providers' Notifier: it wakes a call whose work
 // ended, so it is reconciled at once instead of at the next poll.
 type Wake struct{ ch chan event.GenericEvent }
