@@ -62,10 +62,11 @@ type ToolCallSpec struct {
 	// model produced them. Text (not an embedded object) keeps large
 	// integers and number spellings lossless; toolgate validates it against
 	// the tool's parameters and settles invalid JSON as an invalid-arguments
-	// result.
+	// result. At most MaxArgumentsBytes (200 KiB), checked at create,
+	// before anyone is asked.
 	// +required
 	// +kubebuilder:validation:MinLength=2
-	// +kubebuilder:validation:MaxLength=262144
+	// +kubebuilder:validation:MaxLength=204800
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="arguments is immutable"
 	Arguments string `json:"arguments"`
 
@@ -88,6 +89,12 @@ type ToolCallSpec struct {
 	// +optional
 	CancelRequested bool `json:"cancelRequested,omitempty"`
 }
+
+// MaxArgumentsBytes bounds a call's arguments: one limit for the API server
+// (the MaxLength marker above spells it out, as a marker cannot name a
+// constant) and every sandbox provider, so a call a person approved is
+// never refused for its size afterwards.
+const MaxArgumentsBytes = 200 << 10
 
 // ToolCallStatus is the pipeline's durable state for the call.
 type ToolCallStatus struct {

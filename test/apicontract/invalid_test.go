@@ -286,8 +286,8 @@ var corpus = []TableEntry{
 	Entry("empty arguments", invalid{func(ns string) client.Object {
 		return call(ns, func(s *v1.ToolCallSpec) { s.Arguments = "" })
 	}, "spec.arguments"}),
-	Entry("arguments above 256 KiB", invalid{func(ns string) client.Object {
-		return call(ns, func(s *v1.ToolCallSpec) { s.Arguments = `{"text":"` + strings.Repeat("x", 262144) + `"}` })
+	Entry("arguments above 200 KiB, the one limit every provider takes", invalid{func(ns string) client.Object {
+		return call(ns, func(s *v1.ToolCallSpec) { s.Arguments = `{"text":"` + strings.Repeat("x", v1.MaxArgumentsBytes) + `"}` })
 	}, "spec.arguments"}),
 	Entry("arguments as an embedded object", invalid{func(ns string) client.Object {
 		return raw(tu.MakeToolCall(ns, "c", "s").Obj(), "ToolCall", func(s map[string]any) { s["arguments"] = map[string]any{"text": "hi"} })

@@ -135,8 +135,9 @@ func toolResources(r toolgatev1alpha1.SandboxResources) corev1.ResourceRequireme
 }
 
 // MaxArguments is the largest argument text the pod provider passes (through
-// a pod annotation, whose total size the API server caps at 256 KiB).
-const MaxArguments = 200 << 10
+// a pod annotation, whose total size the API server caps at 256 KiB): the
+// API's own limit, so nothing the API server accepted is refused here.
+const MaxArguments = toolgatev1alpha1.MaxArgumentsBytes
 
 // Name is the deterministic name of an attempt's pod: a restarted manager
 // finds (adopts) the pod it created instead of creating a second one.
