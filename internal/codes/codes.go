@@ -36,6 +36,7 @@ const (
 	TurnClosed          = "turn_closed"          // the call arrived after a call later in model order had started
 	DuplicateCall       = "duplicate_call"       // another call of the session has the same (turn, index) or callID; it keeps the place
 	TurnSizeMismatch    = "turn_size_mismatch"   // the call's turnSize disagrees with its turn's
+	OutputTooLarge      = "output_too_large"     // the value is larger than a result can hold
 	NotSessionOwner     = "not_session_owner"    // the call's requester is not the session's owner
 	InvalidParent       = "invalid_parent"       // a nested call's parent is not an executing call of the same session
 )

@@ -310,6 +310,16 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(c.Status.Result.Message).To(ContainSubstring("exceeded maxOutputBytes"))
 	})
 
+	It("an output larger than a result can hold settles with a stable code instead of a status write that never succeeds", func() {
+		huge := shTool("huge", "head -c 3000000 /dev/zero | tr '\\0' x").Obj()
+		huge.Container.MaxOutputBytes = 8 << 20
+		setup(processProfile(ns, huge).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "huge", `{}`, 0, 0)
+		c := committedCall(ns, "c1", 60*time.Second)
+		Expect(c.Status.Result.ErrorCode).To(Equal("output_too_large"), c.Status.Result.Message)
+		Expect(c.Status.Result.Value).To(BeEmpty())
+	})
+
 	It("a missing profile settles the call with a stable error instead of hanging", func() {
 		Expect(k8s.Create(ctx, tu.MakeAgentSession(ns, "s", "nope").Obj())).To(Succeed())
 		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)

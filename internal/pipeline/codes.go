@@ -48,6 +48,7 @@ const (
 	CodeTurnSizeMismatch    Code = codes.TurnSizeMismatch
 	CodeInvalidParent       Code = codes.InvalidParent
 	CodeNotSessionOwner     Code = codes.NotSessionOwner
+	CodeOutputTooLarge      Code = codes.OutputTooLarge
 )
 
 // outcomeOf maps a code to the outcome it settles as.

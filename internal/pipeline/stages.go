@@ -590,7 +590,8 @@ func (p *Pipeline) accept(st *State, t *tool, exec *Exec, value any) *Failure {
 	if f != nil {
 		return f
 	}
-	st.Body = &Body{Value: canon, Content: content, Contexts: exec.deferred, Truncated: exec.Truncated}
+	content, cut := boundContent(canon, content)
+	st.Body = &Body{Value: canon, Content: content, Contexts: exec.deferred, Truncated: exec.Truncated || cut}
 	return nil
 }
 
@@ -605,6 +606,9 @@ func (p *Pipeline) validateAndRender(t *tool, args Arguments, value any, code Co
 	if canon, err = CanonicalJSON(v); err != nil {
 		return "", "", &Failure{Code: code, Message: bounded(err.Error())}
 	}
+	if len(canon) > MaxValueBytes {
+		return "", "", &Failure{Code: CodeOutputTooLarge, Message: fmt.Sprintf("the value is %d bytes as JSON; a result holds at most %d", len(canon), MaxValueBytes)}
+	}
 	if t.def.Output.Render == nil {
 		if s, ok := v.(string); ok {
 			return canon, s, nil
@@ -616,6 +620,24 @@ func (p *Pipeline) validateAndRender(t *tool, args Arguments, value any, code Co
 		return "", "", &Failure{Code: CodeRenderFailed, Message: "rendering failed: " + bounded(err.Error())}
 	}
 	return canon, content, nil
+}
+
+// A result must fit one status write (the API server refuses a request
+// over about 1.5 MiB): the value is bounded, and the content, which is
+// presentation, is cut to what is left, with a marker and the cut flag.
+const (
+	MaxValueBytes  = 768 << 10
+	MaxResultBytes = 1 << 20
+)
+
+// boundContent cuts content so that value and content together fit
+// MaxResultBytes; it reports whether it cut.
+func boundContent(value, content string) (string, bool) {
+	limit := max(MaxResultBytes-len(value), 4096)
+	if len(content) <= limit {
+		return content, false
+	}
+	return textutil.TruncateMarked(content, limit, "…[truncated]"), true
 }
 
 func safeRender(fn func(Arguments, any) (string, error), args Arguments, v any) (s string, err error) {
@@ -740,6 +762,9 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 			res.Content, res.Value, res.Contexts, res.Truncated = failureContent(f), "", nil, false
 			verdict = VerdictError
 		}
+	}
+	if content, cut := boundContent(res.Value, res.Content); cut {
+		res.Content, res.Truncated = content, true
 	}
 	st.record(StageFinalize, verdict, string(res.Code), p.opts.Clock.Now())
 	st.Result = res
