@@ -115,8 +115,7 @@ func within(t *testing.T, what string, unblock func(), f func() error) error {
 		return err
 	case <-time.After(500 * time.Millisecond):
 		unblock()
-		<-done
-		t.Fatalf("%s blocked", what)
+		t.Fatalf("%s blocked (then returned %v once unblocked)", what, <-done)
 		return nil
 	}
 }
