@@ -3,7 +3,9 @@ package runner
 import (
 	"bufio"
 	"bytes"
-	"crypto/hmac"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,8 +15,10 @@ import (
 	"strings"
 )
 
-// FramePrefix starts the frame's header line in the container log.
-const FramePrefix = "TOOLGATE-FRAME/1 "
+// FramePrefix starts the frame's clear line in the container log. The
+// rest of the frame is sealed: a log file, a log collector or anyone who may
+// read the pod's log sees sizes, never the tool's output or contexts.
+const FramePrefix = "TOOLGATE-FRAME/2 "
 
 // Header describes a frame's payload: Stdout bytes, then Stderr bytes.
 type Header struct {
@@ -32,8 +36,6 @@ type Header struct {
 	// Contexts are the messages the tool deferred for the model (one line
 	// each of the file named by TOOLGATE_CONTEXTS_FILE), bounded.
 	Contexts []string `json:"contexts,omitempty"`
-	SHA256   string   `json:"sha256"`
-	MAC      string   `json:"mac,omitempty"`
 }
 
 // Result is a verified frame.
@@ -43,24 +45,42 @@ type Result struct {
 	Stderr []byte
 }
 
-// mac authenticates the header (without its MAC) and the payload digest.
-func mac(key []byte, h Header) string {
-	h.MAC = ""
-	data, _ := json.Marshal(h)
-	m := hmac.New(sha256.New, key)
-	m.Write(data)
-	return hex.EncodeToString(m.Sum(nil))
+// clear is the frame's clear line: how many sealed bytes follow, and the
+// nonce they were sealed with.
+type clear struct {
+	Sealed int    `json:"sealed"`
+	Nonce  string `json:"nonce"`
 }
 
-// WriteFrame writes one authenticated frame.
+// aead derives the frame cipher (AES-256-GCM) from the attempt's key.
+func aead(key []byte) (cipher.AEAD, error) {
+	sum := sha256.Sum256(append([]byte("toolgate-frame/2\x00"), key...))
+	block, err := aes.NewCipher(sum[:])
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// WriteFrame writes one sealed frame: the header and payload encrypted and
+// authenticated under key (and bound to the clear line).
 func WriteFrame(w io.Writer, key []byte, h Header, stdout, stderr []byte) error {
-	sum := sha256.New()
-	sum.Write(stdout)
-	sum.Write(stderr)
+	c, err := aead(key)
+	if err != nil {
+		return err
+	}
 	h.StdoutBytes, h.StderrBytes = len(stdout), len(stderr)
-	h.SHA256 = hex.EncodeToString(sum.Sum(nil))
-	h.MAC = mac(key, h)
-	line, err := json.Marshal(h)
+	head, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	plain := make([]byte, 0, len(head)+1+len(stdout)+len(stderr))
+	plain = append(append(append(append(plain, head...), '\n'), stdout...), stderr...)
+	nonce := make([]byte, c.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return err
+	}
+	line, err := json.Marshal(clear{Sealed: len(plain) + c.Overhead(), Nonce: hex.EncodeToString(nonce)})
 	if err != nil {
 		return err
 	}
@@ -68,8 +88,7 @@ func WriteFrame(w io.Writer, key []byte, h Header, stdout, stderr []byte) error 
 	b.WriteString(FramePrefix)
 	b.Write(line)
 	b.WriteByte('\n')
-	b.Write(stdout)
-	b.Write(stderr)
+	b.Write(c.Seal(nil, nonce, plain, line))
 	_, err = w.Write(b.Bytes())
 	return err
 }
@@ -81,15 +100,15 @@ var (
 	ErrForged     = errors.New("runner: the frame does not verify")
 )
 
-// ReadFrame finds the frame in a container log and verifies it with key.
+// ReadFrame finds the frame in a container log and opens it with key.
 // Anything before the frame is ignored; a log holding a frame that does not
-// verify (altered, forged, truncated) is an error, never a result.
+// open (altered, forged, truncated) is an error, never a result.
 func ReadFrame(log io.Reader, key []byte) (*Result, error) {
 	r := bufio.NewReaderSize(log, 64<<10)
 	for {
 		line, err := r.ReadString('\n')
 		if strings.HasPrefix(line, FramePrefix) && strings.HasSuffix(line, "\n") {
-			return readPayload(r, key, strings.TrimSuffix(strings.TrimPrefix(line, FramePrefix), "\n"))
+			return readSealed(r, key, strings.TrimSuffix(strings.TrimPrefix(line, FramePrefix), "\n"))
 		}
 		if err == io.EOF {
 			return nil, ErrNoFrame
@@ -100,23 +119,30 @@ func ReadFrame(log io.Reader, key []byte) (*Result, error) {
 	}
 }
 
-func readPayload(r io.Reader, key []byte, headerLine string) (*Result, error) {
-	var h Header
-	if err := json.Unmarshal([]byte(headerLine), &h); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrForged, err)
+func readSealed(r io.Reader, key []byte, line string) (*Result, error) {
+	var cl clear
+	if err := json.Unmarshal([]byte(line), &cl); err != nil {
+		return nil, fmt.Errorf("%w: clear line: %v", ErrForged, err)
 	}
-	if h.StdoutBytes < 0 || h.StderrBytes < 0 {
+	c, err := aead(key)
+	if err != nil {
+		return nil, err
+	}
+	nonce, err := hex.DecodeString(cl.Nonce)
+	if err != nil || len(nonce) != c.NonceSize() || cl.Sealed < c.Overhead() {
 		return nil, ErrForged
 	}
-	if !hmac.Equal([]byte(mac(key, h)), []byte(h.MAC)) {
-		return nil, ErrForged
-	}
-	payload := make([]byte, h.StdoutBytes+h.StderrBytes)
-	if _, err := io.ReadFull(r, payload); err != nil {
+	sealed := make([]byte, cl.Sealed)
+	if _, err := io.ReadFull(r, sealed); err != nil {
 		return nil, ErrIncomplete
 	}
-	sum := sha256.Sum256(payload)
-	if hex.EncodeToString(sum[:]) != h.SHA256 {
+	plain, err := c.Open(nil, nonce, sealed, []byte(line))
+	if err != nil {
+		return nil, ErrForged
+	}
+	head, payload, ok := bytes.Cut(plain, []byte{'\n'})
+	var h Header
+	if !ok || json.Unmarshal(head, &h) != nil || h.StdoutBytes < 0 || h.StderrBytes < 0 || h.StdoutBytes+h.StderrBytes != len(payload) {
 		return nil, ErrForged
 	}
 	return &Result{Header: h, Stdout: payload[:h.StdoutBytes], Stderr: payload[h.StdoutBytes:]}, nil

@@ -196,12 +196,11 @@ func Main(ctx context.Context, out io.Writer, terminationLog string) int {
 		return 2
 	}
 	if terminationLog != "" {
-		// The small integrity summary; the frame itself is in the log.
-		h.StdoutBytes, h.StderrBytes = len(stdout), len(stderr)
-		summary, _ := json.Marshal(h)
-		if len(summary) <= 4096 {
-			_ = os.WriteFile(terminationLog, summary, 0o644)
-		}
+		// A summary for people (kubectl describe pod): exit and sizes only,
+		// never output, contexts or messages (the pod's status is readable
+		// more widely than the call's result).
+		summary, _ := json.Marshal(Header{ExitCode: h.ExitCode, Signal: h.Signal, StdoutBytes: len(stdout), StderrBytes: len(stderr), Truncated: h.Truncated})
+		_ = os.WriteFile(terminationLog, summary, 0o644)
 	}
 	return 0
 }

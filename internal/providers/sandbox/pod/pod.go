@@ -254,7 +254,7 @@ func (p *Provider) adopt(key string, pod *corev1.Pod) *follower {
 	if ref := metav1.GetControllerOf(pod); ref != nil {
 		owner.Name = ref.Name
 	}
-	go p.follow(f, frameKey, limit+runner.MaxStderrBytes+64<<10, owner)
+	go p.follow(f, frameKey, limit+runner.MaxStderrBytes+runner.MaxContexts*runner.MaxContextBytes+64<<10, owner)
 	return f
 }
 
