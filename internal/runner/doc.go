@@ -9,9 +9,10 @@
 // to that log: its output goes to pipes the runner reads, and the runner
 // makes itself non-dumpable so that a tool running as the same user cannot
 // open the runner's descriptors or read its environment through /proc; if
-// it cannot, it runs nothing and writes no frame (fail closed). Each frame carries sizes, a
-// SHA-256 digest and an HMAC under a per-attempt key that only the runner
-// and the provider know, so a tool cannot forge or alter its result.
+// it cannot, it runs nothing and writes no frame (fail closed). Each frame
+// is sealed (AES-256-GCM) under a per-attempt key that only the runner and
+// the provider know, so a tool cannot forge or alter its result, and the
+// container log (node files, collectors) shows sizes, never content.
 //
 // The runner is copied into every tool pod, so it links only the standard
 // library, x/sys and the leaf packages builtin and codes: no pipeline, no
