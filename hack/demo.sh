@@ -42,6 +42,18 @@ metadata: {name: demo-approver, namespace: $ns}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: toolgate-approver}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: demo-approver}]
 ---
+# The workspace claim the demo session mounts: demo-agent may use it.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: demo-workspace-user, namespace: $ns}
+rules: [{apiGroups: [""], resources: [persistentvolumeclaims], resourceNames: [demo-workspace], verbs: [use]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: demo-workspace-user, namespace: $ns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: demo-workspace-user}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: demo-agent}]
+---
 apiVersion: v1
 kind: PersistentVolume
 metadata: {name: demo-workspace}

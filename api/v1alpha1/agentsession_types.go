@@ -192,6 +192,10 @@ const (
 	// selects a provider this manager has not mounted, or could not be
 	// read; the message says which.
 	AgentSessionReasonProfileNotReady = "ProfileNotReady"
+	// AgentSessionReasonWorkspaceConflict: a PersistentVolumeClaim of the
+	// name the session's claim template would create exists and was not
+	// created by the session; toolgate never adopts it. Calls wait.
+	AgentSessionReasonWorkspaceConflict = "WorkspaceConflict"
 )
 
 // AgentSession is one agent conversation: its profile, workspace and the

@@ -176,8 +176,10 @@ var _ = Describe("admission", Ordered, func() {
 	It("keeps one agent out of another's session: a session is its creator's, others' calls never enter it, and only the requester cancels", func() {
 		agentRole := &rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: label + "-agent"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"agentsessions", "toolcalls"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{"toolgate.dev"}, Resources: []string{"agentsessions", "toolcalls"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+				{APIGroups: []string{"toolgate.dev"}, Resources: []string{"toolprofiles"}, Verbs: []string{"use"}},
+			},
 		}
 		Expect(k8s.Create(ctx, agentRole)).To(Succeed())
 		bind(ns, "agent-2", agentRole.Name)
@@ -211,6 +213,45 @@ var _ = Describe("admission", Ordered, func() {
 		err = as("agent-2").Patch(ctx, got, client.MergeFrom(base))
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("only the call's requester may cancel it"))
+	})
+
+	It("lets a session reach only the profile and the existing claim its creator may use", func() {
+		limited := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-limited"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"agentsessions"}, Verbs: []string{"create"}}},
+		}
+		Expect(k8s.Create(ctx, limited)).To(Succeed())
+		bind(ns, "dora", limited.Name)
+		mine := func(name, profile, claim string) *toolgatev1alpha1.AgentSession {
+			s := tu.MakeAgentSession(ns, name, profile).Obj()
+			s.Spec.Owner = "dora"
+			if claim != "" {
+				s.Spec.Workspace = &toolgatev1alpha1.WorkspaceSpec{ExistingClaim: claim}
+			}
+			return s
+		}
+		err := as("dora").Create(ctx, mine("s1", "powerful", ""))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("using ToolProfile powerful needs the verb use"))
+
+		useRole := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dora-uses"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{"toolgate.dev"}, Resources: []string{"toolprofiles"}, ResourceNames: []string{"plain"}, Verbs: []string{"use"}},
+				{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, ResourceNames: []string{"dora-ws"}, Verbs: []string{"use"}},
+			},
+		}
+		Expect(k8s.Create(ctx, useRole)).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dora-uses"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dora-uses"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "dora"}},
+		})).To(Succeed())
+		Eventually(func() error { return as("dora").Create(ctx, mine("s2", "plain", "dora-ws")) }, 10*time.Second).Should(Succeed())
+		err = as("dora").Create(ctx, mine("s3", "plain", "someone-elses-workspace"))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("mounting PersistentVolumeClaim someone-elses-workspace needs the verb use"))
+		Expect(as("dora").Create(ctx, mine("s4", "powerful", ""))).NotTo(Succeed())
 	})
 
 	It("refuses a ToolCall that claims another requester, and admits an honest one", func() {

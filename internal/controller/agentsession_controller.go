@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,10 +74,20 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			retErr = client.IgnoreNotFound(err)
 		}
 	}()
-	if err := r.reconcileWorkspace(ctx, s); err != nil {
+	conflict, err := r.reconcileWorkspace(ctx, s)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	ready := r.profileCondition(ctx, s)
+	if conflict != "" {
+		// No call starts without the workspace it was promised.
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceConflict, conflict
+		logged, _, _ := screen(s.Spec.Owner, calls)
+		setSessionStatus(s, logged)
+		meta.SetStatusCondition(&s.Status.Conditions, ready)
+		s.Status.ObservedGeneration = s.Generation
+		return ctrl.Result{}, nil
+	}
 	logged, err := r.schedule(ctx, s, calls)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -151,34 +163,47 @@ func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolga
 
 // reconcileWorkspace creates the session's workspace claim from its
 // template, owned by the session, and records the claim to mount.
-func (r *AgentSessionReconciler) reconcileWorkspace(ctx context.Context, s *toolgatev1alpha1.AgentSession) error {
+// A claim the session did not create is never adopted (it could be another
+// session's workspace, whose name is predictable): it is a conflict, and
+// deleting the session leaves it alone.
+func (r *AgentSessionReconciler) reconcileWorkspace(ctx context.Context, s *toolgatev1alpha1.AgentSession) (conflict string, err error) {
 	ws := s.Spec.Workspace
 	switch {
 	case ws == nil:
 		s.Status.WorkspaceClaimName = ""
-		return nil
+		return "", nil
 	case ws.ExistingClaim != "":
 		s.Status.WorkspaceClaimName = ws.ExistingClaim
-		return nil
+		return "", nil
 	}
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: workspaceClaimName(s)}}
-	_, err := controllerutil.CreateOrPatch(ctx, r.Client, pvc, func() error {
-		if pvc.CreationTimestamp.IsZero() {
-			pvc.Spec = corev1.PersistentVolumeClaimSpec{
+	key := client.ObjectKey{Namespace: s.Namespace, Name: workspaceClaimName(s)}
+	pvc := &corev1.PersistentVolumeClaim{}
+	switch err := r.Client.Get(ctx, key, pvc); {
+	case apierrors.IsNotFound(err):
+		pvc = &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				StorageClassName: ws.VolumeClaimTemplate.StorageClassName,
 				Resources: corev1.VolumeResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceStorage: ws.VolumeClaimTemplate.Size},
 				},
-			}
+			},
 		}
-		return controllerutil.SetControllerReference(s, pvc, r.Client.Scheme())
-	})
-	if err != nil {
-		return err
+		if err := controllerutil.SetControllerReference(s, pvc, r.Client.Scheme()); err != nil {
+			return "", err
+		}
+		if err := r.Client.Create(ctx, pvc); err != nil {
+			return "", fmt.Errorf("creating the workspace claim: %w", err)
+		}
+	case err != nil:
+		return "", fmt.Errorf("reading the workspace claim: %w", err)
+	case !metav1.IsControlledBy(pvc, s):
+		s.Status.WorkspaceClaimName = ""
+		return "PersistentVolumeClaim " + key.Name + " exists and was not created by this session; toolgate does not adopt it (delete it, or name another session)", nil
 	}
 	s.Status.WorkspaceClaimName = pvc.Name
-	return nil
+	return "", nil
 }
 
 // workspaceClaimName is the deterministic name of a session's claim.

@@ -7,6 +7,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -259,5 +264,34 @@ var _ = Describe("nested calls", func() {
 		for _, id := range []string{"O", "X", "L"} {
 			Expect(logIndex(ns, "start "+id)).To(Equal(-1), "a refused nested call must not run")
 		}
+	})
+})
+
+var _ = Describe("a session's workspace claim", func() {
+	It("never adopts a claim of the expected name that it did not create, and leaves it when deleted", func() {
+		ns := newNamespace()
+		planted := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s-workspace"},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		Expect(k8s.Create(ctx, planted)).To(Succeed())
+		Expect(k8s.Create(ctx, processProfile(ns, loggingTool("fast", "0", true)).Obj())).To(Succeed())
+		s := tu.MakeAgentSession(ns, "s", "p").ClaimTemplate("1Gi").Obj()
+		Expect(k8s.Create(ctx, s)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)).To(Succeed())
+			ready := meta.FindStatusCondition(s.Status.Conditions, toolgatev1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Reason).To(Equal(toolgatev1alpha1.AgentSessionReasonWorkspaceConflict))
+			g.Expect(s.Status.WorkspaceClaimName).To(BeEmpty())
+		}, 10*time.Second).Should(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(planted), planted)).To(Succeed())
+		Expect(planted.OwnerReferences).To(BeEmpty(), "the claim was adopted")
+		Expect(k8s.Delete(ctx, s)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)) }, 10*time.Second).Should(BeTrue())
+		Consistently(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(planted), planted) }, time.Second).Should(Succeed())
 	})
 })

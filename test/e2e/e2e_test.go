@@ -81,6 +81,8 @@ var _ = BeforeSuite(func() {
 	admin("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
 	admin("-n", ns, "create", "rolebinding", "agent", "--clusterrole=toolgate-agent", "--user=demo-agent")
 	admin("-n", ns, "create", "rolebinding", "approver", "--clusterrole=toolgate-approver", "--user=demo-approver")
+	admin("-n", ns, "create", "role", "workspace-user", "--verb=use", "--resource=persistentvolumeclaims", "--resource-name=workspace")
+	admin("-n", ns, "create", "rolebinding", "workspace-user", "--role=workspace-user", "--user=demo-agent")
 	// The agent may also approve, to prove the API server refuses its own
 	// approval for another reason than RBAC.
 	admin("-n", ns, "create", "rolebinding", "agent-approver", "--clusterrole=toolgate-approver", "--user=demo-agent")
