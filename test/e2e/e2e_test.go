@@ -81,7 +81,14 @@ var _ = BeforeSuite(func() {
 	admin("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
 	admin("-n", ns, "create", "rolebinding", "agent", "--clusterrole=toolgate-agent", "--user=demo-agent")
 	admin("-n", ns, "create", "rolebinding", "approver", "--clusterrole=toolgate-approver", "--user=demo-approver")
-	admin("-n", ns, "create", "role", "workspace-user", "--verb=use", "--resource=persistentvolumeclaims", "--resource-name=workspace")
+	// The session mounts the claim "workspace": demo-agent may use it (kubectl
+	// create role refuses the verb use outside its known resources).
+	apply("admin", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: workspace-user}
+rules: [{apiGroups: [""], resources: [persistentvolumeclaims], resourceNames: [workspace], verbs: [use]}]
+`)
 	admin("-n", ns, "create", "rolebinding", "workspace-user", "--role=workspace-user", "--user=demo-agent")
 	// The agent may also approve, to prove the API server refuses its own
 	// approval for another reason than RBAC.
