@@ -13,11 +13,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,8 +40,10 @@ import (
 type Provider struct {
 	// Client writes pods and network policies.
 	Client client.Client
-	// Reader reads pods from the API server itself: a cache that has not
-	// yet seen a pod just created would make it look deleted.
+	// Reader reads pods, network policies and the API server's addresses
+	// (the kubernetes Service and its EndpointSlices) from the API server
+	// itself: a cache that has not yet seen a pod just created would make it
+	// look deleted, and a cache of Services would watch the whole cluster.
 	Reader client.Reader
 	// Logs reads pod logs (the controller-runtime client cannot stream).
 	Logs kubernetes.Interface
@@ -62,8 +68,10 @@ type follower struct {
 	err  error
 }
 
-// Enforcement is full when NetworkPolicy is enforced (or egress is allowed
-// anyway), the mode is not FullAccess, and the resources are within the caps
+// Enforcement is full when NetworkPolicy is enforced (every tool pod's
+// network isolation relies on it: no ingress, and no egress or none to
+// link-local addresses and the API server), the mode is not FullAccess, a
+// runtimeClassName is set, and the resources are within the caps
 // (CheckResources; above one, no pod is built).
 func (p *Provider) Enforcement(policy toolgatev1alpha1.SandboxPolicy) (bool, string) {
 	var reasons []string
@@ -71,9 +79,10 @@ func (p *Provider) Enforcement(policy toolgatev1alpha1.SandboxPolicy) (bool, str
 		reasons = append(reasons, err.Error()+": no tool pod is created and calls fail (sandbox_unavailable) until the profile asks for less")
 	}
 	if policy.Mode == toolgatev1alpha1.SandboxFullAccess {
-		reasons = append(reasons, "mode FullAccess: the workspace is writable and egress is allowed")
-	} else if !policy.AllowEgress && !p.NetworkPolicyEnforced {
-		reasons = append(reasons, "network isolation relies on a NetworkPolicy, which only a CNI that enforces it applies; start the manager with --network-policy-enforced once yours does")
+		reasons = append(reasons, "mode FullAccess: the workspace is writable and egress is allowed (except to link-local addresses and the API server)")
+	}
+	if !p.NetworkPolicyEnforced {
+		reasons = append(reasons, "network isolation (no ingress; no egress, or with egress allowed none to link-local addresses or the API server) relies on NetworkPolicy, which only a CNI that enforces it applies; start the manager with --network-policy-enforced once yours does")
 	}
 	if policy.RuntimeClassName == nil {
 		reasons = append(reasons, "no runtimeClassName: tools share the node's kernel (set one for gVisor or Kata)")
@@ -186,8 +195,8 @@ func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.Namesp
 		// Nothing ran: a definite failure.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot be built: "+err.Error())
 	}
-	if err := p.ensureNetworkPolicy(ctx, key.Namespace); err != nil {
-		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the sandbox NetworkPolicy could not be created: "+err.Error())
+	if err := p.ensureNetworkPolicies(ctx, key.Namespace, EgressAllowed(job.Policy)); err != nil {
+		return err
 	}
 	pod.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: job.Owner.Name, UID: job.OwnerUID,
@@ -205,12 +214,117 @@ func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.Namesp
 	return sandbox.ErrPending
 }
 
-func (p *Provider) ensureNetworkPolicy(ctx context.Context, namespace string) error {
-	err := p.Client.Create(ctx, DenyAll(namespace))
-	if apierrors.IsAlreadyExists(err) {
+// ensureNetworkPolicies makes sure the namespace's policies isolating tool
+// pods exist with the desired spec before a pod is created: the deny-all
+// policy always, the egress policy when the pod is allowed egress. It
+// answers sandbox_unavailable (nothing ran) when a policy cannot be made
+// right, and ErrPending when it raced another writer (tried again).
+func (p *Provider) ensureNetworkPolicies(ctx context.Context, namespace string, egress bool) error {
+	if err := p.ensurePolicy(ctx, DenyAll(namespace)); err != nil {
+		return err
+	}
+	if !egress {
 		return nil
 	}
-	return err
+	addrs, err := p.apiServerAddresses(ctx)
+	if err != nil {
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf(
+			"no tool pod allowed egress is started: the API server's addresses, which NetworkPolicy %s/%s must exclude, cannot be read: %v",
+			namespace, EgressPolicyName, err))
+	}
+	return p.ensurePolicy(ctx, EgressPolicy(namespace, addrs))
+}
+
+// ensurePolicy creates want, or brings an existing policy of its name that
+// toolgate manages back to want's spec. A policy of that name toolgate does
+// not manage (no managed-by label) is never changed: unless its spec is
+// already want's, no tool pod is started in the namespace.
+func (p *Provider) ensurePolicy(ctx context.Context, want *networkingv1.NetworkPolicy) error {
+	name := want.Namespace + "/" + want.Name
+	unavailable := func(format string, args ...any) error {
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf("NetworkPolicy %s ", name)+fmt.Sprintf(format, args...))
+	}
+	got := &networkingv1.NetworkPolicy{}
+	err := p.Reader.Get(ctx, client.ObjectKeyFromObject(want), got)
+	switch {
+	case apierrors.IsNotFound(err):
+		err := p.Client.Create(ctx, want)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			return sandbox.ErrPending // created meanwhile: checked on the next poll
+		case err != nil:
+			return unavailable("could not be created: %v", err)
+		}
+		return nil
+	case err != nil:
+		return unavailable("could not be read: %v", err)
+	}
+	if equality.Semantic.DeepEqual(got.Spec, want.Spec) {
+		return nil
+	}
+	if got.Labels[LabelManagedBy] != managedBy {
+		return unavailable("exists, is not managed by toolgate (no label %s=%s) and does not isolate tool pods as the sandbox needs; toolgate leaves it alone and starts no tool pod in this namespace until it is deleted",
+			LabelManagedBy, managedBy)
+	}
+	got.Spec = want.Spec
+	if err := p.Client.Update(ctx, got); err != nil {
+		if apierrors.IsConflict(err) {
+			return sandbox.ErrPending // changed meanwhile: checked on the next poll
+		}
+		return unavailable("differs from the sandbox's and could not be restored: %v", err)
+	}
+	log.FromContext(ctx).Info("sandbox NetworkPolicy restored to its desired spec", "networkPolicy", name)
+	return nil
+}
+
+// apiServerAddresses are the addresses of the API server that tool pods
+// must not reach: the kubernetes Service's cluster IPs and the addresses of
+// its EndpointSlices (a CNI may apply policies after the Service address is
+// translated). Read fresh each time (they can change); any failure, or no
+// endpoint address at all, is an error: the caller fails closed.
+func (p *Provider) apiServerAddresses(ctx context.Context) ([]netip.Addr, error) {
+	hint := func(err error) error {
+		if apierrors.IsForbidden(err) {
+			return fmt.Errorf("%w (the manager needs get and list on services, and on endpointslices.discovery.k8s.io)", err)
+		}
+		return err
+	}
+	svc := &corev1.Service{}
+	if err := p.Reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc); err != nil {
+		return nil, fmt.Errorf("get Service default/kubernetes: %w", hint(err))
+	}
+	var out []netip.Addr
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			out = append(out, a)
+		}
+	}
+	list := &discoveryv1.EndpointSliceList{}
+	if err := p.Reader.List(ctx, list, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}); err != nil {
+		return nil, fmt.Errorf("list the EndpointSlices of Service default/kubernetes: %w", hint(err))
+	}
+	endpoints := 0
+	for _, s := range list.Items {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			for _, ip := range e.Addresses {
+				if a, err := netip.ParseAddr(ip); err == nil {
+					out = append(out, a)
+					endpoints++
+				}
+			}
+		}
+	}
+	if endpoints == 0 {
+		return nil, errors.New("the EndpointSlices of Service default/kubernetes hold no address")
+	}
+	return out, nil
 }
 
 func (p *Provider) follower(key string) *follower {

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"path"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +33,15 @@ const (
 	// NetworkPolicyName is the per-namespace policy denying all traffic to
 	// and from tool pods that are not allowed egress.
 	NetworkPolicyName = "toolgate-sandbox-deny-all"
+	// EgressPolicyName is the per-namespace policy of tool pods allowed
+	// egress: no ingress, egress anywhere but link-local addresses (cloud
+	// metadata) and the API server.
+	EgressPolicyName = "toolgate-sandbox-egress"
+
+	// LabelManagedBy marks the objects toolgate owns: a NetworkPolicy of
+	// one of the names above without it is someone else's, never changed.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	managedBy      = "toolgate"
 
 	containerTool   = "tool"
 	runnerDir       = "/toolgate/bin"
@@ -198,7 +209,7 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	egress := policy.AllowEgress || policy.Mode == toolgatev1alpha1.SandboxFullAccess
+	egress := EgressAllowed(policy)
 	restricted := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
 		ReadOnlyRootFilesystem:   ptr.To(true),
@@ -230,7 +241,7 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 			Name: name, Namespace: job.Owner.Namespace,
 			Labels: map[string]string{
 				LabelSandbox: "true", LabelEgress: fmt.Sprint(egress), LabelCall: textutil.LabelValue(job.Owner.Name),
-				LabelAttempt: fmt.Sprint(job.Attempt), "app.kubernetes.io/managed-by": "toolgate",
+				LabelAttempt: fmt.Sprint(job.Attempt), LabelManagedBy: managedBy,
 			},
 			Annotations: map[string]string{AnnotationArgs: job.Arguments},
 		},
@@ -276,14 +287,71 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 	return pod, nil
 }
 
+// EgressAllowed tells whether the policy's tool pods may open connections
+// (allowEgress, or mode FullAccess).
+func EgressAllowed(policy toolgatev1alpha1.SandboxPolicy) bool {
+	return policy.AllowEgress || policy.Mode == toolgatev1alpha1.SandboxFullAccess
+}
+
 // DenyAll is the namespace's NetworkPolicy: no ingress and no egress for
 // tool pods not labelled for egress.
 func DenyAll(namespace string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicyName, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "toolgate"}},
+		ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicyName, Namespace: namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSandbox: "true", LabelEgress: "false"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+}
+
+// Addresses tool pods never reach, even when allowed egress: link-local
+// ranges, where clouds serve instance metadata and credentials (169.254.0.0/16,
+// fe80::/10, and AWS's IPv6 metadata address).
+var (
+	deniedIPv4 = []string{"169.254.0.0/16"}
+	deniedIPv6 = []string{"fe80::/10", "fd00:ec2::254/128"}
+)
+
+// EgressPolicy is the namespace's NetworkPolicy for tool pods labelled for
+// egress: no ingress; egress to every address except the denied ranges and
+// apiServer (the API server's Service and endpoint addresses, each as a
+// host block). The same addresses in any order give the same object.
+func EgressPolicy(namespace string, apiServer []netip.Addr) *networkingv1.NetworkPolicy {
+	v4, v6 := slices.Clone(deniedIPv4), slices.Clone(deniedIPv6)
+	var hosts4, hosts6 []netip.Addr
+	for _, a := range apiServer {
+		a = a.Unmap()
+		switch {
+		case !a.IsValid() || a.IsLinkLocalUnicast():
+			// Already denied.
+		case a.Is4():
+			hosts4 = append(hosts4, a)
+		default:
+			hosts6 = append(hosts6, a.WithZone(""))
+		}
+	}
+	for _, hs := range []*[]netip.Addr{&hosts4, &hosts6} {
+		slices.SortFunc(*hs, netip.Addr.Compare)
+		*hs = slices.Compact(*hs)
+	}
+	for _, a := range hosts4 {
+		v4 = append(v4, netip.PrefixFrom(a, 32).String())
+	}
+	for _, a := range hosts6 {
+		if s := netip.PrefixFrom(a, 128).String(); !slices.Contains(v6, s) {
+			v6 = append(v6, s)
+		}
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: EgressPolicyName, Namespace: namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSandbox: "true", LabelEgress: "true"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
+				{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},
+			}}},
 		},
 	}
 }

@@ -2,10 +2,13 @@ package pod
 
 import (
 	"encoding/json"
+	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -231,4 +234,66 @@ func TestResourcesAboveTheCapsAreRefused(t *testing.T) {
 			t.Errorf("%s: a pod was built", name)
 		}
 	}
+}
+
+// TestEnforcementWithEgress: a pod allowed egress relies on NetworkPolicy
+// too (its ingress denial and its excluded addresses), so it is Partial
+// until the CNI is declared to enforce policies.
+func TestEnforcementWithEgress(t *testing.T) {
+	p := &Provider{}
+	policy := toolgatev1alpha1.SandboxPolicy{Mode: toolgatev1alpha1.SandboxWorkspaceWrite, AllowEgress: true, RuntimeClassName: ptr.To("gvisor")}
+	if full, reason := p.Enforcement(policy); full || !strings.Contains(reason, "NetworkPolic") || !strings.Contains(reason, "--network-policy-enforced") {
+		t.Fatalf("egress without an enforcing CNI: full=%v %q", full, reason)
+	}
+	p.NetworkPolicyEnforced = true
+	if full, reason := p.Enforcement(policy); !full {
+		t.Fatalf("partial: %s", reason)
+	}
+}
+
+// TestEgressPolicy: tool pods allowed egress are isolated for ingress and
+// may reach everything but link-local addresses (cloud metadata) and the API
+// server, the same object for the same addresses in any order.
+func TestEgressPolicy(t *testing.T) {
+	addrs := []netip.Addr{
+		netip.MustParseAddr("172.18.0.2"), netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00::1"),
+		netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("169.254.3.4"),
+	}
+	np := EgressPolicy("ns", addrs)
+	if np.Name != EgressPolicyName || np.Namespace != "ns" || np.Name == NetworkPolicyName || np.Labels["app.kubernetes.io/managed-by"] != "toolgate" {
+		t.Fatalf("meta %+v", np.ObjectMeta)
+	}
+	if got := np.Spec.PodSelector.MatchLabels; len(got) != 2 || got[LabelSandbox] != "true" || got[LabelEgress] != "true" || len(np.Spec.PodSelector.MatchExpressions) != 0 {
+		t.Fatalf("selector %+v", np.Spec.PodSelector)
+	}
+	if pt := np.Spec.PolicyTypes; len(pt) != 2 || pt[0] != networkingv1.PolicyTypeIngress || pt[1] != networkingv1.PolicyTypeEgress {
+		t.Fatalf("policy types %v", pt)
+	}
+	if len(np.Spec.Ingress) != 0 {
+		t.Fatalf("ingress allowed: %+v", np.Spec.Ingress)
+	}
+	if len(np.Spec.Egress) != 1 || len(np.Spec.Egress[0].Ports) != 0 {
+		t.Fatalf("egress rules %+v", np.Spec.Egress)
+	}
+	want := []networkingv1.NetworkPolicyPeer{
+		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"169.254.0.0/16", "10.96.0.1/32", "172.18.0.2/32"}}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fe80::/10", "fd00:ec2::254/128", "fd00::1/128"}}},
+	}
+	if got := np.Spec.Egress[0].To; !reflect.DeepEqual(got, want) {
+		t.Fatalf("egress to %s, want %s", dump(got), dump(want))
+	}
+	reordered := []netip.Addr{addrs[2], addrs[1], addrs[0]}
+	if again := EgressPolicy("ns", reordered); !reflect.DeepEqual(again, np) {
+		t.Fatal("the policy depends on the order of the addresses")
+	}
+	// Pods without egress: one policy denying both directions.
+	deny := DenyAll("ns")
+	if pt := deny.Spec.PolicyTypes; len(pt) != 2 || len(deny.Spec.Ingress)+len(deny.Spec.Egress) != 0 || deny.Spec.PodSelector.MatchLabels[LabelEgress] != "false" {
+		t.Fatalf("deny-all %+v", deny.Spec)
+	}
+}
+
+func dump(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
