@@ -259,5 +259,8 @@ var _ = Describe("admission", Ordered, func() {
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("spec.requester must be the user creating the call"))
 		Expect(as("agent").Create(ctx, tu.MakeToolCall(ns, "honest", "s").Requester("agent").Obj())).To(Succeed())
+		err = as("agent").Create(ctx, tu.MakeToolCall(ns, "nested", "s").Requester("agent").Parent("honest").Obj())
+		Expect(err).To(HaveOccurred(), "an agent starting nested calls would bypass barriers, the pool and the log")
+		Expect(err.Error()).To(ContainSubstring("only toolgate may create a nested call"))
 	})
 })

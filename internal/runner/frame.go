@@ -93,6 +93,10 @@ func WriteFrame(w io.Writer, key []byte, h Header, stdout, stderr []byte) error 
 	return err
 }
 
+// MaxFrameBytes bounds a sealed frame: the largest output (8 MiB), stderr,
+// contexts and the header fit well within it.
+const MaxFrameBytes = 16 << 20
+
 // Errors of ReadFrame.
 var (
 	ErrNoFrame    = errors.New("runner: no frame in the log")
@@ -131,6 +135,9 @@ func readSealed(r io.Reader, key []byte, line string) (*Result, error) {
 	nonce, err := hex.DecodeString(cl.Nonce)
 	if err != nil || len(nonce) != c.NonceSize() || cl.Sealed < c.Overhead() {
 		return nil, ErrForged
+	}
+	if cl.Sealed > MaxFrameBytes {
+		return nil, ErrForged // never allocate what the clear line claims before it is authenticated
 	}
 	sealed := make([]byte, cl.Sealed)
 	if _, err := io.ReadFull(r, sealed); err != nil {

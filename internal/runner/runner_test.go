@@ -56,6 +56,7 @@ func TestFrameCannotBeForgedOrAltered(t *testing.T) {
 		"empty":               {"", ErrNoFrame},
 		"clear line not json": {FramePrefix + "{nope\n", ErrForged},
 		"negative size":       {FramePrefix + `{"sealed":-1,"nonce":"00"}` + "\n", ErrForged},
+		"absurd size":         {FramePrefix + `{"sealed":1000000000000000000,"nonce":"000000000000000000000000"}` + "\n", ErrForged},
 	} {
 		if _, err := ReadFrame(strings.NewReader(tc.log), key); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)

@@ -146,7 +146,12 @@ func (p *Provider) Close(ctx context.Context, subj approval.Subject, code pipeli
 		return nil
 	}
 	phase := toolgatev1alpha1.ApprovalCancelled
-	if code == pipeline.CodeApprovalExpired {
+	switch {
+	case ar.Spec.Decision != nil && ar.Spec.Decision.Action == toolgatev1alpha1.DecisionApprove:
+		phase = toolgatev1alpha1.ApprovalApproved // a person did decide: the record says so
+	case ar.Spec.Decision != nil:
+		phase = toolgatev1alpha1.ApprovalDenied
+	case code == pipeline.CodeApprovalExpired:
 		phase = toolgatev1alpha1.ApprovalExpired
 	}
 	return p.setPhaseErr(ctx, ar, phase)
