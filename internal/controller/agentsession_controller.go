@@ -79,17 +79,12 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	ready := r.profileCondition(ctx, s)
+	var logged []*toolgatev1alpha1.ToolCall
 	if conflict != "" {
 		// No call starts without the workspace it was promised.
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceConflict, conflict
-		logged, _, _ := screen(s.Spec.Owner, calls)
-		setSessionStatus(s, logged)
-		meta.SetStatusCondition(&s.Status.Conditions, ready)
-		s.Status.ObservedGeneration = s.Generation
-		return ctrl.Result{}, nil
-	}
-	logged, err := r.schedule(ctx, s, calls)
-	if err != nil {
+		logged, _, _ = screen(s.Spec.Owner, calls)
+	} else if logged, err = r.schedule(ctx, s, calls); err != nil {
 		return ctrl.Result{}, err
 	}
 	setSessionStatus(s, logged)

@@ -23,45 +23,31 @@ import (
 // (so nothing that follows the write in that reconcile runs) and every
 // later write: a crash right after the n-th boundary became durable.
 func crashAfter(n int64, writes *atomic.Int64) func(*ctrl.Options) {
-	return crashWhen(func(*toolgatev1alpha1.ToolCall) bool { return writes.Add(1) == n }, func() bool { return writes.Load() >= n })
+	return crashWhen(func(*toolgatev1alpha1.ToolCall) bool { return writes.Load() >= n },
+		func(*toolgatev1alpha1.ToolCall) bool { return writes.Add(1) == n })
 }
 
 // crashAfterResult stops the manager right after a call's result was
 // written, failing the reconcile that wrote it.
 func crashAfterResult() func(*ctrl.Options) {
 	var crashed atomic.Bool
-	return crashWhen(func(tc *toolgatev1alpha1.ToolCall) bool {
+	return crashWhen(func(*toolgatev1alpha1.ToolCall) bool { return crashed.Load() }, func(tc *toolgatev1alpha1.ToolCall) bool {
 		return tc.Status.Result != nil && crashed.CompareAndSwap(false, true)
-	}, crashed.Load)
+	})
 }
 
 // crashBeforeResult stops the manager instead of writing the first result:
 // a crash between the live result and the durable one.
 func crashBeforeResult() func(*ctrl.Options) {
-	return func(o *ctrl.Options) {
-		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-			c, err := client.NewWithWatch(cfg, opts)
-			if err != nil {
-				return nil, err
-			}
-			return interceptor.NewClient(c, interceptor.Funcs{
-				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-					if tc, ok := obj.(*toolgatev1alpha1.ToolCall); ok && sub == "status" && tc.Status.Result != nil {
-						stopManager()
-						return errors.New("crashed before the result")
-					}
-					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-				},
-			}), nil
-		}
-	}
+	return crashWhen(func(tc *toolgatev1alpha1.ToolCall) bool { return tc.Status.Result != nil },
+		func(*toolgatev1alpha1.ToolCall) bool { return false })
 }
 
-// crashWhen makes a manager's client stop the manager right after a
-// successful ToolCall status write for which after reports true, failing
-// the reconcile that made it, and fail every write once crashed reports
-// true.
-func crashWhen(after func(*toolgatev1alpha1.ToolCall) bool, crashed func() bool) func(*ctrl.Options) {
+// crashWhen makes a manager's client stop the manager instead of a
+// ToolCall status write for which before reports true, and right after a
+// successful one for which after reports true; either way the reconcile
+// that made the write fails, as it would in a crash.
+func crashWhen(before, after func(*toolgatev1alpha1.ToolCall) bool) func(*ctrl.Options) {
 	return func(o *ctrl.Options) {
 		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, opts)
@@ -74,7 +60,7 @@ func crashWhen(after func(*toolgatev1alpha1.ToolCall) bool, crashed func() bool)
 					if !ok || sub != "status" {
 						return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 					}
-					if crashed() {
+					if before(tc) {
 						stopManager()
 						return errors.New("crashed")
 					}

@@ -50,26 +50,22 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// the current generation means rejected, not yet seen.
 	st.ObservedGeneration = obj.Generation
 	cond := metav1.Condition{Type: toolgatev1alpha1.ConditionReady, ObservedGeneration: obj.Generation}
-	missing := unmountedProviders(spec, r.Sandboxes, r.Approvals)
-	switch refused := refusedPolicy(spec, r.Sandboxes); {
+	st.Tools, st.ToolCount = nil, 0
+	if compiled != nil {
+		st.Tools, st.ToolCount = compiled.Tools, int32(len(compiled.Tools))
+	}
+	switch missing, refused := unmountedProviders(spec, r.Sandboxes, r.Approvals), refusedPolicy(spec, r.Sandboxes); {
 	case cerr != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, cerr.Reason, cerr.Message
-		st.Tools, st.ToolCount = nil, 0
-		log.FromContext(ctx).Info("profile not resolved", "reason", cerr.Reason)
 	case missing != "":
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonProviderNotMounted, missing
-		st.Tools = compiled.Tools
-		st.ToolCount = int32(len(compiled.Tools))
-		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
 	case refused != "":
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonSandboxPolicyRefused, refused
-		st.Tools = compiled.Tools
-		st.ToolCount = int32(len(compiled.Tools))
-		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved, "every schema, expression and template compiled; the providers are mounted"
-		st.Tools = compiled.Tools
-		st.ToolCount = int32(len(compiled.Tools))
+	}
+	if cond.Status != metav1.ConditionTrue {
+		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
 	return ctrl.Result{}, nil

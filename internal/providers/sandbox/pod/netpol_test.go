@@ -15,13 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
-	"github.com/toolgate/toolgate/internal/testenv"
 )
 
 // forbiddenReader answers Forbidden to reads of Services and EndpointSlices,
@@ -47,20 +45,8 @@ func (r forbiddenReader) List(ctx context.Context, list client.ObjectList, opts 
 // NetworkPolicies that select tool pods, whatever their names: policies are
 // additive, so every policy selecting a pod counts.
 func TestNetworkIsolationOnAPIServer(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	c := env.Client
-	logs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	newProvider := func() *Provider {
-		return &Provider{Client: c, Reader: c, Logs: logs, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
-	}
 	// setup is a fresh namespace and a call owning the pods.
 	setup := func(t *testing.T) (string, *toolgatev1alpha1.ToolCall) {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "net-"}}

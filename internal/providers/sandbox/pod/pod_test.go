@@ -3,6 +3,8 @@ package pod
 import (
 	"context"
 	"errors"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,24 +21,45 @@ import (
 	"github.com/toolgate/toolgate/internal/testenv"
 )
 
+var (
+	shared     *testenv.Env
+	sharedOnce sync.Once
+	sharedErr  error
+)
+
+// TestMain stops the API server the tests share, if one started.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		_ = shared.Stop()
+	}
+	os.Exit(code)
+}
+
+// onAPIServer returns a client of one real API server shared by the tests
+// of this package (started once, on first use), and a provider on it.
+func onAPIServer(t *testing.T) (client.Client, func() *Provider) {
+	t.Helper()
+	sharedOnce.Do(func() { shared, sharedErr = testenv.Start() })
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+	logs, err := kubernetes.NewForConfig(shared.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := shared.Client
+	return c, func() *Provider {
+		return &Provider{Client: c, Reader: c, Logs: logs, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
+	}
+}
+
 // TestOnAPIServer runs the provider against a real API server (no kubelet:
 // pods are admitted and stored, never run; running them is the e2e suite's
 // job).
 func TestOnAPIServer(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	c := env.Client
-	logs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	newProvider := func() *Provider {
-		return &Provider{Client: c, Reader: c, Logs: logs, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
-	}
 	// A namespace enforcing Pod Security "restricted", and a call to own
 	// the pods.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pods-", Labels: map[string]string{
