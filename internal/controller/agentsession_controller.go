@@ -110,7 +110,8 @@ func (r *AgentSessionReconciler) calls(ctx context.Context, s *toolgatev1alpha1.
 }
 
 // reconcileDelete cancels every unsettled call, keeps scheduling so each
-// settles and commits, and lets the session go once all have.
+// settles and commits (in model order, past any missing index:
+// drainRelease), and lets the session go once all have.
 func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
 	pending := false
 	for _, c := range calls {

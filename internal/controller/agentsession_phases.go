@@ -89,6 +89,11 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 		return classifier.Classify(requestOf(calls[i]))
 	}
 	plan := pipeline.PlanTurn(view, int(s.Spec.MaxParallel), classify)
+	if !s.DeletionTimestamp.IsZero() {
+		// Every call is cancelled: none may wait for a call the model
+		// will never send (a missing index, a turn short of its size).
+		plan.Release = drainRelease(view)
+	}
 	edits := map[int][]func(*toolgatev1alpha1.CallSchedule){}
 	for _, i := range plan.Refuse {
 		log.FromContext(ctx).Info("call refused", "call", calls[i].Name, "code", pipeline.CodeTurnClosed)
@@ -117,6 +122,23 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 		}
 	}
 	return calls, nil
+}
+
+// drainRelease is the call a deleted session releases: the first
+// uncommitted call in model order, whatever turn it is in and whatever
+// index is missing before it, so that every call still commits, in model
+// order. It is -1 while that call is released and not yet committed.
+func drainRelease(view []pipeline.TurnCall) int {
+	for i, c := range view {
+		switch {
+		case c.Committed:
+			continue
+		case c.Released:
+			return -1
+		}
+		return i
+	}
+	return -1
 }
 
 // nextSequence is the next free place in the session's log.

@@ -88,6 +88,35 @@ func TestSessionPlanFromStatus(t *testing.T) {
 	}
 }
 
+// TestDrainRelease: a deleted session releases its calls one by one in
+// model order, past a missing index and a turn short of its size.
+func TestDrainRelease(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		view []pipeline.TurnCall
+		want int
+	}{
+		{"past a missing index", []pipeline.TurnCall{
+			{Turn: 0, Index: 0, Size: 3, Committed: true},
+			{Turn: 0, Index: 2, Size: 3},
+			{Turn: 1, Index: 0, Size: 1},
+		}, 1},
+		{"past a turn short of its size", []pipeline.TurnCall{
+			{Turn: 0, Index: 0, Size: 2, Committed: true},
+			{Turn: 1, Index: 0, Size: 1},
+		}, 1},
+		{"one released call at a time", []pipeline.TurnCall{
+			{Turn: 0, Index: 0, Size: 3, Released: true},
+			{Turn: 0, Index: 2, Size: 3},
+		}, -1},
+		{"nothing left", []pipeline.TurnCall{{Turn: 0, Index: 0, Size: 1, Committed: true}}, -1},
+	} {
+		if got := drainRelease(tt.view); got != tt.want {
+			t.Errorf("%s: release %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
 // TestSessionLogHead: the session's status is derived from its calls.
 func TestSessionLogHead(t *testing.T) {
 	calls := []*toolgatev1alpha1.ToolCall{

@@ -354,4 +354,27 @@ var _ = Describe("deleting a session", func() {
 		Consistently(func() string { return workspaceFile(ns, "finished") }, 2500*time.Millisecond).Should(BeEmpty())
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 	})
+
+	It("settles and commits every call in model order even when a declared index never arrived, then lets the session go", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, matrixTools()...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "first", "echo", `{"text":"first"}`, 0, 0, 3)
+		// Index 1 of turn 0 never arrives: index 2 and turn 1 wait for it.
+		submit(ns, "third", "echo", `{"text":"third"}`, 0, 2, 3)
+		submit(ns, "next", "echo", `{"text":"next"}`, 1, 0)
+		committedCall(ns, "first")
+
+		s := &toolgatev1alpha1.AgentSession{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+		Expect(k8s.Delete(ctx, s)).To(Succeed())
+
+		third, next := committedCall(ns, "third"), committedCall(ns, "next")
+		Expect(third.Status.Result.ErrorCode).To(Equal("cancelled"))
+		Expect(next.Status.Result.ErrorCode).To(Equal("cancelled"))
+		Expect([]int64{*third.Status.Schedule.CommitSequence, *next.Status.Schedule.CommitSequence}).To(Equal([]int64{1, 2}))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s))
+		}, 10*time.Second).Should(BeTrue(), "the session's finalizer was not removed")
+		Expect(bodyRuns(ns, "runs")).To(Equal(1), "only the first call's body ran")
+	})
 })
