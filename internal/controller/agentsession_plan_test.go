@@ -117,6 +117,29 @@ func TestDrainRelease(t *testing.T) {
 	}
 }
 
+// TestClosedTurnHasNoSize: a turn whose calls were all refused as too late
+// waits for none of the calls it declared; the turn after it goes on, and
+// it does not count as the last complete turn.
+func TestClosedTurnHasNoSize(t *testing.T) {
+	excl := toolgatev1alpha1.ModeExclusive
+	calls := []*toolgatev1alpha1.ToolCall{
+		tu.MakeToolCall("ns", "t0", "s").At(0, 0).Committed(0).Obj(),
+		tu.MakeToolCall("ns", "late", "s").At(1, 0).Of(2).Refused(string(pipeline.CodeTurnClosed)).Released(2).Settled(toolgatev1alpha1.OutcomeFailed, string(pipeline.CodeTurnClosed)).Obj(),
+		tu.MakeToolCall("ns", "t2a", "s").At(2, 0).Of(2).Admitted(excl).Committed(1).Obj(),
+		tu.MakeToolCall("ns", "t2b", "s").At(2, 1).Of(2).Obj(),
+	}
+	plan := pipeline.PlanTurn(planView(calls, 0), 1, func(int) pipeline.Mode { return pipeline.Exclusive })
+	if plan.Admit != 3 || plan.Release != 3 {
+		t.Errorf("plan %+v, want t2b admitted and released", plan)
+	}
+	s := tu.MakeAgentSession("ns", "s", "p").Obj()
+	s.Status.CommittedCalls, s.Status.CommittedTurn = 1, 0
+	setSessionStatus(s, calls)
+	if s.Status.CurrentTurn != 2 || s.Status.CommittedTurn != 0 {
+		t.Errorf("current turn %d, committed turn %d; want 2 and 0", s.Status.CurrentTurn, s.Status.CommittedTurn)
+	}
+}
+
 // TestSessionLogHead: the session's status is derived from its calls.
 func TestSessionLogHead(t *testing.T) {
 	calls := []*toolgatev1alpha1.ToolCall{

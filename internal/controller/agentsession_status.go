@@ -46,11 +46,12 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 		st.CurrentTurn = calls[len(calls)-1].Spec.Turn
 	}
 	// The last complete turn (as many calls as it declared, all committed)
-	// releases its contexts.
+	// releases its contexts. A closed turn contributes nothing.
 	st.DeferredContexts = nil
+	closed := closedTurns(calls)
 	for i := len(calls) - 1; i >= 0; i-- {
 		c := calls[i]
-		if !committed(c) || !turnComplete(calls, c.Spec.Turn, through) {
+		if !committed(c) || closed[c.Spec.Turn] || !turnComplete(calls, c.Spec.Turn, through) {
 			continue
 		}
 		st.CommittedTurn = c.Spec.Turn
@@ -79,16 +80,32 @@ func completeThrough(s *toolgatev1alpha1.AgentSession) int64 {
 }
 
 // planView is what turn planning sees of the session's calls: turns already
-// recorded complete no longer count their declared size.
+// recorded complete, and closed turns, no longer count their declared size.
 func planView(calls []*toolgatev1alpha1.ToolCall, through int64) []pipeline.TurnCall {
+	closed := closedTurns(calls)
 	view := make([]pipeline.TurnCall, len(calls))
 	for i, c := range calls {
 		view[i] = turnCallOf(c)
-		if c.Spec.Turn <= through {
+		if c.Spec.Turn <= through || closed[c.Spec.Turn] {
 			view[i].Size = 0
 		}
 	}
 	return view
+}
+
+// closedTurns are the turns whose calls were all refused as too late
+// (turn_closed): a later turn had started, so the calls the turn declared
+// and did not send can never be ordered either. Such a turn has no size to
+// wait for; it is complete once its refused calls have committed.
+func closedTurns(calls []*toolgatev1alpha1.ToolCall) map[int64]bool {
+	closed := map[int64]bool{}
+	for _, c := range calls {
+		refused := c.Status.Schedule.Refusal == string(pipeline.CodeTurnClosed)
+		if was, seen := closed[c.Spec.Turn]; !seen || was {
+			closed[c.Spec.Turn] = refused
+		}
+	}
+	return closed
 }
 
 // turnComplete reports whether turn has committed as many calls as it

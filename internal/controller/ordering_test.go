@@ -96,6 +96,30 @@ var _ = Describe("ordering through the controllers", func() {
 		Expect(logIndex(ns, "start T1")).To(Equal(-1), "the refused call's body must not run")
 	})
 
+	It("lets later turns go on when a refused late call declared a turn of several calls that never come", func() {
+		setup(processProfile(ns, loggingTool("fast", "0", true), loggingTool("slow", "2", false)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "t0", "fast", `{"id":"T0"}`, 0, 0)
+		committedCall(ns, "t0")
+		// Turn 2's first call is a barrier: its second waits for it.
+		submit(ns, "t2a", "slow", `{"id":"A"}`, 2, 0, 2)
+		submit(ns, "t2b", "fast", `{"id":"B"}`, 2, 1, 2)
+		Eventually(func() int { return logIndex(ns, "start A") }, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 0))
+		// Turn 1 arrives while turn 2 runs, declaring two calls: it is
+		// refused, and no second call of it will ever be ordered.
+		submit(ns, "late", "fast", `{"id":"L"}`, 1, 0, 2)
+		Expect(committedCall(ns, "late").Status.Result.ErrorCode).To(Equal("turn_closed"))
+		Expect(committedCall(ns, "t2a").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(committedCall(ns, "t2b").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(logIndex(ns, "start L")).To(Equal(-1), "the refused call's body must not run")
+		s := &toolgatev1alpha1.AgentSession{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(s.Status.CommittedTurn).To(Equal(int64(2)))
+			g.Expect(s.Status.CurrentTurn).To(Equal(int64(2)))
+			g.Expect(s.Status.CommittedCalls).To(Equal(int64(4)))
+		}).Should(Succeed())
+	})
+
 	It("holds a higher index of a declared turn until the lower one arrives, then runs both in model order", func() {
 		setup(processProfile(ns, loggingTool("fast", "0", true)).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 		submit(ns, "second", "fast", `{"id":"S"}`, 0, 1, 2)
