@@ -65,7 +65,7 @@ test-e2e: ## Run the e2e suite on the local cluster (real pods), then remove the
 	hack/cluster-up.sh
 	hack/images.sh
 	hack/deploy.sh
-	go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v -ginkgo.v; rc=$$?; hack/cluster-down.sh; exit $$rc
+	rc=0; go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v -ginkgo.v || rc=$$?; hack/cluster-down.sh; exit $$rc
 
 .PHONY: bench
 bench: ## Measure N sequential ToolCalls against N bare pods on the local cluster (p50/p95, ratio).

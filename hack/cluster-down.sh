@@ -35,12 +35,14 @@ stop etcd
 # Unmount everything below the state directory, deepest first.
 grep " $D" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
 ip link del tgbr0 2>/dev/null
+while iptables -D INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null; do :; done
 rm -rf "$D"
 # Prove nothing of ours is left: processes, mounts, the bridge, the state.
 left=$(
   pgrep -af -- "$D" | grep -v "cluster-down" | sed 's/^/process: /'
   grep " $D" /proc/mounts | sed 's/^/mount: /'
   ip link show tgbr0 >/dev/null 2>&1 && echo "bridge: tgbr0"
+  iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null && echo "iptables: the INPUT rule of tgbr0"
   [ -e "$D" ] && echo "state: $D"
 )
 if [ -n "$left" ]; then

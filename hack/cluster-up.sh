@@ -138,11 +138,20 @@ cat >"$D/cni/net.d/10-toolgate.conflist" <<'CNI'
   "name": "toolgate",
   "plugins": [
     {"type": "bridge", "bridge": "tgbr0", "isGateway": false, "ipMasq": false,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}},
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24", "rangeEnd": "10.244.0.250"}]]}},
     {"type": "loopback"}
   ]
 }
 CNI
+# The host (the manager, on the host network) reaches tool pods to hand
+# them their calls: the bridge gets a host address outside the pods'
+# range. Pods get no route out and cannot open connections to the host:
+# only replies to connections the host opened pass.
+ip link show tgbr0 >/dev/null 2>&1 || ip link add tgbr0 type bridge
+ip addr replace 10.244.0.254/24 dev tgbr0
+ip link set tgbr0 up
+iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null ||
+  iptables -I INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP
 cat >"$D/containerd/config.toml" <<TOML
 version = 2
 root = "$D/containerd/root"

@@ -1,12 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/controller"
@@ -27,6 +28,12 @@ type options struct {
 	processWorkspaceDir   string
 	runnerImage           string
 	networkPolicyEnforced bool
+	// The pod sandbox's channel key lives in Secret namespace/channelKeySecret;
+	// managerLabels select the manager's pods (the only ingress tool pods
+	// allow).
+	namespace        string
+	channelKeySecret string
+	managerLabels    map[string]string
 }
 
 // compose mounts the providers of each seam under scope and returns the
@@ -51,13 +58,22 @@ func compose(mgr ctrl.Manager, scope *lifecycle.Scope, o options) (controller.Co
 		}
 	}
 	if o.runnerImage != "" {
-		logs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if o.namespace == "" {
+			return cfg, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
+		}
+		// Read directly: the manager's cache is not started, and must never
+		// watch Secrets.
+		direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
 		if err != nil {
-			return cfg, fmt.Errorf("a client for pod logs: %w", err)
+			return cfg, err
+		}
+		key, err := pod.LoadChannelKey(context.Background(), direct, o.namespace, o.channelKeySecret)
+		if err != nil {
+			return cfg, err
 		}
 		provider := &pod.Provider{
-			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Logs: logs, Notify: cfg.Wake.Notify, NetworkPolicyEnforced: o.networkPolicyEnforced,
-			Config: pod.Config{RunnerImage: o.runnerImage, ImagePullPolicy: corev1.PullIfNotPresent},
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key, Notify: cfg.Wake.Notify, NetworkPolicyEnforced: o.networkPolicyEnforced,
+			Config: pod.Config{RunnerImage: o.runnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.namespace, ManagerLabels: o.managerLabels},
 		}
 		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderPod), provider)); err != nil {
 			return cfg, err

@@ -33,6 +33,9 @@ func main() {
 		runnerImage  string
 		netpolicy    bool
 		processBox   bool
+		namespace    string
+		keySecret    string
+		podLabels    string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
@@ -43,11 +46,19 @@ func main() {
 		"Where the Process sandbox provider (development only, not isolating) keeps session workspaces.")
 	flag.StringVar(&runnerImage, "runner-image", "", "Image holding /toolgate-runner; enables the Pod sandbox provider.")
 	flag.BoolVar(&netpolicy, "network-policy-enforced", false, "Declare that the cluster's CNI enforces NetworkPolicy (sandbox enforcement is reported as partial otherwise).")
+	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace (default $POD_NAMESPACE): where the pod sandbox's channel key Secret lives.")
+	flag.StringVar(&keySecret, "channel-key-secret", "toolgate-channel-key", "Secret (in --namespace) holding the key with which the manager hands calls to tool pods; created on first start.")
+	flag.StringVar(&podLabels, "manager-pod-labels", "control-plane=controller-manager", "Labels of the manager's pods: the only ingress tool pods' NetworkPolicies allow (to the runner's port).")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+	managerLabels, err := labels.ConvertSelectorToLabelsMap(podLabels)
+	if err != nil {
+		log.Error(err, "invalid flag", "flag", "manager-pod-labels")
+		os.Exit(2)
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -78,6 +89,7 @@ func main() {
 	defer scope.Dispose()
 	cfg, err := compose(mgr, scope, options{
 		processSandbox: processBox, processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
+		namespace: namespace, channelKeySecret: keySecret, managerLabels: managerLabels,
 	})
 	if err != nil {
 		log.Error(err, "providers not mounted")

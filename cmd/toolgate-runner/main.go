@@ -1,7 +1,8 @@
 // Command toolgate-runner is the entrypoint of every tool pod. An init
 // container runs "toolgate-runner copy /toolgate/bin/toolgate-runner" to
 // place it in a shared volume (so any tool image works); the tool container
-// then runs "/toolgate/bin/toolgate-runner run". See internal/runner.
+// then runs "/toolgate/bin/toolgate-runner serve", which waits for the
+// manager to hand it its call. See internal/runner.
 package main
 
 import (
@@ -17,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolgate-runner copy DEST | run | pause")
+		fmt.Fprintln(os.Stderr, "usage: toolgate-runner copy DEST | serve | pause")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -36,10 +37,10 @@ func main() {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		<-ctx.Done()
-	case "run":
+	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		os.Exit(runner.Main(ctx, os.Stdout, "/dev/termination-log"))
+		os.Exit(runner.Main(ctx, fmt.Sprintf(":%d", runner.Port), "/dev/termination-log"))
 	default:
 		fmt.Fprintln(os.Stderr, "toolgate-runner: unknown command", os.Args[1])
 		os.Exit(2)

@@ -24,6 +24,7 @@ const (
 	SandboxUnavailable  = "sandbox_unavailable"  // the sandbox could not run the tool (image missing, pod refused)
 	SandboxOOMKilled    = "sandbox_oom_killed"   // the tool exceeded its memory limit
 	SandboxEvicted      = "sandbox_evicted"      // the node evicted the tool's pod
+	SandboxNotReady     = "sandbox_not_ready"    // the tool's sandbox was not ready within its start bound; the body never started
 	SandboxLost         = "sandbox_lost"         // the tool's pod disappeared (deleted by someone else) or its result cannot be verified
 	OutputInvalid       = "output_invalid"       // the value is not lossless JSON or fails the output schema
 	RenderFailed        = "render_failed"        // rendering the value failed

@@ -38,6 +38,7 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 	job.Attempt = exec.Attempt
 	job.Key = sandbox.Key(job.OwnerUID, exec.Attempt)
 	job.Resumed = exec.Resumed
+	job.Dispatched = exec.StartedAt
 	res, err := r.provider.Run(ctx, job)
 	switch {
 	case errors.Is(err, sandbox.ErrPending):

@@ -34,6 +34,7 @@ const (
 	CodeSandboxUnavailable  Code = codes.SandboxUnavailable
 	CodeSandboxOOMKilled    Code = codes.SandboxOOMKilled
 	CodeSandboxEvicted      Code = codes.SandboxEvicted
+	CodeSandboxNotReady     Code = codes.SandboxNotReady
 	CodeSandboxLost         Code = codes.SandboxLost
 	CodeOutputInvalid       Code = codes.OutputInvalid
 	CodeRenderFailed        Code = codes.RenderFailed

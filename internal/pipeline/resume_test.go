@@ -190,6 +190,47 @@ func TestTimeoutIsAnchoredAtThePersistedStart(t *testing.T) {
 	}
 }
 
+// TestABodyThatTimesItselfKeepsItsResult: a body that measures its own
+// timeout (a sandbox runner, from the moment the body starts) and finished
+// within it gets its result even when the driver comes back long after the
+// attempt's start plus the timeout (the manager was down, or the pod waited
+// to be scheduled); its own timeout report is the timeout.
+func TestABodyThatTimesItselfKeepsItsResult(t *testing.T) {
+	for _, report := range []error{nil, Fail(CodeTimeout, "the body exceeded its 1m0s timeout")} {
+		h := newHarness(t)
+		h.echo("echo", func(d *Definition) {
+			d.Reattach, d.TimesItself = true, true
+			d.Timeout = time.Minute
+			d.Execute = func(ctx context.Context, _ Arguments, e *Exec) (any, error) {
+				if ctx.Err() != nil {
+					t.Errorf("the pipeline set its own deadline: %v", ctx.Err())
+				}
+				if !e.Resumed {
+					return nil, Pending
+				}
+				if report != nil {
+					return nil, report
+				}
+				return "finished in budget", nil
+			}
+		})
+		h.allowAll()
+		st := NewState(req("echo", `{"text":"x"}`))
+		p := h.pipeline(Options{})
+		for st.Next != StageExecute {
+			p.Step(context.Background(), st)
+		}
+		h.clock.Advance(5 * time.Minute) // no manager looked for five minutes
+		res := p.Resume(context.Background(), st, nil)
+		switch {
+		case report == nil && (res.Outcome != Succeeded || res.Value != `"finished in budget"`):
+			t.Fatalf("outcome %s/%s %v, want the body's result", res.Outcome, res.Code, res.Value)
+		case report != nil && (res.Outcome != TimedOut || res.Code != CodeTimeout):
+			t.Fatalf("outcome %s/%s, want the body's own timeout", res.Outcome, res.Code)
+		}
+	}
+}
+
 // TestLostAttempt: a Reattach body that finds its attempt's work gone is
 // treated as interrupted: never run twice unless idempotent.
 func TestLostAttempt(t *testing.T) {

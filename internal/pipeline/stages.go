@@ -263,7 +263,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 	if fail != nil && fail.Code == codePending {
 		st.reattaching = true
 		wait := p.opts.PollInterval
-		if def.Timeout > 0 {
+		if def.Timeout > 0 && !def.TimesItself {
 			// Come back no later than the deadline, so a timeout fires on time.
 			wait = min(wait, max(st.AttemptStartedAt.Add(def.Timeout).Sub(now), 200*time.Millisecond))
 		}
@@ -384,7 +384,7 @@ func (a *attempt) run(ctx context.Context) (v any, err error) {
 // from the caller's directly (never through a wrapper's), so the order of
 // the two is exact.
 func (a *attempt) context(wctx context.Context) (bctx, timeout context.Context, stop func()) {
-	if a.def.Timeout <= 0 {
+	if a.def.Timeout <= 0 || a.def.TimesItself {
 		bctx, stop = fuse(wctx, a.caller)
 		return bctx, nil, stop
 	}

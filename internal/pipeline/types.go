@@ -32,6 +32,13 @@ type Definition struct {
 	FinalizeContent func(content string, res ResultView) string
 	// Timeout bounds one attempt of the body; zero means no timeout.
 	Timeout time.Duration
+	// TimesItself declares that the body measures Timeout from the moment
+	// its work actually starts and reports CodeTimeout itself (a sandbox
+	// runner does). The pipeline then sets no deadline of its own: time
+	// spent getting a sandbox ready, or while no manager was looking, never
+	// counts against the body, and a body that finished within its budget
+	// gets its result however late it is collected.
+	TimesItself bool
 	// Idempotent declares that running the body twice has the effect of
 	// running it once. Only an idempotent body is re-run: by retry, or when
 	// resuming a call whose attempt was interrupted.

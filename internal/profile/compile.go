@@ -131,6 +131,7 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition)
 		Timeout:         time.Duration(t.TimeoutSeconds) * time.Second,
 		Idempotent:      t.Idempotent,
 		Reattach:        true, // sandbox providers re-attach to an attempt, or report it lost
+		TimesItself:     true, // the runner counts the timeout from the body's start
 		MaxAttempts:     1,
 		RetryBackoff:    0,
 	}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -131,22 +130,20 @@ func TestNonDumpableHidesProcFromTheSameUser(t *testing.T) {
 }
 
 // TestRunnerFailsClosedWhenItCannotBeNonDumpable: if the non-dumpable step
-// fails, the runner never runs the tool, writes no frame (nor termination
-// message) and exits non-zero with a clear line on stderr.
+// fails, the runner never listens for a call (so nothing can be handed over
+// or run), writes no termination message and exits non-zero at once with a
+// clear line on stderr.
 func TestRunnerFailsClosedWhenItCannotBeNonDumpable(t *testing.T) {
 	saved := makeNonDumpable
 	t.Cleanup(func() { makeNonDumpable = saved })
 	makeNonDumpable = func() error { return syscall.EPERM }
 
-	ws := t.TempDir()
-	args := filepath.Join(ws, "args.json")
-	if err := os.WriteFile(args, []byte(`{}`), 0o600); err != nil {
+	manager, err := NewManagerKey()
+	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := json.Marshal(Spec{Argv: []string{"/bin/sh", "-c", "touch ran"}, Workspace: ws, ArgumentsFile: args})
-	t.Setenv(EnvSpec, string(spec))
-	t.Setenv(EnvKey, hex.EncodeToString(key))
-	termination := filepath.Join(ws, "termination-log")
+	t.Setenv(EnvManagerKey, hex.EncodeToString(manager.PublicKey().Bytes()))
+	termination := filepath.Join(t.TempDir(), "termination-log")
 
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -154,17 +151,16 @@ func TestRunnerFailsClosedWhenItCannotBeNonDumpable(t *testing.T) {
 	}
 	stderr := os.Stderr
 	os.Stderr = w
-	var frame bytes.Buffer
-	rc := Main(context.Background(), &frame, termination)
+	// A runner that went on would serve until ctx ends and return 0.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rc := Main(ctx, "127.0.0.1:0", termination)
 	os.Stderr = stderr
 	_ = w.Close()
 	msg, _ := io.ReadAll(r)
 
-	if rc == 0 || frame.Len() != 0 {
-		t.Fatalf("Main returned %d and wrote %d bytes of frame; want non-zero and no frame", rc, frame.Len())
-	}
-	if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
-		t.Fatal("the tool ran")
+	if rc == 0 || ctx.Err() != nil {
+		t.Fatalf("Main returned %d (ctx %v); want non-zero at once", rc, ctx.Err())
 	}
 	if _, err := os.Stat(termination); err == nil {
 		t.Fatal("a termination message was written")

@@ -36,6 +36,10 @@ type Header struct {
 	// Contexts are the messages the tool deferred for the model (one line
 	// each of the file named by TOOLGATE_CONTEXTS_FILE), bounded.
 	Contexts []string `json:"contexts,omitempty"`
+	// BodyMillis is how long the body ran, measured by the runner from the
+	// moment it started the body: the tool's timeout is judged by it, never
+	// by when a manager next looked.
+	BodyMillis int64 `json:"bodyMillis,omitempty"`
 }
 
 // Result is a verified frame.
@@ -52,9 +56,10 @@ type clear struct {
 	Nonce  string `json:"nonce"`
 }
 
-// aead derives the frame cipher (AES-256-GCM) from the attempt's key.
-func aead(key []byte) (cipher.AEAD, error) {
-	sum := sha256.Sum256(append([]byte("toolgate-frame/2\x00"), key...))
+// aead derives a cipher (AES-256-GCM) from key for one use (label): a
+// frame and a handover request never open under each other's key.
+func aead(label string, key []byte) (cipher.AEAD, error) {
+	sum := sha256.Sum256(append([]byte(label+"\x00"), key...))
 	block, err := aes.NewCipher(sum[:])
 	if err != nil {
 		return nil, err
@@ -65,10 +70,6 @@ func aead(key []byte) (cipher.AEAD, error) {
 // WriteFrame writes one sealed frame: the header and payload encrypted and
 // authenticated under key (and bound to the clear line).
 func WriteFrame(w io.Writer, key []byte, h Header, stdout, stderr []byte) error {
-	c, err := aead(key)
-	if err != nil {
-		return err
-	}
 	h.StdoutBytes, h.StderrBytes = len(stdout), len(stderr)
 	head, err := json.Marshal(h)
 	if err != nil {
@@ -76,6 +77,21 @@ func WriteFrame(w io.Writer, key []byte, h Header, stdout, stderr []byte) error 
 	}
 	plain := make([]byte, 0, len(head)+1+len(stdout)+len(stderr))
 	plain = append(append(append(append(plain, head...), '\n'), stdout...), stderr...)
+	return writeSealed(w, FramePrefix, frameLabel, key, plain)
+}
+
+const (
+	frameLabel   = "toolgate-frame/2"
+	requestLabel = "toolgate-request/1"
+)
+
+// writeSealed writes prefix, a clear line (size and nonce) and plain
+// sealed under key for label, bound to the clear line.
+func writeSealed(w io.Writer, prefix, label string, key, plain []byte) error {
+	c, err := aead(label, key)
+	if err != nil {
+		return err
+	}
 	nonce := make([]byte, c.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
 		return err
@@ -85,7 +101,7 @@ func WriteFrame(w io.Writer, key []byte, h Header, stdout, stderr []byte) error 
 		return err
 	}
 	var b bytes.Buffer
-	b.WriteString(FramePrefix)
+	b.WriteString(prefix)
 	b.Write(line)
 	b.WriteByte('\n')
 	b.Write(c.Seal(nil, nonce, plain, line))
@@ -112,7 +128,7 @@ func ReadFrame(log io.Reader, key []byte) (*Result, error) {
 	for {
 		line, err := r.ReadString('\n')
 		if strings.HasPrefix(line, FramePrefix) && strings.HasSuffix(line, "\n") {
-			return readSealed(r, key, strings.TrimSuffix(strings.TrimPrefix(line, FramePrefix), "\n"))
+			return openFrame(r, key, strings.TrimSuffix(strings.TrimPrefix(line, FramePrefix), "\n"))
 		}
 		if err == io.EOF {
 			return nil, ErrNoFrame
@@ -123,12 +139,27 @@ func ReadFrame(log io.Reader, key []byte) (*Result, error) {
 	}
 }
 
-func readSealed(r io.Reader, key []byte, line string) (*Result, error) {
+func openFrame(r io.Reader, key []byte, line string) (*Result, error) {
+	plain, err := readSealed(r, frameLabel, key, line, MaxFrameBytes)
+	if err != nil {
+		return nil, err
+	}
+	head, payload, ok := bytes.Cut(plain, []byte{'\n'})
+	var h Header
+	if !ok || json.Unmarshal(head, &h) != nil || h.StdoutBytes < 0 || h.StderrBytes < 0 || h.StdoutBytes+h.StderrBytes != len(payload) {
+		return nil, ErrForged
+	}
+	return &Result{Header: h, Stdout: payload[:h.StdoutBytes], Stderr: payload[h.StdoutBytes:]}, nil
+}
+
+// readSealed reads the sealed bytes announced by a clear line (at most
+// limit) and opens them under key for label.
+func readSealed(r io.Reader, label string, key []byte, line string, limit int) ([]byte, error) {
 	var cl clear
 	if err := json.Unmarshal([]byte(line), &cl); err != nil {
 		return nil, fmt.Errorf("%w: clear line: %v", ErrForged, err)
 	}
-	c, err := aead(key)
+	c, err := aead(label, key)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +167,7 @@ func readSealed(r io.Reader, key []byte, line string) (*Result, error) {
 	if err != nil || len(nonce) != c.NonceSize() || cl.Sealed < c.Overhead() {
 		return nil, ErrForged
 	}
-	if cl.Sealed > MaxFrameBytes {
+	if cl.Sealed > limit {
 		return nil, ErrForged // never allocate what the clear line claims before it is authenticated
 	}
 	sealed := make([]byte, cl.Sealed)
@@ -147,10 +178,5 @@ func readSealed(r io.Reader, key []byte, line string) (*Result, error) {
 	if err != nil {
 		return nil, ErrForged
 	}
-	head, payload, ok := bytes.Cut(plain, []byte{'\n'})
-	var h Header
-	if !ok || json.Unmarshal(head, &h) != nil || h.StdoutBytes < 0 || h.StderrBytes < 0 || h.StdoutBytes+h.StderrBytes != len(payload) {
-		return nil, ErrForged
-	}
-	return &Result{Header: h, Stdout: payload[:h.StdoutBytes], Stderr: payload[h.StdoutBytes:]}, nil
+	return plain, nil
 }

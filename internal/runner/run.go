@@ -4,11 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -20,13 +19,6 @@ import (
 	"github.com/toolgate/toolgate/internal/builtin"
 	"github.com/toolgate/toolgate/internal/codes"
 	"github.com/toolgate/toolgate/internal/textutil"
-)
-
-// Environment variables the pod provider sets for the runner. The runner
-// removes both from its environment before the tool starts.
-const (
-	EnvSpec = "TOOLGATE_RUN"
-	EnvKey  = "TOOLGATE_FRAME_KEY"
 )
 
 // MaxStderrBytes bounds the captured stderr.
@@ -54,7 +46,12 @@ type Spec struct {
 	// MaxOutputBytes bounds the captured stdout.
 	MaxOutputBytes int `json:"maxOutputBytes"`
 	// ArgumentsFile is where the arguments are (and the tool is told so).
-	ArgumentsFile string `json:"argumentsFile"`
+	// The pod runner writes them there itself when it is handed the call.
+	ArgumentsFile string `json:"argumentsFile,omitempty"`
+	// TimeoutMillis is the body's budget, counted from the moment the body
+	// starts (0: none). A body still running then is stopped and the frame
+	// says codes.Timeout.
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
 }
 
 // Execute runs the tool once and returns the frame header (without digest
@@ -112,24 +109,32 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 	if err := cmd.Start(); err != nil {
 		return Header{Error: "the tool could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
 	}
+	started := time.Now()
+	var budget <-chan time.Time
+	if spec.TimeoutMillis > 0 {
+		t := time.NewTimer(time.Duration(spec.TimeoutMillis) * time.Millisecond)
+		defer t.Stop()
+		budget = t.C
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var werr error
+	timedOut := false
 	select {
 	case werr = <-done:
+	case <-budget:
+		timedOut = true
+		werr = stopGroup(cmd.Process.Pid, done, grace)
 	case <-ctx.Done():
-		pgid := cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case werr = <-done:
-		case <-time.After(grace):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			werr = <-done
-		}
+		werr = stopGroup(cmd.Process.Pid, done, grace)
 	}
 	// No process the tool started outlives it.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts)}
+	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts), BodyMillis: time.Since(started).Milliseconds()}
+	if timedOut {
+		h.Code = codes.Timeout
+		h.Error = fmt.Sprintf("the body exceeded its %s timeout", time.Duration(spec.TimeoutMillis)*time.Millisecond)
+	}
 	if werr != nil {
 		h.ExitCode = cmd.ProcessState.ExitCode()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -138,6 +143,19 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 		}
 	}
 	return h, stdout.Bytes(), stderr.Bytes()
+}
+
+// stopGroup stops the tool's process group: SIGTERM, then SIGKILL after
+// grace; it returns the tool's wait error.
+func stopGroup(pgid int, done <-chan error, grace time.Duration) error {
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(grace):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return <-done
+	}
 }
 
 // makeNonDumpable is the runner's first step: non-dumpable, its
@@ -160,47 +178,51 @@ var makeNonDumpable = func() error {
 	return nil
 }
 
-// Main is the runner's "run" command: it reads its spec and key from the
-// environment, runs the tool, writes the frame to out and the header to the
-// termination log, and returns the process exit code (0 once a frame is
-// written: the tool's own exit code is in the frame). It runs nothing and
-// writes no frame unless it could first make itself non-dumpable.
-func Main(ctx context.Context, out io.Writer, terminationLog string) int {
+// Main is the runner's "serve" command: it makes itself non-dumpable,
+// listens on addr for the manager (see Server), runs the one call it is
+// handed, serves its frame until the pod is stopped, and writes a summary to
+// the termination log. It listens for nothing, and runs nothing, unless it
+// could first make itself non-dumpable.
+func Main(ctx context.Context, addr, terminationLog string) int {
 	// Fail closed: a runner the tool's user can inspect through /proc could
-	// have its frame key read and its frame forged, so it runs nothing.
+	// have its channel keys read and its frame forged, so it runs nothing.
 	if err := makeNonDumpable(); err != nil {
-		fmt.Fprintln(os.Stderr, "toolgate-runner: cannot make the runner non-dumpable, so the tool could read its frame key; refusing to run the tool:", err)
+		fmt.Fprintln(os.Stderr, "toolgate-runner: cannot make the runner non-dumpable, so the tool could read its keys; refusing to run the tool:", err)
 		return 2
 	}
-	key, err := hex.DecodeString(os.Getenv(EnvKey))
-	specText := os.Getenv(EnvSpec)
-	_ = os.Unsetenv(EnvKey)
-	_ = os.Unsetenv(EnvSpec)
-	if err != nil || len(key) < 16 {
-		fmt.Fprintln(os.Stderr, "toolgate-runner: no frame key")
-		return 2
-	}
-	var spec Spec
-	if err := json.Unmarshal([]byte(specText), &spec); err != nil {
-		fmt.Fprintln(os.Stderr, "toolgate-runner: invalid spec")
-		return 2
-	}
-	arguments, err := os.ReadFile(spec.ArgumentsFile)
+	manager, err := ParseManagerKey(os.Getenv(EnvManagerKey))
+	_ = os.Unsetenv(EnvManagerKey)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "toolgate-runner: arguments unreadable")
+		fmt.Fprintln(os.Stderr, "toolgate-runner: no manager key")
 		return 2
 	}
-	h, stdout, stderr := Execute(ctx, spec, arguments, 2*time.Second)
-	if err := WriteFrame(out, key, h, stdout, stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "toolgate-runner: frame not written")
+	s, err := NewServer(manager)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: no channel key")
 		return 2
 	}
-	if terminationLog != "" {
-		// A summary for people (kubectl describe pod): exit and sizes only,
-		// never output, contexts or messages (the pod's status is readable
-		// more widely than the call's result).
-		summary, _ := json.Marshal(Header{ExitCode: h.ExitCode, Signal: h.Signal, StdoutBytes: len(stdout), StderrBytes: len(stderr), Truncated: h.Truncated})
-		_ = os.WriteFile(terminationLog, summary, 0o644)
+	s.Execute = func(ctx context.Context, spec Spec, arguments []byte) (Header, []byte, []byte) {
+		return Execute(ctx, spec, arguments, 2*time.Second)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: cannot listen:", err)
+		return 2
+	}
+	go func() {
+		<-s.Done()
+		if terminationLog != "" {
+			// A summary for people (kubectl describe pod): sizes and the exit
+			// only, never output, contexts or messages.
+			s.mu.Lock()
+			summary := s.summary
+			s.mu.Unlock()
+			_ = os.WriteFile(terminationLog, summary, 0o644)
+		}
+	}()
+	if err := s.Serve(ctx, ln); err != nil {
+		fmt.Fprintln(os.Stderr, "toolgate-runner: serve:", err)
+		return 1
 	}
 	return 0
 }

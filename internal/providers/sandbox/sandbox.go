@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers"
+	"github.com/toolgate/toolgate/internal/runner"
 )
 
 // Key names attempt of the call with uid: the Job.Key every driver uses.
@@ -40,6 +42,38 @@ type Job struct {
 	// Resumed is true when the attempt was started before (by this process
 	// or a previous one): the provider must re-attach, never start again.
 	Resumed bool
+	// Dispatched is when the attempt was dispatched (persisted): a provider
+	// bounds the time its sandbox takes to get ready from it. The tool's
+	// timeout is not counted from it but from the body's own start.
+	Dispatched time.Time
+}
+
+// Writable tells whether tools of policy may write the workspace.
+func Writable(policy toolgatev1alpha1.SandboxPolicy) bool {
+	return policy.Mode == toolgatev1alpha1.SandboxWorkspaceWrite || policy.Mode == toolgatev1alpha1.SandboxFullAccess
+}
+
+// RunnerSpec is what the runner runs for job: a built-in, or the exact
+// argv and literal env with its output bound; and the tool's timeout, which
+// the runner counts from the moment the body starts. workspace is the root
+// the tool sees ("" without a workspace).
+func RunnerSpec(job Job, workspace string) runner.Spec {
+	spec := runner.Spec{TimeoutMillis: int64(job.Tool.TimeoutSeconds) * 1000}
+	if workspace != "" {
+		spec.Workspace, spec.Writable = workspace, Writable(job.Policy)
+	}
+	if b := job.Tool.Builtin; b != nil {
+		spec.Builtin = b.Name
+	} else if c := job.Tool.Container; c != nil {
+		spec.Argv, spec.MaxOutputBytes = c.Command, int(c.MaxOutputBytes)
+		if len(c.Env) > 0 {
+			spec.Env = map[string]string{}
+			for _, e := range c.Env {
+				spec.Env[e.Name] = e.Value
+			}
+		}
+	}
+	return spec
 }
 
 // Workspace identifies the session's workspace.

@@ -1,18 +1,19 @@
 // Package pod is the sandbox provider that runs each attempt of a call in its
 // own constrained pod (see BuildPod), owned by the ToolCall and named
 // deterministically, so that a restarted manager adopts the pod it created
-// instead of starting a second one. The result is read from the container log
-// as soon as the runner's authenticated frame arrives, not when the kubelet
-// reports the pod finished.
+// instead of starting a second one. The pod starts with no call in it; the
+// provider hands the call to the pod's runner over the authenticated
+// channel (runner.Exchange) and receives the sealed frame the same way, as
+// soon as the body ends.
 package pod
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/ecdh"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -25,7 +26,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -45,8 +45,12 @@ type Provider struct {
 	// itself: a cache that has not yet seen a pod just created would make it
 	// look deleted, and a cache of Services would watch the whole cluster.
 	Reader client.Reader
-	// Logs reads pod logs (the controller-runtime client cannot stream).
-	Logs kubernetes.Interface
+	// Key is the manager's channel key: its public half is in every tool
+	// pod, and only its holder can hand a call over or open a frame.
+	Key *ecdh.PrivateKey
+	// Dial connects to a runner (nil: TCP with keep-alives, so a vanished
+	// peer is noticed while a long body runs).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Config is the operator's pod configuration.
 	Config Config
 	// NetworkPolicyEnforced declares that the cluster's CNI enforces
@@ -63,9 +67,10 @@ var _ sandbox.Provider = &Provider{}
 
 type follower struct {
 	pod  types.NamespacedName
+	uid  types.UID
 	done chan struct{}
 	res  *runner.Result
-	err  error
+	err  error // a final answer (a pipeline failure)
 }
 
 // Enforcement is full when NetworkPolicy is enforced (every tool pod's
@@ -139,17 +144,17 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 				log.FromContext(ctx).Error(err, "tool pod not stopped", "pod", pod.Name)
 			}
 		}
-		p.adopt(job.Key, pod)
+		p.adopt(job, pod)
 		return sandbox.Result{}, sandbox.ErrPending
 	}
-	f := p.adopt(job.Key, pod)
+	f := p.adopt(job, pod)
 	select {
 	case <-f.done:
 		if f.err != nil {
-			if code := failureOf(pod); code != nil {
-				return sandbox.Result{}, code
+			if fail := failureOf(pod); fail != nil {
+				return sandbox.Result{}, fail // what the pod says now is the most precise
 			}
-			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+f.err.Error())
+			return sandbox.Result{}, f.err
 		}
 		return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
 	default:
@@ -186,11 +191,12 @@ func failureOf(pod *corev1.Pod) error {
 }
 
 func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.NamespacedName) error {
-	frameKey := make([]byte, 32)
-	if _, err := rand.Read(frameKey); err != nil {
-		return err
+	if p.Key == nil {
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the pod sandbox has no channel key")
 	}
-	pod, err := BuildPod(p.Config, job, key.Name, hex.EncodeToString(frameKey))
+	cfg := p.Config
+	cfg.ChannelKey = hex.EncodeToString(p.Key.PublicKey().Bytes())
+	pod, err := BuildPod(cfg, job, key.Name)
 	if err != nil {
 		// Nothing ran: a definite failure.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot be built: "+err.Error())
@@ -210,7 +216,7 @@ func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.Namesp
 		// phantom attempt that a later poll would report lost.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod could not be created: "+err.Error())
 	}
-	p.adopt(job.Key, pod)
+	p.adopt(job, pod)
 	return sandbox.ErrPending
 }
 
@@ -220,7 +226,7 @@ func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.Namesp
 // answers sandbox_unavailable (nothing ran) when a policy cannot be made
 // right, and ErrPending when it raced another writer (tried again).
 func (p *Provider) ensureNetworkPolicies(ctx context.Context, namespace string, egress bool) error {
-	if err := p.ensurePolicy(ctx, DenyAll(namespace)); err != nil {
+	if err := p.ensurePolicy(ctx, p.Config.DenyAll(namespace)); err != nil {
 		return err
 	}
 	if !egress {
@@ -232,7 +238,7 @@ func (p *Provider) ensureNetworkPolicies(ctx context.Context, namespace string, 
 			"no tool pod allowed egress is started: the API server's addresses, which NetworkPolicy %s/%s must exclude, cannot be read: %v",
 			namespace, EgressPolicyName, err))
 	}
-	return p.ensurePolicy(ctx, EgressPolicy(namespace, addrs))
+	return p.ensurePolicy(ctx, p.Config.EgressPolicy(namespace, addrs))
 }
 
 // ensurePolicy creates want, or brings an existing policy of its name that
@@ -333,102 +339,129 @@ func (p *Provider) follower(key string) *follower {
 	return p.followers[key]
 }
 
-// adopt returns the attempt's log follower, starting one for a pod this
+// adopt returns the attempt's follower, starting one for a pod this
 // process has not followed yet (after a restart, the adopted pod's).
-func (p *Provider) adopt(key string, pod *corev1.Pod) *follower {
+func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.followers == nil {
 		p.followers = map[string]*follower{}
 	}
-	if f, ok := p.followers[key]; ok {
+	if f, ok := p.followers[job.Key]; ok {
 		return f
 	}
-	f := &follower{pod: client.ObjectKeyFromObject(pod), done: make(chan struct{})}
-	p.followers[key] = f
-	frameKey := ""
-	limit := int64(1 << 20)
-	for _, c := range pod.Spec.Containers {
-		if c.Name != containerTool {
-			continue
-		}
-		for _, e := range c.Env {
-			switch e.Name {
-			case runner.EnvKey:
-				frameKey = e.Value
-			case runner.EnvSpec:
-				var spec runner.Spec
-				if json.Unmarshal([]byte(e.Value), &spec) == nil && spec.MaxOutputBytes > 0 {
-					limit = int64(spec.MaxOutputBytes)
-				}
-			}
-		}
-	}
-	owner := types.NamespacedName{Namespace: pod.Namespace}
-	if ref := metav1.GetControllerOf(pod); ref != nil {
-		owner.Name = ref.Name
-	}
-	go p.follow(f, frameKey, limit+runner.MaxStderrBytes+runner.MaxContexts*runner.MaxContextBytes+64<<10, owner)
+	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{})}
+	p.followers[job.Key] = f
+	go p.follow(f, job)
 	return f
 }
 
-// follow streams the tool container's log until the frame arrives.
-func (p *Provider) follow(f *follower, frameKeyHex string, limit int64, owner types.NamespacedName) {
+// follow hands the call to the pod's runner once it listens, or collects
+// the call handed over before (by this process or a previous one), until
+// the frame arrives or the pod can no longer give one.
+func (p *Provider) follow(f *follower, job sandbox.Job) {
 	defer func() {
 		close(f.done)
 		if p.Notify != nil {
-			p.Notify(owner)
+			p.Notify(job.Owner)
 		}
 	}()
-	key, err := hex.DecodeString(frameKeyHex)
-	if err != nil || len(key) == 0 {
-		f.err = errors.New("the pod has no frame key")
-		return
-	}
 	ctx := context.Background()
+	workspace := ""
+	if job.Workspace.ClaimName != "" {
+		workspace = job.Policy.WorkspaceRoot
+	}
+	req := runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.RunnerSpec(job, workspace), Arguments: job.Arguments}
+	ready := job.Dispatched.Add(p.Config.startTimeout())
+	handed := false
 	backoff := 50 * time.Millisecond
 	wait := func() {
 		time.Sleep(backoff)
 		backoff = min(2*backoff, time.Second)
 	}
+	notReady := func() error {
+		return pipeline.Fail(pipeline.CodeSandboxNotReady, fmt.Sprintf(
+			"the tool's pod was not ready within %s of dispatch; the body never started", p.Config.startTimeout()))
+	}
 	for {
 		pod := &corev1.Pod{}
 		if err := p.Reader.Get(ctx, f.pod, pod); err != nil {
 			if apierrors.IsNotFound(err) {
-				f.err = errors.New("the pod is gone")
+				f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is gone")
 				return
 			}
 			wait()
 			continue
 		}
-		if failureOf(pod) != nil {
-			f.err = errors.New("the pod failed")
+		if pod.UID != f.uid {
+			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by another of the same name")
 			return
 		}
-		stream, err := p.Logs.CoreV1().Pods(f.pod.Namespace).GetLogs(f.pod.Name, &corev1.PodLogOptions{
-			Container: containerTool, Follow: true, LimitBytes: &limit,
-		}).Stream(ctx)
-		if err != nil {
-			wait() // the container has not started yet
+		if fail := failureOf(pod); fail != nil {
+			f.err = fail
+			return
+		}
+		if terminated(pod) {
+			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's runner ended without a result")
+			return
+		}
+		late := !handed && p.now().After(ready)
+		if pod.Status.PodIP == "" || !running(pod) {
+			if late {
+				f.err = notReady()
+				return
+			}
+			wait()
 			continue
 		}
-		res, err := runner.ReadFrame(stream, key)
-		_ = stream.Close()
+		if late {
+			// Never start a body past the bound; collect one already started.
+			req.Op = runner.OpCollect
+		}
+		hello, res, err := p.exchange(ctx, pod, req)
+		if hello != nil && hello.State != runner.StateIdle {
+			handed = true
+		}
 		switch {
 		case err == nil:
 			f.res = res
 			return
-		case errors.Is(err, runner.ErrNoFrame):
-			if terminated(pod) {
-				f.err = err
-				return
-			}
-			wait()
-		default:
-			f.err = err
+		case errors.Is(err, runner.ErrRefused) && late && !handed:
+			f.err = notReady()
+			return
+		case errors.Is(err, runner.ErrRefused), errors.Is(err, runner.ErrForged):
+			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+err.Error())
 			return
 		}
+		wait() // not listening yet, or the connection broke: asked again
 	}
+}
+
+// exchange is one connection to the pod's runner.
+func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Request) (*runner.Hello, *runner.Result, error) {
+	dial := p.Dial
+	if dial == nil {
+		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	conn, err := dial(ctx, net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(runner.Port)))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	return runner.Exchange(conn, p.Key, req)
+}
+
+func (p *Provider) now() time.Time { return time.Now() }
+
+// running tells whether the tool container (the runner) has started.
+func running(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerTool && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func isDone(f *follower) bool {

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"context"
+	"crypto/ecdh"
 	"errors"
 	"os"
 	"sync"
@@ -12,14 +13,24 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
 	"github.com/toolgate/toolgate/internal/testenv"
 )
+
+// managerKey is the channel key of every provider of these tests (as of
+// every replica and restart of a manager).
+var managerKey = func() *ecdh.PrivateKey {
+	k, err := runner.NewManagerKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 var (
 	shared     *testenv.Env
@@ -44,13 +55,9 @@ func onAPIServer(t *testing.T) (client.Client, func() *Provider) {
 	if sharedErr != nil {
 		t.Fatal(sharedErr)
 	}
-	logs, err := kubernetes.NewForConfig(shared.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := shared.Client
 	return c, func() *Provider {
-		return &Provider{Client: c, Reader: c, Logs: logs, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
+		return &Provider{Client: c, Reader: c, Key: managerKey, Config: Config{RunnerImage: "toolgate.dev/runner:dev", ImagePullPolicy: corev1.PullNever}}
 	}
 }
 
@@ -75,6 +82,7 @@ func TestOnAPIServer(t *testing.T) {
 	job := func(attempt int, resumed bool) sandbox.Job {
 		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
 		j.Owner.Namespace, j.OwnerUID, j.Attempt, j.Resumed = ns.Name, call.UID, attempt, resumed
+		j.Dispatched = time.Now()
 		j.Key = string(call.UID) + "/" + string(rune('0'+attempt))
 		return j
 	}

@@ -3,17 +3,19 @@ package pod
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -24,11 +26,10 @@ import (
 
 // Labels and annotations on tool pods.
 const (
-	LabelSandbox   = "toolgate.dev/sandbox"
-	LabelEgress    = "toolgate.dev/egress"
-	LabelCall      = "toolgate.dev/call"
-	LabelAttempt   = "toolgate.dev/attempt"
-	AnnotationArgs = "toolgate.dev/arguments"
+	LabelSandbox = "toolgate.dev/sandbox"
+	LabelEgress  = "toolgate.dev/egress"
+	LabelCall    = "toolgate.dev/call"
+	LabelAttempt = "toolgate.dev/attempt"
 
 	// NetworkPolicyName is the per-namespace policy denying all traffic to
 	// and from tool pods that are not allowed egress.
@@ -45,12 +46,21 @@ const (
 
 	containerTool   = "tool"
 	runnerDir       = "/toolgate/bin"
-	argsDir         = "/toolgate/args"
 	runnerInImage   = "/toolgate-runner"
 	sandboxUID      = 65532
-	activeSlack     = 30 // seconds beyond the tool timeout before the kubelet kills the pod
 	defaultTimeout  = 3600
 	terminationPath = "/dev/termination-log"
+	// activeSlack is how long, beyond the start bound and the tool's
+	// timeout, the kubelet lets a pod live (its activeDeadlineSeconds): the
+	// runner stops the body itself at its timeout and then keeps the frame
+	// until it is collected, so this bounds only a pod whose manager never
+	// came back for it.
+	activeSlack = 300
+	// DefaultStartTimeout bounds how long a tool pod may take to be
+	// scheduled, started and listening before the call fails with
+	// sandbox_not_ready (its body never started). It is not the tool's
+	// timeout, which the runner counts from the body's own start.
+	DefaultStartTimeout = 2 * time.Minute
 )
 
 // Default resources of the tool container, for each of cpu and memory the
@@ -145,9 +155,9 @@ func toolResources(r toolgatev1alpha1.SandboxResources) corev1.ResourceRequireme
 	return out
 }
 
-// MaxArguments is the largest argument text the pod provider passes (through
-// a pod annotation, whose total size the API server caps at 256 KiB): the
-// API's own limit, so nothing the API server accepted is refused here.
+// MaxArguments is the largest argument text the pod provider hands over:
+// the API's own limit, so nothing the API server accepted is refused here
+// (the channel's request bound, runner.MaxRequestBytes, is well above it).
 const MaxArguments = toolgatev1alpha1.MaxArgumentsBytes
 
 // Name is the deterministic name of an attempt's pod: a restarted manager
@@ -168,43 +178,48 @@ type Config struct {
 	RunnerImage string
 	// ImagePullPolicy of tool and runner images.
 	ImagePullPolicy corev1.PullPolicy
+	// StartTimeout bounds the time from dispatch until the pod's runner is
+	// handed the call (zero: DefaultStartTimeout).
+	StartTimeout time.Duration
+	// ChannelKey is the manager's public channel key (hex), set in the
+	// pod's environment; the provider fills it from its Key.
+	ChannelKey string
+	// ManagerNamespace and ManagerLabels select the manager's pods: the
+	// only ingress tool pods' NetworkPolicies allow (to the runner's port).
+	// Empty: no ingress at all (a manager on the host network, as on the
+	// local cluster, is not subject to NetworkPolicy on most CNIs).
+	ManagerNamespace string
+	ManagerLabels    map[string]string
+}
+
+func (c Config) startTimeout() time.Duration {
+	if c.StartTimeout > 0 {
+		return c.StartTimeout
+	}
+	return DefaultStartTimeout
 }
 
 // BuildPod is the pod of one attempt: Pod Security "restricted", read-only
 // root file system with a small writable /tmp, no service account token, no
-// service links, the runner injected by an init container, the workspace
-// mounted at the canonical root (read-only unless the mode allows writes),
-// the kubelet's activeDeadlineSeconds as a backstop to the timeout, and
-// bounded resources (the profile's, else the defaults; above a cap, an
-// error and no pod).
-func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, error) {
+// service links, the runner injected by an init container and waiting for
+// the manager to hand it the call (the pod holds no arguments and no
+// secret: only the manager's public key), the workspace mounted at the
+// canonical root (read-only unless the mode allows writes), the kubelet's
+// activeDeadlineSeconds as a backstop, and bounded resources (the
+// profile's, else the defaults; above a cap, an error and no pod).
+func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 	tool, policy := job.Tool, job.Policy
 	if err := CheckResources(policy.Resources); err != nil {
 		return nil, err
 	}
-	spec := runner.Spec{ArgumentsFile: path.Join(argsDir, "arguments")}
+	if cfg.ChannelKey == "" {
+		return nil, errors.New("no channel key")
+	}
 	image := cfg.RunnerImage
-	if tool.Builtin != nil {
-		spec.Builtin = tool.Builtin.Name
-	} else {
-		c := tool.Container
-		image = c.Image
-		spec.Argv, spec.MaxOutputBytes = c.Command, int(c.MaxOutputBytes)
-		if len(c.Env) > 0 {
-			spec.Env = map[string]string{}
-			for _, e := range c.Env {
-				spec.Env[e.Name] = e.Value
-			}
-		}
+	if tool.Container != nil {
+		image = tool.Container.Image
 	}
-	writable := policy.Mode == toolgatev1alpha1.SandboxWorkspaceWrite || policy.Mode == toolgatev1alpha1.SandboxFullAccess
-	if job.Workspace.ClaimName != "" {
-		spec.Workspace, spec.Writable = policy.WorkspaceRoot, writable
-	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
+	writable := sandbox.Writable(policy)
 	timeout := int64(tool.TimeoutSeconds)
 	if timeout <= 0 {
 		timeout = defaultTimeout
@@ -220,14 +235,10 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 	mounts := []corev1.VolumeMount{
 		{Name: "runner", MountPath: runnerDir, ReadOnly: true},
 		{Name: "tmp", MountPath: "/tmp"},
-		{Name: "args", MountPath: argsDir, ReadOnly: true},
 	}
 	volumes := []corev1.Volume{
 		{Name: "runner", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
-		{Name: "args", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
-			Path: "arguments", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + AnnotationArgs + "']"},
-		}}}}},
 	}
 	if job.Workspace.ClaimName != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: policy.WorkspaceRoot, ReadOnly: !writable})
@@ -243,13 +254,12 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 				LabelSandbox: "true", LabelEgress: fmt.Sprint(egress), LabelCall: textutil.LabelValue(job.Owner.Name),
 				LabelAttempt: fmt.Sprint(job.Attempt), LabelManagedBy: managedBy,
 			},
-			Annotations: map[string]string{AnnotationArgs: job.Arguments},
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
-			ActiveDeadlineSeconds:         ptr.To(timeout + activeSlack),
+			ActiveDeadlineSeconds:         ptr.To(int64(cfg.startTimeout().Seconds()) + timeout + activeSlack),
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			RuntimeClassName:              policy.RuntimeClassName,
 			NodeSelector:                  policy.NodeSelector,
@@ -270,11 +280,9 @@ func BuildPod(cfg Config, job sandbox.Job, name, frameKey string) (*corev1.Pod, 
 			}},
 			Containers: []corev1.Container{{
 				Name: containerTool, Image: image, ImagePullPolicy: cfg.ImagePullPolicy,
-				Command: []string{path.Join(runnerDir, "toolgate-runner"), "run"},
-				Env: []corev1.EnvVar{
-					{Name: runner.EnvSpec, Value: string(specJSON)},
-					{Name: runner.EnvKey, Value: frameKey},
-				},
+				Command:                  []string{path.Join(runnerDir, "toolgate-runner"), "serve"},
+				Env:                      []corev1.EnvVar{{Name: runner.EnvManagerKey, Value: cfg.ChannelKey}},
+				Ports:                    []corev1.ContainerPort{{Name: "channel", ContainerPort: runner.Port, Protocol: corev1.ProtocolTCP}},
 				VolumeMounts:             mounts,
 				SecurityContext:          restricted,
 				Resources:                resources,
@@ -293,16 +301,33 @@ func EgressAllowed(policy toolgatev1alpha1.SandboxPolicy) bool {
 	return policy.AllowEgress || policy.Mode == toolgatev1alpha1.SandboxFullAccess
 }
 
-// DenyAll is the namespace's NetworkPolicy: no ingress and no egress for
-// tool pods not labelled for egress.
-func DenyAll(namespace string) *networkingv1.NetworkPolicy {
+// DenyAll is the namespace's NetworkPolicy for tool pods not labelled for
+// egress: no egress, and no ingress but the manager's (managerIngress).
+func (c Config) DenyAll(namespace string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicyName, Namespace: namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSandbox: "true", LabelEgress: "false"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress:     c.managerIngress(),
 		},
 	}
+}
+
+// managerIngress is the only ingress tool pods allow: the manager's pods,
+// to the runner's channel port (none when the manager's pods are not
+// configured).
+func (c Config) managerIngress() []networkingv1.NetworkPolicyIngressRule {
+	if c.ManagerNamespace == "" || len(c.ManagerLabels) == 0 {
+		return nil
+	}
+	return []networkingv1.NetworkPolicyIngressRule{{
+		From: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: c.ManagerNamespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: c.ManagerLabels},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(runner.Port))}},
+	}}
 }
 
 // Addresses tool pods never reach, even when allowed egress: link-local
@@ -314,10 +339,11 @@ var (
 )
 
 // EgressPolicy is the namespace's NetworkPolicy for tool pods labelled for
-// egress: no ingress; egress to every address except the denied ranges and
-// apiServer (the API server's Service and endpoint addresses, each as a
-// host block). The same addresses in any order give the same object.
-func EgressPolicy(namespace string, apiServer []netip.Addr) *networkingv1.NetworkPolicy {
+// egress: no ingress but the manager's; egress to every address except the
+// denied ranges and apiServer (the API server's Service and endpoint
+// addresses, each as a host block). The same addresses in any order give
+// the same object.
+func (c Config) EgressPolicy(namespace string, apiServer []netip.Addr) *networkingv1.NetworkPolicy {
 	v4, v6 := slices.Clone(deniedIPv4), slices.Clone(deniedIPv6)
 	var hosts4, hosts6 []netip.Addr
 	for _, a := range apiServer {
@@ -348,6 +374,7 @@ func EgressPolicy(namespace string, apiServer []netip.Addr) *networkingv1.Networ
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSandbox: "true", LabelEgress: "true"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress:     c.managerIngress(),
 			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
 				{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
 				{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"net/netip"
 	"reflect"
@@ -35,6 +36,45 @@ func testJob(mode toolgatev1alpha1.SandboxMode, claim string) sandbox.Job {
 	}
 }
 
+// testConfig is a pod configuration with a manager's channel key.
+var testConfig = func() Config {
+	k, err := runner.NewManagerKey()
+	if err != nil {
+		panic(err)
+	}
+	return Config{RunnerImage: "runner:1", ChannelKey: hex.EncodeToString(k.PublicKey().Bytes())}
+}()
+
+// TestThePodHoldsNoCall: a tool pod is readable by anyone who may get
+// pods in the namespace (and stored in etcd), so it holds neither the
+// call's arguments nor any key: the call is handed to its runner over the
+// channel, which only the manager's private key opens.
+func TestThePodHoldsNoCall(t *testing.T) {
+	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	job.Arguments = `{"token":"arg-SECRET-1"}`
+	pod, err := BuildPod(testConfig, job, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(text), "arg-SECRET-1") {
+		t.Fatalf("the pod carries the call's arguments: %s", text)
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name != runner.EnvManagerKey {
+				t.Errorf("container %s has variable %s: a pod holds no secret of its call", c.Name, e.Name)
+			}
+		}
+	}
+	if len(pod.Annotations) != 0 {
+		t.Errorf("annotations %v", pod.Annotations)
+	}
+}
+
 // TestPodSpecRestrictions checks every restriction of the design for each
 // sandbox mode.
 func TestPodSpecRestrictions(t *testing.T) {
@@ -55,7 +95,7 @@ func TestPodSpecRestrictions(t *testing.T) {
 		name := string(tc.mode) + "/claim=" + tc.claim
 		job := testJob(tc.mode, tc.claim)
 		job.Policy.AllowEgress = tc.egress
-		pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00ff")
+		pod, err := BuildPod(testConfig, job, "p")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +110,7 @@ func TestPodSpecRestrictions(t *testing.T) {
 		check(s.AutomountServiceAccountToken != nil && !*s.AutomountServiceAccountToken, "no service account token")
 		check(s.EnableServiceLinks != nil && !*s.EnableServiceLinks, "no service links")
 		check(!s.HostNetwork && !s.HostPID && !s.HostIPC, "no host namespaces")
-		check(s.ActiveDeadlineSeconds != nil && *s.ActiveDeadlineSeconds == 20+activeSlack, "activeDeadlineSeconds backstop")
+		check(s.ActiveDeadlineSeconds != nil && *s.ActiveDeadlineSeconds == int64(DefaultStartTimeout.Seconds())+20+activeSlack, "activeDeadlineSeconds backstop")
 		check(*s.SecurityContext.RunAsNonRoot && s.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault, "pod runs as non-root with RuntimeDefault seccomp")
 		for _, c := range append(s.InitContainers, s.Containers...) {
 			sc := c.SecurityContext
@@ -80,18 +120,17 @@ func TestPodSpecRestrictions(t *testing.T) {
 			check(c.Resources.Limits.Memory() != nil && !c.Resources.Limits.Memory().IsZero(), c.Name+": memory limit")
 		}
 		tool := s.Containers[0]
-		check(tool.Command[0] == "/toolgate/bin/toolgate-runner" && tool.Command[1] == "run", "the runner is the entrypoint")
+		check(tool.Command[0] == "/toolgate/bin/toolgate-runner" && tool.Command[1] == "serve", "the runner is the entrypoint")
 		check(s.InitContainers[0].Image == "runner:1" && s.InitContainers[0].Command[1] == "copy", "an init container injects the runner")
 		check(tool.Image == "tools:1", "any tool image works")
 		check(tool.Resources.Limits.Cpu().String() == "500m" && tool.Resources.Requests.Memory().String() == "128Mi", "resources from the profile")
-		var spec runner.Spec
-		for _, e := range tool.Env {
-			if e.Name == runner.EnvSpec {
-				_ = json.Unmarshal([]byte(e.Value), &spec)
-			}
+		workspace := ""
+		if tc.claim != "" {
+			workspace = job.Policy.WorkspaceRoot
 		}
-		check(strings.Join(spec.Argv, " ") == "/bin/wc -w" && spec.Env["LANG"] == "C", "the exact argv and env reach the runner")
-		check(pod.Annotations[AnnotationArgs] == job.Arguments, "the arguments ride in an annotation")
+		spec := sandbox.RunnerSpec(job, workspace)
+		check(strings.Join(spec.Argv, " ") == "/bin/wc -w" && spec.Env["LANG"] == "C" && spec.TimeoutMillis == 20000, "the exact argv, env and timeout are handed to the runner")
+		check(len(tool.Env) == 1 && tool.Env[0].Name == runner.EnvManagerKey && tool.Env[0].Value == testConfig.ChannelKey, "the pod's only variable is the manager's public key")
 		var tmp, ws *corev1.VolumeMount
 		for i, m := range tool.VolumeMounts {
 			switch m.MountPath {
@@ -117,7 +156,7 @@ func TestPodPlacement(t *testing.T) {
 	job.Policy.RuntimeClassName = ptr.To("gvisor")
 	job.Policy.NodeSelector = map[string]string{"pool": "sandbox"}
 	job.Policy.Tolerations = []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists}}
-	pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	pod, err := BuildPod(testConfig, job, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +164,7 @@ func TestPodPlacement(t *testing.T) {
 		t.Fatalf("%+v", pod.Spec)
 	}
 	job.Tool = &toolgatev1alpha1.ToolDefinition{Name: "read", Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}}
-	pod, _ = BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	pod, _ = BuildPod(testConfig, job, "p")
 	if pod.Spec.Containers[0].Image != "runner:1" {
 		t.Fatal("a built-in runs in the runner image")
 	}
@@ -162,7 +201,7 @@ func TestEnforcement(t *testing.T) {
 func TestDefaultResources(t *testing.T) {
 	job := testJob(toolgatev1alpha1.SandboxReadOnly, "")
 	job.Policy.Resources = toolgatev1alpha1.SandboxResources{}
-	pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	pod, err := BuildPod(testConfig, job, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +225,7 @@ func TestDefaultResources(t *testing.T) {
 	}
 	// Only memory set: memory from the profile, CPU by default.
 	job.Policy.Resources.Memory = ptr.To(resource.MustParse("256Mi"))
-	pod, _ = BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00")
+	pod, _ = BuildPod(testConfig, job, "p")
 	r = pod.Spec.Containers[0].Resources
 	if r.Limits.Memory().String() != "256Mi" || r.Requests.Memory().String() != "256Mi" || r.Limits.Cpu().String() != "1" || r.Requests.Cpu().String() != "50m" {
 		t.Errorf("memory from the profile, cpu by default: %+v", r)
@@ -230,7 +269,7 @@ func TestResourcesAboveTheCapsAreRefused(t *testing.T) {
 		}
 		job := testJob(toolgatev1alpha1.SandboxReadOnly, "")
 		job.Policy = policy
-		if pod, err := BuildPod(Config{RunnerImage: "runner:1"}, job, "p", "00"); err == nil || pod != nil {
+		if pod, err := BuildPod(testConfig, job, "p"); err == nil || pod != nil {
 			t.Errorf("%s: a pod was built", name)
 		}
 	}
@@ -259,7 +298,7 @@ func TestEgressPolicy(t *testing.T) {
 		netip.MustParseAddr("172.18.0.2"), netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00::1"),
 		netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("169.254.3.4"),
 	}
-	np := EgressPolicy("ns", addrs)
+	np := testConfig.EgressPolicy("ns", addrs)
 	if np.Name != EgressPolicyName || np.Namespace != "ns" || np.Name == NetworkPolicyName || np.Labels["app.kubernetes.io/managed-by"] != "toolgate" {
 		t.Fatalf("meta %+v", np.ObjectMeta)
 	}
@@ -283,11 +322,11 @@ func TestEgressPolicy(t *testing.T) {
 		t.Fatalf("egress to %s, want %s", dump(got), dump(want))
 	}
 	reordered := []netip.Addr{addrs[2], addrs[1], addrs[0]}
-	if again := EgressPolicy("ns", reordered); !reflect.DeepEqual(again, np) {
+	if again := testConfig.EgressPolicy("ns", reordered); !reflect.DeepEqual(again, np) {
 		t.Fatal("the policy depends on the order of the addresses")
 	}
 	// Pods without egress: one policy denying both directions.
-	deny := DenyAll("ns")
+	deny := testConfig.DenyAll("ns")
 	if pt := deny.Spec.PolicyTypes; len(pt) != 2 || len(deny.Spec.Ingress)+len(deny.Spec.Egress) != 0 || deny.Spec.PodSelector.MatchLabels[LabelEgress] != "false" {
 		t.Fatalf("deny-all %+v", deny.Spec)
 	}

@@ -206,20 +206,8 @@ func (p *Provider) start(job sandbox.Job, r *run) (err error) {
 		return err
 	}
 	_ = args.Close()
-	spec := runner.Spec{
-		Workspace:     dir,
-		Writable:      job.Policy.Mode != toolgatev1alpha1.SandboxReadOnly,
-		ArgumentsFile: args.Name(),
-	}
-	if b := job.Tool.Builtin; b != nil {
-		spec.Builtin = b.Name
-	} else if c := job.Tool.Container; c != nil {
-		spec.Argv, spec.MaxOutputBytes = c.Command, int(c.MaxOutputBytes)
-		spec.Env = map[string]string{}
-		for _, e := range c.Env {
-			spec.Env[e.Name] = e.Value
-		}
-	}
+	spec := sandbox.RunnerSpec(job, dir)
+	spec.ArgumentsFile = args.Name()
 	go func() {
 		defer close(r.gone)
 		defer r.stop()

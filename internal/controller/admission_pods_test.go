@@ -1,0 +1,66 @@
+package controller
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+var _ = Describe("admission of tool pods", Ordered, func() {
+	const label = "tool-pods-spec"
+	var ns string
+
+	BeforeAll(func() {
+		installAdmission(label)
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tool-pods-", Labels: map[string]string{label: "true"}}}
+		Expect(k8s.Create(ctx, n)).To(Succeed())
+		ns = n.Name
+	})
+
+	// A forged result through adoption: someone with the built-in edit role
+	// pre-creates the pod a call will run in (its name is deterministic),
+	// owned by the call, during the approval wait.
+	It("lets only toolgate create a pod owned by a ToolCall, or make a pod one", func() {
+		review := &authenticationv1.SelfSubjectReview{}
+		Expect(k8s.Create(ctx, review)).To(Succeed())
+		call := tu.MakeToolCall(ns, "target", "s").Requester(review.Status.UserInfo.Username).Obj()
+		Expect(k8s.Create(ctx, call)).To(Succeed())
+		// As the built-in edit role allows (envtest has no bootstrap roles).
+		editor := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-pod-editor"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "update", "patch", "delete"}}},
+		}
+		Expect(k8s.Create(ctx, editor)).To(Succeed())
+		bind(ns, "mallory", editor.Name)
+		owned := func(name string) *corev1.Pod {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "tool", Image: "forger:1"}}},
+			}
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: call.Name, UID: call.UID, Controller: ptr.To(true)}}
+			return p
+		}
+		err := as("mallory").Create(ctx, owned("forged"))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall"))
+
+		plain := owned("adopted-later")
+		plain.OwnerReferences = nil
+		Expect(as("mallory").Create(ctx, plain)).To(Succeed(), "pods owned by nothing of toolgate's are not toolgate's business")
+		base := plain.DeepCopy()
+		plain.OwnerReferences = owned("x").OwnerReferences
+		err = as("mallory").Patch(ctx, plain, client.MergeFrom(base))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall"))
+
+		Expect(k8s.Create(ctx, owned("by-toolgate"))).To(Succeed(), "toolgate itself (here the cluster admin, who holds every verb) may")
+	})
+})

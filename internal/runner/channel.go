@@ -1,0 +1,325 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/codes"
+)
+
+// The handover channel. A tool pod starts with no call in it: no
+// arguments, no key, nothing secret in its spec. The runner listens on Port
+// and greets each connection with a Hello naming its one-time public key
+// (X25519, made at start, never written anywhere) and a fresh challenge.
+// The manager, the only holder of the private key whose public half is in
+// the pod's environment (EnvManagerKey), answers with one Request sealed
+// under a key derived from both: only the manager can hand a call over,
+// and a recorded request never opens in another runner or connection
+// (replay-proof). The runner runs the first "run" it is handed, once, and
+// answers every request with the frame, sealed under a second key derived
+// the same way, so any manager replica holding the key collects it after a
+// restart and nobody else can read or forge it.
+const (
+	// Port is where the runner listens for the manager.
+	Port = 7707
+	// EnvManagerKey holds the manager's public key (hex) in the pod.
+	EnvManagerKey = "TOOLGATE_MANAGER_KEY"
+
+	helloPrefix   = "TOOLGATE-CHANNEL/1 "
+	requestPrefix = "TOOLGATE-REQUEST/1 "
+	refusalPrefix = "TOOLGATE-REFUSED/1 "
+	channelLabel  = "toolgate-channel/1"
+
+	// MaxRequestBytes bounds a sealed request: the largest arguments
+	// (200 KiB) and a tool's spec fit well within it.
+	MaxRequestBytes = 1 << 20
+	maxHelloBytes   = 4 << 10
+)
+
+// Runner states in a Hello.
+const (
+	StateIdle    = "idle"    // no call handed over yet: nothing ran
+	StateRunning = "running" // the body runs
+	StateDone    = "done"    // the frame is ready
+)
+
+// Operations of a Request.
+const (
+	OpRun     = "run"     // run this call (once), answer with its frame
+	OpCollect = "collect" // answer with the frame of the call already handed over
+)
+
+// Hello is the runner's greeting.
+type Hello struct {
+	// Runner is the runner's one-time public key (hex).
+	Runner string `json:"runner"`
+	// Challenge is fresh for each connection; the request must carry it.
+	Challenge string `json:"challenge"`
+	// State is the runner's state; Call the call it was handed, if any.
+	State string `json:"state"`
+	Call  string `json:"call,omitempty"`
+}
+
+// Request is what the manager hands over.
+type Request struct {
+	Challenge string `json:"challenge"`
+	Op        string `json:"op"`
+	// Call names the attempt (its sandbox key).
+	Call string `json:"call"`
+	// Spec and Arguments are the call, for OpRun.
+	Spec      Spec   `json:"spec,omitzero"`
+	Arguments string `json:"arguments,omitempty"`
+}
+
+// ErrRefused is a runner's explicit refusal of a request.
+var ErrRefused = errors.New("runner: the request was refused")
+
+// NewManagerKey makes the manager's channel key.
+func NewManagerKey() (*ecdh.PrivateKey, error) { return ecdh.X25519().GenerateKey(rand.Reader) }
+
+// ParseManagerKey reads the manager's public key as EnvManagerKey holds it.
+func ParseManagerKey(text string) (*ecdh.PublicKey, error) {
+	b, err := hex.DecodeString(strings.TrimSpace(text))
+	if err != nil {
+		return nil, err
+	}
+	return ecdh.X25519().NewPublicKey(b)
+}
+
+// channelKeys derives the request and frame keys of one runner from the
+// shared secret and the runner's public key.
+func channelKeys(shared, runnerPub []byte) (request, frame []byte) {
+	derive := func(use string) []byte {
+		h := sha256.New()
+		h.Write([]byte(channelLabel + " " + use + "\x00"))
+		h.Write(shared)
+		h.Write(runnerPub)
+		return h.Sum(nil)
+	}
+	return derive("request"), derive("frame")
+}
+
+// Server is the runner's side of the channel: one call, run once.
+type Server struct {
+	requestKey, frameKey []byte
+	pub                  []byte
+	// Execute runs the call (Execute, or a test's stand-in).
+	Execute func(ctx context.Context, spec Spec, arguments []byte) (Header, []byte, []byte)
+	// ArgumentsDir is where the handed arguments are written for the tool.
+	ArgumentsDir string
+
+	mu      sync.Mutex
+	state   string
+	call    string
+	frame   []byte
+	summary []byte
+	done    chan struct{}
+}
+
+// NewServer makes the runner's one-time key and the keys it shares with
+// the holder of manager's private key.
+func NewServer(manager *ecdh.PublicKey) (*Server, error) {
+	priv, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	shared, err := priv.ECDH(manager)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{pub: priv.PublicKey().Bytes(), state: StateIdle, done: make(chan struct{}), ArgumentsDir: os.TempDir()}
+	s.requestKey, s.frameKey = channelKeys(shared, s.pub)
+	return s, nil
+}
+
+// Done is closed once the frame is ready.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Serve answers connections until ctx ends. The body runs under ctx, so
+// stopping the pod (SIGTERM) stops the body.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	go func() { <-ctx.Done(); _ = ln.Close() }()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go s.handle(ctx, conn)
+	}
+}
+
+func (s *Server) handle(ctx context.Context, conn net.Conn) {
+	defer func() { _ = conn.Close() }()
+	challenge := make([]byte, 16)
+	if _, err := rand.Read(challenge); err != nil {
+		return
+	}
+	s.mu.Lock()
+	hello := Hello{Runner: hex.EncodeToString(s.pub), Challenge: hex.EncodeToString(challenge), State: s.state, Call: s.call}
+	s.mu.Unlock()
+	line, _ := json.Marshal(hello)
+	// The manager answers at once; a silent peer does not hold a connection.
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := conn.Write(append(append([]byte(helloPrefix), line...), '\n')); err != nil {
+		return
+	}
+	req, err := s.readRequest(bufio.NewReader(conn), hello.Challenge)
+	if err != nil {
+		refuse(conn, err.Error())
+		return
+	}
+	if err := s.accept(ctx, req); err != nil {
+		refuse(conn, err.Error())
+		return
+	}
+	_ = conn.SetDeadline(time.Time{}) // the body may run long
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return
+	}
+	_, _ = conn.Write(s.frame)
+}
+
+func refuse(w io.Writer, msg string) {
+	_, _ = io.WriteString(w, refusalPrefix+strings.ReplaceAll(msg, "\n", " ")+"\n")
+}
+
+// readRequest opens the one sealed request of a connection.
+func (s *Server) readRequest(r *bufio.Reader, challenge string) (*Request, error) {
+	line, err := readLine(r, maxHelloBytes)
+	if err != nil || !strings.HasPrefix(line, requestPrefix) {
+		return nil, errors.New("no request")
+	}
+	plain, err := readSealed(r, requestLabel, s.requestKey, strings.TrimPrefix(line, requestPrefix), MaxRequestBytes)
+	if err != nil {
+		return nil, errors.New("the request does not verify")
+	}
+	var req Request
+	if err := json.Unmarshal(plain, &req); err != nil || req.Challenge != challenge {
+		return nil, errors.New("the request is not for this connection")
+	}
+	return &req, nil
+}
+
+// accept starts the handed call, once; a collect, or a run of the call
+// already handed over, only waits for its frame.
+func (s *Server) accept(ctx context.Context, req *Request) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.state != StateIdle && req.Call == s.call:
+		return nil
+	case s.state != StateIdle:
+		return errors.New("this runner serves another call")
+	case req.Op != OpRun:
+		return errors.New("no call was handed over")
+	}
+	args := filepath.Join(s.ArgumentsDir, "toolgate-arguments.json")
+	if err := os.WriteFile(args, []byte(req.Arguments), 0o400); err != nil {
+		return fmt.Errorf("the arguments cannot be written: %v", err)
+	}
+	spec := req.Spec
+	spec.ArgumentsFile = args
+	s.state, s.call = StateRunning, req.Call
+	go func() {
+		h, stdout, stderr := s.Execute(ctx, spec, []byte(req.Arguments))
+		var b strings.Builder
+		if err := WriteFrame(&b, s.frameKey, h, stdout, stderr); err != nil {
+			h, stdout, stderr = Header{Error: "the frame could not be sealed", Code: codes.SandboxLost}, nil, nil
+			b.Reset()
+			_ = WriteFrame(&b, s.frameKey, h, stdout, stderr)
+		}
+		summary, _ := json.Marshal(Header{ExitCode: h.ExitCode, Signal: h.Signal, StdoutBytes: len(stdout), StderrBytes: len(stderr), Truncated: h.Truncated, BodyMillis: h.BodyMillis})
+		s.mu.Lock()
+		s.frame, s.summary, s.state = []byte(b.String()), summary, StateDone
+		s.mu.Unlock()
+		close(s.done)
+	}()
+	return nil
+}
+
+// readLine reads one line of at most limit bytes, without its newline.
+func readLine(r *bufio.Reader, limit int) (string, error) {
+	var b strings.Builder
+	for b.Len() <= limit {
+		c, err := r.ReadByte()
+		if err != nil {
+			return "", err
+		}
+		if c == '\n' {
+			return b.String(), nil
+		}
+		b.WriteByte(c)
+	}
+	return "", errors.New("line too long")
+}
+
+// Exchange is the manager's side of one connection: it reads the runner's
+// Hello, hands over req (a run becomes a collect once the runner has a
+// call) and returns the runner's frame. hello, once read, is reported even
+// when the exchange fails, so the caller knows whether the body started.
+func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request) (hello *Hello, res *Result, err error) {
+	r := bufio.NewReaderSize(conn, 64<<10)
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	line, err := readLine(r, maxHelloBytes)
+	if err != nil || !strings.HasPrefix(line, helloPrefix) {
+		return nil, nil, fmt.Errorf("runner: no greeting: %v", err)
+	}
+	hello = &Hello{}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(line, helloPrefix)), hello); err != nil {
+		return nil, nil, fmt.Errorf("runner: greeting: %w", err)
+	}
+	pubBytes, err := hex.DecodeString(hello.Runner)
+	if err != nil {
+		return hello, nil, fmt.Errorf("runner: greeting key: %w", err)
+	}
+	pub, err := ecdh.X25519().NewPublicKey(pubBytes)
+	if err != nil {
+		return hello, nil, fmt.Errorf("runner: greeting key: %w", err)
+	}
+	shared, err := key.ECDH(pub)
+	if err != nil {
+		return hello, nil, err
+	}
+	requestKey, frameKey := channelKeys(shared, pubBytes)
+	if hello.State != StateIdle {
+		if hello.Call != req.Call {
+			return hello, nil, fmt.Errorf("%w: the runner serves another call", ErrRefused)
+		}
+		req = Request{Op: OpCollect, Call: req.Call}
+	}
+	req.Challenge = hello.Challenge
+	plain, err := json.Marshal(req)
+	if err != nil {
+		return hello, nil, err
+	}
+	if err := writeSealed(conn, requestPrefix, requestLabel, requestKey, plain); err != nil {
+		return hello, nil, err
+	}
+	_ = conn.SetDeadline(time.Time{}) // the frame comes when the body ends
+	peek, err := r.Peek(len(refusalPrefix))
+	if err == nil && string(peek) == refusalPrefix {
+		msg, _ := readLine(r, maxHelloBytes)
+		return hello, nil, fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(msg, refusalPrefix))
+	}
+	res, err = ReadFrame(r, frameKey)
+	return hello, res, err
+}

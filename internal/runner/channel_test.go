@@ -1,0 +1,216 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdh"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/codes"
+)
+
+// channel starts a runner serving on a loopback port, with the real
+// Execute (counting its runs), and returns its address and the manager key.
+func channel(t *testing.T) (addr string, manager *ecdh.PrivateKey, runs *atomic.Int32) {
+	t.Helper()
+	manager, err := NewManagerKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(manager.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ArgumentsDir = t.TempDir()
+	runs = &atomic.Int32{}
+	s.Execute = func(ctx context.Context, spec Spec, arguments []byte) (Header, []byte, []byte) {
+		runs.Add(1)
+		return Execute(ctx, spec, arguments, time.Second)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = s.Serve(ctx, ln) }()
+	return ln.Addr().String(), manager, runs
+}
+
+func exchange(t *testing.T, addr string, key *ecdh.PrivateKey, req Request) (*Hello, *Result, error) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	return Exchange(conn, key, req)
+}
+
+func runRequest(call, script, args string) Request {
+	return Request{Op: OpRun, Call: call, Arguments: args, Spec: Spec{Argv: []string{"/bin/sh", "-c", script}, Workspace: os.TempDir()}}
+}
+
+// TestChannelRunsTheHandedCallOnce: the runner runs the call it is handed
+// (arguments on stdin and in the file it names), once; handing the same
+// call again, or collecting it from a new connection (a restarted
+// manager), returns the same frame without running it again; another call
+// is refused.
+func TestChannelRunsTheHandedCallOnce(t *testing.T) {
+	addr, manager, runs := channel(t)
+	req := runRequest("uid-1/1", `cat; echo; cat "$TOOLGATE_ARGUMENTS_FILE"`, `{"n":1}`)
+	hello, res, err := exchange(t, addr, manager, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hello.State != StateIdle || string(res.Stdout) != "{\"n\":1}\n{\"n\":1}" || res.ExitCode != 0 {
+		t.Fatalf("hello %+v result %+v %q", hello, res.Header, res.Stdout)
+	}
+	for _, again := range []Request{req, {Op: OpCollect, Call: "uid-1/1"}} {
+		hello, res, err := exchange(t, addr, manager, again)
+		if err != nil || hello.State != StateDone || hello.Call != "uid-1/1" || string(res.Stdout) != "{\"n\":1}\n{\"n\":1}" {
+			t.Fatalf("%s again: %+v %v %v", again.Op, hello, res, err)
+		}
+	}
+	if _, _, err := exchange(t, addr, manager, runRequest("uid-2/1", "echo other", "{}")); !errors.Is(err, ErrRefused) {
+		t.Fatalf("another call: %v", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the body ran %d times", n)
+	}
+}
+
+// TestChannelOnlyTheManagerHandsOver: a request sealed under any other key,
+// a recorded request replayed on a new connection, or a collect before
+// anything was handed over runs nothing.
+func TestChannelOnlyTheManagerHandsOver(t *testing.T) {
+	addr, manager, runs := channel(t)
+	impostor, err := NewManagerKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := exchange(t, addr, impostor, runRequest("uid-1/1", "echo forged", "{}")); !errors.Is(err, ErrRefused) {
+		t.Fatalf("impostor: %v", err)
+	}
+	if _, _, err := exchange(t, addr, manager, Request{Op: OpCollect, Call: "uid-1/1"}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("collect before a run: %v", err)
+	}
+
+	// Record what the manager sends on one connection, then replay it on
+	// another: the challenge differs, so it is refused.
+	recorded := recordRequest(t, addr, manager, runRequest("uid-1/1", "echo once", "{}"))
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	r := bufio.NewReader(conn)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(recorded); err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := r.ReadString('\n')
+	if !strings.HasPrefix(answer, refusalPrefix) {
+		t.Fatalf("a replayed request was answered %q", answer)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the body ran %d times", n)
+	}
+}
+
+// recordRequest performs a handshake as the manager but, instead of
+// sending the request, returns its bytes (and closes the connection).
+func recordRequest(t *testing.T, addr string, manager *ecdh.PrivateKey, req Request) []byte {
+	t.Helper()
+	client, server := net.Pipe()
+	defer func() { _ = client.Close() }()
+	real, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello, err := bufio.NewReader(real).ReadString('\n')
+	_ = real.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent bytes.Buffer
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		_, _ = server.Write([]byte(hello))
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := server.Read(buf)
+			sent.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Exchange waits for a frame that never comes: end it once the request
+	// is out.
+	time.AfterFunc(500*time.Millisecond, func() { _ = client.Close() })
+	_, _, _ = Exchange(client, manager, req)
+	<-read
+	return sent.Bytes()
+}
+
+// TestChannelFrameIsSealed: what crosses the network shows sizes, never
+// the arguments, the output or the contexts.
+func TestChannelFrameIsSealed(t *testing.T) {
+	addr, manager, _ := channel(t)
+	recorded := recordRequest(t, addr, manager, runRequest("uid-1/1", "echo out-SECRET", `{"a":"arg-SECRET"}`))
+	if bytes.Contains(recorded, []byte("SECRET")) {
+		t.Fatalf("the request shows the call: %q", recorded)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wire bytes.Buffer
+	tap := &tapConn{Conn: conn, read: &wire}
+	_, res, err := Exchange(tap, manager, runRequest("uid-1/1", "echo out-SECRET", `{"a":"arg-SECRET"}`))
+	_ = conn.Close()
+	if err != nil || !strings.Contains(string(res.Stdout), "out-SECRET") {
+		t.Fatalf("%v %v", res, err)
+	}
+	if bytes.Contains(wire.Bytes(), []byte("SECRET")) {
+		t.Fatalf("the runner's answer shows the output: %q", wire.String())
+	}
+}
+
+type tapConn struct {
+	net.Conn
+	read *bytes.Buffer
+}
+
+func (c *tapConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Write(p[:n])
+	return n, err
+}
+
+// TestBudgetCountsFromTheBodyStart: the timeout is the body's own budget,
+// measured by the runner; a body within it gets its result however late it
+// is collected, one beyond it is stopped and says timeout.
+func TestBudgetCountsFromTheBodyStart(t *testing.T) {
+	ws := t.TempDir()
+	h, out, _ := Execute(context.Background(), Spec{Workspace: ws, TimeoutMillis: 2000, Argv: []string{"/bin/sh", "-c", "sleep 0.2; echo ok"}}, nil, time.Second)
+	if h.Code != "" || string(out) != "ok\n" || h.BodyMillis < 200 {
+		t.Fatalf("within budget: %+v %q", h, out)
+	}
+	start := time.Now()
+	h, _, _ = Execute(context.Background(), Spec{Workspace: ws, TimeoutMillis: 300, Argv: []string{"/bin/sh", "-c", "trap '' TERM; sleep 30"}}, nil, 200*time.Millisecond)
+	if h.Code != codes.Timeout || !strings.Contains(h.Error, "300ms timeout") || time.Since(start) > 3*time.Second {
+		t.Fatalf("beyond budget: %+v after %s", h, time.Since(start))
+	}
+}
