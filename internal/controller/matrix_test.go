@@ -132,6 +132,42 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
 	})
 
+	It("ask + approve: a decision on the question as asked stays valid when the profile's redaction list changes while it is open", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
+			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.RedactArguments = []string{"secret"} }))
+		submit(ns, "c1", "echo", `{"text":"hello","secret":"hunter2"}`, 0, 0)
+		ar := approvalRequest(ns, "c1")
+		asked := ar.Spec.ArgumentsPreview
+
+		// The profile now hides text as well; the open question still asks
+		// about the same arguments.
+		p := &toolgatev1alpha1.ToolProfile{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p"}, p)).To(Succeed())
+		base := p.DeepCopy()
+		p.Spec.Approval.RedactArguments = []string{"secret", "text"}
+		Expect(k8s.Patch(ctx, p, client.MergeFrom(base))).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(p.Status.ObservedGeneration).To(Equal(p.Generation))
+			g.Expect(readyStatus(p.Status.Conditions)).To(Equal(metav1.ConditionTrue))
+		}, 10*time.Second).Should(Succeed())
+		// The pending question is polled on the new profile a few times.
+		Consistently(func() *toolgatev1alpha1.ToolCallResult {
+			c := &toolgatev1alpha1.ToolCall{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1"}, c)).To(Succeed())
+			return c.Status.Result
+		}, 2*time.Second, 100*time.Millisecond).Should(BeNil(), "the open question must stay open")
+
+		decide(ar, toolgatev1alpha1.DecisionApprove)
+		c := committedCall(ns, "c1")
+		expectResult(c, toolgatev1alpha1.OutcomeSucceeded, "",
+			"Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept "+settledTail+"Succeeded")
+		Expect(bodyRuns(ns, "runs")).To(Equal(1))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
+		Expect(ar.Spec.ArgumentsPreview).To(Equal(asked))
+		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
+	})
+
 	It("ask: a request someone created before toolgate, owned by the call but asking another question, never counts", func() {
 		setup(processProfile(ns, matrixTools()...).PreRule("ask-echo", toolgatev1alpha1.ActionAsk, "", "echo").PreRule("allow-rest", toolgatev1alpha1.ActionAllow, ""))
 		// Index 1 waits for index 0: time to plant a request for it.

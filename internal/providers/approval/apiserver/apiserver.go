@@ -6,6 +6,8 @@ package apiserver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +36,12 @@ var _ approval.Provider = &Provider{}
 func New(c client.Client, clk clock.PassiveClock) *Provider {
 	return &Provider{Client: c, Clock: clk}
 }
+
+// AnnotationArgumentsDigest records, on a request, the digest of the
+// arguments it was asked about: what binds a decision to the call. The
+// preview is what the approver read; it depends on the profile's redaction
+// list at the time and is never recomputed to match a request.
+const AnnotationArgumentsDigest = "toolgate.dev/arguments-digest"
 
 // Name is the deterministic name of the ApprovalRequest for a call: the
 // call's own name, so a restart finds (adopts) the one it created.
@@ -99,7 +107,10 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 		reason += ": " + q.Message
 	}
 	return &toolgatev1alpha1.ApprovalRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner)},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner),
+			Annotations: map[string]string{AnnotationArgumentsDigest: digest(q.Call.Args)},
+		},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
 			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
 			Tool:             q.Call.Tool,
@@ -112,11 +123,31 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 }
 
 // asks reports whether a request found in the cluster asks want's
-// question: the same call, requester, tool and argument preview (what an
-// approver judges by).
+// question: the same call, requester, tool and arguments. The arguments are
+// compared by the digest frozen on the request when it was asked, so a
+// decision on the question as asked stays valid when the profile's
+// redaction list changes while it is open. A request without a digest (asked
+// before digests were recorded) is compared by its preview.
 func asks(found, want *toolgatev1alpha1.ApprovalRequest) bool {
 	f, w := found.Spec, want.Spec
-	return f.ToolCallRef == w.ToolCallRef && f.Requester == w.Requester && f.Tool == w.Tool && f.ArgumentsPreview == w.ArgumentsPreview
+	if f.ToolCallRef != w.ToolCallRef || f.Requester != w.Requester || f.Tool != w.Tool {
+		return false
+	}
+	if d, ok := found.Annotations[AnnotationArgumentsDigest]; ok {
+		return d == want.Annotations[AnnotationArgumentsDigest]
+	}
+	return f.ArgumentsPreview == w.ArgumentsPreview
+}
+
+// digest is the SHA-256 of the arguments' canonical JSON (of their text
+// when they have no canonical form), as "sha256:<hex>".
+func digest(args pipeline.Arguments) string {
+	text, err := pipeline.CanonicalJSON(args.Value())
+	if err != nil {
+		text = args.JSON()
+	}
+	sum := sha256.Sum256([]byte(text))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline.Question) error {

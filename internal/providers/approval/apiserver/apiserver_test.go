@@ -1,0 +1,47 @@
+package apiserver
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+)
+
+// TestAsksBindsTheArgumentsDigest: a request asks the call's question when
+// it was asked about the same arguments, whatever the redaction list is
+// now; a request without a digest is compared by its preview.
+func TestAsksBindsTheArgumentsDigest(t *testing.T) {
+	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	ask := func(args string) pipeline.Question {
+		return pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(args), Requester: "agent"}, Reason: "ask-all", Deadline: time.Now()}
+	}
+	asked := question(approval.Subject{Owner: call, Redact: []string{"secret"}}, ask(`{"text":"hi","secret":"x"}`))
+	legacy := asked.DeepCopy()
+	legacy.Annotations = nil
+
+	for _, tt := range []struct {
+		name  string
+		found bool
+		now   approval.Subject
+		args  string
+		want  bool
+	}{
+		{"same arguments, same redaction", true, approval.Subject{Owner: call, Redact: []string{"secret"}}, `{"secret":"x","text":"hi"}`, true},
+		{"same arguments, redaction changed since", true, approval.Subject{Owner: call, Redact: []string{"secret", "text"}}, `{"text":"hi","secret":"x"}`, true},
+		{"other arguments", true, approval.Subject{Owner: call, Redact: []string{"secret"}}, `{"text":"hi","secret":"y"}`, false},
+		{"no digest: same preview", false, approval.Subject{Owner: call, Redact: []string{"secret"}}, `{"text":"hi","secret":"x"}`, true},
+		{"no digest: other preview", false, approval.Subject{Owner: call, Redact: []string{"secret", "text"}}, `{"text":"hi","secret":"x"}`, false},
+	} {
+		found := asked
+		if !tt.found {
+			found = legacy
+		}
+		if got := asks(found, question(tt.now, ask(tt.args))); got != tt.want {
+			t.Errorf("%s: asks = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
