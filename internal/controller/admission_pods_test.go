@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -48,16 +50,24 @@ var _ = Describe("admission of tool pods", Ordered, func() {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: call.Name, UID: call.UID, Controller: ptr.To(true)}}
 			return p
 		}
-		err := as("mallory").Create(ctx, owned("forged"))
-		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall"))
+		// The policy is live once the API server has loaded it: a pod that got
+		// in before that is removed and the attempt repeated.
+		Eventually(func(g Gomega) {
+			forged := owned("forged")
+			err := as("mallory").Create(ctx, forged)
+			if err == nil {
+				Expect(k8s.Delete(ctx, forged, client.GracePeriodSeconds(0))).To(Succeed())
+			}
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall"))
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 		plain := owned("adopted-later")
 		plain.OwnerReferences = nil
 		Expect(as("mallory").Create(ctx, plain)).To(Succeed(), "pods owned by nothing of toolgate's are not toolgate's business")
 		base := plain.DeepCopy()
 		plain.OwnerReferences = owned("x").OwnerReferences
-		err = as("mallory").Patch(ctx, plain, client.MergeFrom(base))
+		err := as("mallory").Patch(ctx, plain, client.MergeFrom(base))
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall"))
 
