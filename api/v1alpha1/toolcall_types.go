@@ -208,10 +208,17 @@ type PipelineCheckpoint struct {
 	// +optional
 	NotBefore *metav1.Time `json:"notBefore,omitempty"`
 
-	// body is the validated, rendered output of the body, before
-	// post-execute.
+	// body is the output of the body once post-execute has passed it; a
+	// body that has not passed post-execute yet is never stored here.
 	// +optional
 	Body *CheckpointBody `json:"body,omitempty"`
+
+	// bodyHeld says the body has finished and its output, which no
+	// post-execute rule has passed yet, is held by the sandbox (never in
+	// this status, which the agent reads) until the call's turn releases
+	// it.
+	// +optional
+	BodyHeld bool `json:"bodyHeld,omitempty"`
 
 	// failure is the settled failure, before finalization.
 	// +optional

@@ -210,9 +210,14 @@ func (r *ToolCallReconciler) reconcileRefusal(_ context.Context, s *callScope) (
 // running the body) and once at the end, never when nothing changed.
 func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
 	callCtx := callContext(ctx, s.tc, s.session, s.parent)
+	heldAt := heldExecute(s.tc)
 	var requeue time.Duration
 	for !s.st.Done() && gateOpen(s.tc, s.st) {
 		progress, wait := s.pipe.Step(callCtx, s.st)
+		if n := len(s.st.Records); !heldAt.IsZero() && n > 0 && s.st.Records[n-1].Stage == pipeline.StageExecute {
+			// Collected again: the body ended when it first did.
+			s.st.Records[n-1].Time, heldAt = heldAt, time.Time{}
+		}
 		r.remember(s.tc.UID, s.st)
 		r.announceLive(ctx, s)
 		if progress == pipeline.Waiting {
@@ -247,6 +252,16 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		logger.Info("call settled", "call", s.tc.Name, "token", s.st.Token, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// heldExecute is when the body ended of a call whose output is held by the
+// sandbox (PipelineCheckpoint.BodyHeld); zero otherwise.
+func heldExecute(tc *toolgatev1alpha1.ToolCall) time.Time {
+	stages := tc.Status.Stages
+	if cp := tc.Status.Checkpoint; cp == nil || !cp.BodyHeld || len(stages) == 0 || stages[len(stages)-1].Stage != string(pipeline.StageExecute) {
+		return time.Time{}
+	}
+	return stages[len(stages)-1].Time.Time
 }
 
 // callContext is the caller's signal: cancelled once cancellation is

@@ -51,6 +51,15 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 		if b := cp.Body; b != nil {
 			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts), Truncated: b.Truncated}
 		}
+		if cp.BodyHeld {
+			// The output is with the sandbox (see writeState): the execute
+			// stage runs again to collect it. The attempt re-attaches, so
+			// nothing runs twice; its record is written again when it has.
+			st.Next = pipeline.StageExecute
+			if n := len(st.Records); n > 0 && st.Records[n-1].Stage == pipeline.StageExecute {
+				st.Records = st.Records[:n-1]
+			}
+		}
 		if f := cp.Failure; f != nil {
 			st.Failure = &pipeline.Failure{Code: pipeline.Code(f.Code), Message: f.Message}
 		}
@@ -84,7 +93,14 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		Next: string(st.Next), AskReason: st.AskReason, AskMessage: st.AskText,
 		AskedAt: metaTime(st.AskedAt), NotBefore: metaTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
 	}
-	if b := st.Body; b != nil {
+	switch b := st.Body; {
+	case b != nil && st.Next == pipeline.StagePostExecute:
+		// No post-execute rule has passed this output yet: it never goes
+		// where the agent (or any reader of the call) could see it before
+		// a Block rule withholds it. The sandbox keeps it until the call
+		// settles, and it is collected again once the call is released.
+		cp.BodyHeld = true
+	case b != nil:
 		cp.Body = &toolgatev1alpha1.CheckpointBody{Value: b.Value, Content: b.Content, Contexts: contextsOut(b.Contexts), Truncated: b.Truncated}
 	}
 	if f := st.Failure; f != nil {

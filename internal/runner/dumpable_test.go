@@ -42,6 +42,12 @@ func TestMain(m *testing.M) {
 		fmt.Println("ready")
 		time.Sleep(time.Minute) // killed by the test
 		os.Exit(0)
+	case "workspace":
+		// The runner as the tool's user, handed a writable-mode call on the
+		// workspace envTarget names.
+		h, _, _ := Execute(context.Background(), Spec{Workspace: os.Getenv(envTarget), Writable: true, Argv: []string{"/bin/sh", "-c", "touch ran"}}, nil, time.Second)
+		fmt.Printf("%s|%s", h.Code, h.Error)
+		os.Exit(0)
 	case "tool":
 		// A tool of the same user, reading the runner's environment.
 		data, err := os.ReadFile(os.Getenv(envTarget))
@@ -68,27 +74,8 @@ func TestNonDumpableHidesProcFromTheSameUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to start processes as uid 65532 (as root, /proc protections are bypassed, so the check must run as that user)")
 	}
-	// The test binary, where uid 65532 can execute it.
-	dir, err := os.MkdirTemp("", "toolgate-dumpable-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "runner.test")
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := helperBinary(t)
+	dir := filepath.Dir(bin)
 	asTool := func(env ...string) *exec.Cmd {
 		cmd := exec.Command(bin)
 		cmd.Dir = dir
@@ -126,6 +113,76 @@ func TestNonDumpableHidesProcFromTheSameUser(t *testing.T) {
 	}
 	if got := readBy("runner"); got != "denied" {
 		t.Fatalf("after the non-dumpable step, the same user read /proc/<pid>/environ: %q", got)
+	}
+}
+
+// helperBinary copies the test binary where uid 65532 can execute it.
+func helperBinary(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "toolgate-helper-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "runner.test")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestAnUnwritableWorkspaceIsNamed: a workspace mounted writable that the
+// tool's user cannot write (a root-owned volume) fails the call with
+// sandbox_unavailable naming the cause, and nothing runs; a writable one
+// runs the tool. As root every directory is writable, so the check runs as
+// uid 65532, which only root can arrange.
+func TestAnUnwritableWorkspaceIsNamed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a process as uid 65532")
+	}
+	bin := helperBinary(t)
+	for _, tc := range []struct {
+		mode     os.FileMode
+		wantCode string
+	}{{0o755, "sandbox_unavailable"}, {0o777, ""}} {
+		ws, err := os.MkdirTemp("", "toolgate-ws-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = os.RemoveAll(ws) }()
+		if err := os.Chmod(ws, tc.mode); err != nil { // owned by root
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin)
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=/usr/bin:/bin", envHelper + "=workspace", envTarget + "=" + ws}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: helperUID, Gid: helperUID, Groups: []uint32{}}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("helper: %v", err)
+		}
+		code, msg, _ := strings.Cut(string(out), "|")
+		if code != tc.wantCode {
+			t.Fatalf("mode %o: code %q (%s), want %q", tc.mode, code, msg, tc.wantCode)
+		}
+		_, statErr := os.Stat(filepath.Join(ws, "ran"))
+		if ran := statErr == nil; ran != (tc.wantCode == "") {
+			t.Fatalf("mode %o: the tool ran: %v", tc.mode, ran)
+		}
+		if tc.wantCode != "" && !strings.Contains(msg, "cannot write it") {
+			t.Fatalf("the message does not name the cause: %s", msg)
+		}
 	}
 }
 

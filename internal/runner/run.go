@@ -58,6 +58,9 @@ type Spec struct {
 // and MAC) and the captured output. Cancelling ctx stops the tool's whole
 // process group (SIGTERM, then SIGKILL after grace) and waits for it.
 func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Duration) (Header, []byte, []byte) {
+	if err := writableWorkspace(spec); err != nil {
+		return Header{Error: err.Error(), Code: codes.SandboxUnavailable}, nil, nil
+	}
 	if spec.Builtin != "" {
 		root := spec.Workspace
 		if root == "" {
@@ -143,6 +146,22 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 		}
 	}
 	return h, stdout.Bytes(), stderr.Bytes()
+}
+
+// writableWorkspace checks, as the tool's own user, that a workspace the
+// mode lets the tool write is writable: a volume owned by root (fsGroup does
+// not apply to hostPath and some other volume types) would otherwise fail
+// the tool's first write with a bare "permission denied". Nothing runs.
+func writableWorkspace(spec Spec) error {
+	if spec.Workspace == "" || !spec.Writable {
+		return nil
+	}
+	if err := unix.Access(spec.Workspace, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("the workspace %s is mounted writable but the tool's user (uid %d, gid %d) cannot write it (%v): "+
+			"the volume must be writable by that user or group (fsGroup does not apply to hostPath and some other volume types); nothing ran",
+			spec.Workspace, os.Getuid(), os.Getgid(), err)
+	}
+	return nil
 }
 
 // stopGroup stops the tool's process group: SIGTERM, then SIGKILL after

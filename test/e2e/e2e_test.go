@@ -293,6 +293,33 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 		Expect(podsOf("overtime")).To(Equal(0))
 	})
 
+	// A secret in a call's arguments and in its tool's output reaches the
+	// call's result and nothing else: not the pod (spec or container log),
+	// not the manager's log, not an Event, not a log file of the cluster.
+	It("keeps a call's arguments and output out of every log, Event and pod", func() {
+		marker := fmt.Sprintf("e2e-secret-%d", time.Now().UnixNano())
+		submit([3]string{"shout", "shout", fmt.Sprintf(`{"token":"%s"}`, marker)})
+		Eventually(func() string {
+			return admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call=shout", "-o", "jsonpath={.items[*].status.phase}")
+		}, 60*time.Second, 100*time.Millisecond).Should(Equal("Running"))
+		Expect(admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call=shout", "-o", "yaml")).NotTo(ContainSubstring(marker))
+		// The tool has printed its arguments by now (it sleeps 4 s after).
+		time.Sleep(time.Second)
+		Expect(admin("-n", ns, "logs", "-l", "toolgate.dev/call=shout", "--all-containers")).NotTo(ContainSubstring(marker))
+		tc := committed("shout")
+		Expect(tc.Status.Result.Content).To(ContainSubstring(marker), "the output reached the result")
+		Expect(admin("-n", "toolgate-system", "logs", "-l", "control-plane=controller-manager", "--tail=-1")).NotTo(ContainSubstring(marker))
+		Expect(admin("get", "events", "-A", "-o", "yaml")).NotTo(ContainSubstring(marker))
+		logs, err := filepath.Glob(filepath.Join(clusterDir, "logs", "*.log"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(logs).NotTo(BeEmpty())
+		for _, f := range logs {
+			data, err := os.ReadFile(f)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(strings.Contains(string(data), marker)).To(BeFalse(), "%s holds the secret", f)
+		}
+	})
+
 	It("still yields one result per call when the operator pod is killed mid-run", func() {
 		// The replacement manager waits for the dead one's leader lease
 		// (15 s) to expire: the tool's timeout must outlive that.
