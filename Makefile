@@ -61,11 +61,20 @@ test: envtest-bins ## Run every test: unit and envtest (real kube-apiserver).
 ##@ Local cluster and demo
 
 .PHONY: test-e2e
-test-e2e: ## Run the e2e suite on the local cluster (real pods), then remove the cluster.
+test-e2e: ## Run the e2e suite and the short chaos run on the local cluster (real pods), then remove the cluster.
 	hack/cluster-up.sh
 	hack/images.sh
 	hack/deploy.sh
-	rc=0; go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v -ginkgo.v || rc=$$?; hack/cluster-down.sh; exit $$rc
+	rc=0; go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v -ginkgo.v || rc=$$?; \
+	  go run ./hack/chaos -short || rc=$$?; \
+	  hack/cluster-down.sh; exit $$rc
+
+.PHONY: chaos
+chaos: ## Faults on the local cluster under load (at least 200 calls, 20 manager SIGKILLs, restarts of every component); prints figures.
+	hack/cluster-up.sh
+	hack/images.sh
+	hack/deploy.sh
+	rc=0; go run ./hack/chaos $(CHAOS_ARGS) || rc=$$?; hack/cluster-down.sh; exit $$rc
 
 .PHONY: bench
 bench: ## Measure N sequential ToolCalls against N bare pods on the local cluster (p50/p95, ratio).
