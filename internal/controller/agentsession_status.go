@@ -70,11 +70,11 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 }
 
 // completeThrough is the last turn the session has recorded complete (-1
-// before any): a turn once complete stays complete, even when one of its
-// committed calls is deleted.
+// before any): a turn once complete stays complete, even when its committed
+// calls are deleted, all of them included.
 func completeThrough(s *toolgatev1alpha1.AgentSession) int64 {
-	if s.Status.CommittedCalls == 0 {
-		return -1 // a status never written (or nothing committed yet)
+	if s.Status.NextSequence == 0 {
+		return -1 // nothing ever released: a status never written, or nothing committed yet
 	}
 	return s.Status.CommittedTurn
 }

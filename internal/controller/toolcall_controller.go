@@ -10,10 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -21,6 +25,12 @@ import (
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 )
+
+// callFinalizer keeps a deleted call until its work has stopped, its one
+// result is written and the session no longer needs its place in the log
+// (reconcileSettled, letGo). It is set with the session's owner reference,
+// before any work can start.
+const callFinalizer = "toolgate.dev/stop-work"
 
 // ToolCallReconciler drives one call through the pipeline. Each boundary is
 // written to status before the side effect that follows it (asking a
@@ -142,8 +152,42 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&toolgatev1alpha1.ToolCall{}).
 		Owns(&toolgatev1alpha1.ApprovalRequest{}).
 		Owns(&corev1.Pod{}).
+		// A deleted call that committed waits for its turn to be recorded
+		// complete (or its session to go) before it lets go.
+		Watches(&toolgatev1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(r.deletedCallsOf), builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(e event.UpdateEvent) bool { return turnRecorded(e.ObjectOld, e.ObjectNew) },
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
 		WatchesRawSource(source.Channel(r.Wake.ch, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("toolcall").
 		Complete(r)
 }
+
+// turnRecorded reports whether a session update may let a deleted call go:
+// a turn was recorded complete, or the session is being deleted.
+func turnRecorded(before, after client.Object) bool {
+	o, n := before.(*toolgatev1alpha1.AgentSession), after.(*toolgatev1alpha1.AgentSession)
+	return o.Status.CommittedTurn != n.Status.CommittedTurn || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+}
+
+// deletedCallsOf lists the session's calls that are being deleted and still
+// hold their finalizer.
+func (r *ToolCallReconciler) deletedCallsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &toolgatev1alpha1.ToolCallList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexCallSession: o.GetName()}); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if c := &list.Items[i]; deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		}
+	}
+	return out
+}
+
+// deleting reports whether someone deleted the call.
+func deleting(tc *toolgatev1alpha1.ToolCall) bool { return !tc.DeletionTimestamp.IsZero() }

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,15 +49,71 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 			}
 		}
 	}
-	if !s.justSettled {
+	workLeft := false
+	if !s.justSettled || deleting(tc) {
 		// A pod left behind (by a crash between the result and its
-		// cleanup) goes now, and providers forget the call's attempts.
-		if _, err := r.release(ctx, tc); err != nil {
+		// cleanup) goes now, and providers forget the call's attempts; a
+		// deleted call waits until nothing of it is left.
+		gone, err := r.release(ctx, tc)
+		if err != nil {
 			return ctrl.Result{}, true, fmt.Errorf("releasing the sandbox: %w", err)
 		}
+		workLeft = !gone
 	}
 	r.announce(ctx, tc, durableSettlement(tc.Status.Result))
+	if deleting(tc) {
+		return r.letGo(ctx, s, workLeft)
+	}
 	return ctrl.Result{}, true, nil
+}
+
+// letGo removes the finalizer of a deleted, settled call once nothing of it
+// is left: no sandbox work (the providers are asked again until they report
+// none) and no place the session still needs (placeHeld).
+func (r *ToolCallReconciler) letGo(ctx context.Context, s *callScope, workLeft bool) (ctrl.Result, bool, error) {
+	tc := s.tc
+	switch {
+	case !controllerutil.ContainsFinalizer(tc, callFinalizer):
+		return ctrl.Result{}, true, nil
+	case workLeft:
+		return ctrl.Result{RequeueAfter: time.Second}, true, nil
+	}
+	if held, err := r.placeHeld(ctx, s); err != nil || held {
+		return ctrl.Result{}, true, err // the session's watch wakes the call
+	}
+	base := tc.DeepCopy()
+	controllerutil.RemoveFinalizer(tc, callFinalizer)
+	if err := r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, true, client.IgnoreNotFound(err)
+	}
+	log.FromContext(ctx).Info("deleted call let go", "call", tc.Name, "token", tc.Status.Token)
+	return ctrl.Result{}, true, nil
+}
+
+// placeHeld reports whether the session still needs a deleted call to plan
+// its turn: the call committed in a turn the session has not recorded
+// complete. Until then the session counts a turn's committed calls among
+// those present, and a missing one would hold back the rest of the turn.
+// A call without a place in the log (out of it, nested, settled without a
+// session) or in a closed turn (which has no size to wait for) is never
+// held, nor is one whose session is going.
+func (r *ToolCallReconciler) placeHeld(ctx context.Context, s *callScope) (bool, error) {
+	tc := s.tc
+	if !committed(tc) || tc.Status.Schedule.Refusal == string(pipeline.CodeTurnClosed) {
+		return false, nil
+	}
+	session := s.session
+	if session == nil {
+		session = &toolgatev1alpha1.AgentSession{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading the session: %w", err)
+		}
+	}
+	return session.DeletionTimestamp.IsZero() && completeThrough(session) < tc.Spec.Turn, nil
 }
 
 // reconcileSession finds the call's session. Without one the call cannot
@@ -117,19 +175,28 @@ func (r *ToolCallReconciler) loadParent(ctx context.Context, s *callScope) error
 }
 
 // reconcileOwner makes the session own the call, so deleting the session
-// deletes its calls (after the session's finalizer has settled them).
+// deletes its calls (after the session's finalizer has settled them), and
+// gives the call its finalizer in the same write, before any work can
+// start: deleting the call then stops its work first (letGo).
 func (r *ToolCallReconciler) reconcileOwner(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
-	for _, ref := range s.tc.OwnerReferences {
-		if ref.UID == s.session.UID {
-			return ctrl.Result{}, false, nil
-		}
+	owned := slices.ContainsFunc(s.tc.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == s.session.UID })
+	// A call being deleted takes no new finalizer (the API server refuses
+	// it); it is cancelled instead, and nothing more starts.
+	guarded := controllerutil.ContainsFinalizer(s.tc, callFinalizer) || deleting(s.tc)
+	if owned && guarded {
+		return ctrl.Result{}, false, nil
 	}
 	base := s.tc.DeepCopy()
-	if err := controllerutil.SetOwnerReference(s.session, s.tc, r.Client.Scheme()); err != nil {
-		return ctrl.Result{}, true, err
+	if !owned {
+		if err := controllerutil.SetOwnerReference(s.session, s.tc, r.Client.Scheme()); err != nil {
+			return ctrl.Result{}, true, err
+		}
+	}
+	if !guarded {
+		controllerutil.AddFinalizer(s.tc, callFinalizer)
 	}
 	if err := r.Client.Patch(ctx, s.tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("setting the session as owner: %w", err)
+		return ctrl.Result{}, true, fmt.Errorf("setting the session as owner and the finalizer: %w", err)
 	}
 	s.base = s.tc.DeepCopy()
 	return ctrl.Result{}, false, nil
@@ -264,31 +331,50 @@ func heldExecute(tc *toolgatev1alpha1.ToolCall) time.Time {
 	return stages[len(stages)-1].Time.Time
 }
 
-// callContext is the caller's signal: cancelled once cancellation is
-// requested (of the call, or of a nested call's parent) or the session is
-// being deleted, and never by the manager's own shutdown (a restart is not
-// a cancellation).
+// Why a call was cancelled, for its result's message.
+var (
+	errCallDeleted     = errors.New("the ToolCall was deleted")
+	errSessionDeleted  = errors.New("its AgentSession is being deleted")
+	errParentCancelled = errors.New("its parent call was cancelled")
+)
+
+// callContext is the caller's signal: cancelled once the call is deleted,
+// cancellation is requested (of the call, or of a nested call's parent) or
+// the session is being deleted, and never by the manager's own shutdown (a
+// restart is not a cancellation). The cause says which.
 func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession, parent *toolgatev1alpha1.ToolCall) context.Context {
+	var why error
+	switch {
+	case deleting(tc):
+		why = errCallDeleted
+	case !session.DeletionTimestamp.IsZero():
+		why = errSessionDeleted
+	case tc.Spec.CancelRequested:
+		why = context.Canceled // the caller asked: nothing to add
+	case parent != nil && (parent.Spec.CancelRequested || deleting(parent)):
+		why = errParentCancelled
+	}
 	callCtx := context.WithoutCancel(ctx)
-	if tc.Spec.CancelRequested || !session.DeletionTimestamp.IsZero() || (parent != nil && parent.Spec.CancelRequested) {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithCancel(callCtx)
-		cancel()
+	if why != nil {
+		var cancel context.CancelCauseFunc
+		callCtx, cancel = context.WithCancelCause(callCtx)
+		cancel(why)
 	}
 	return callCtx
 }
 
 // gateOpen applies the session's schedule: a call starts only once the
-// session admitted it (or it is cancelled or refused, which settles it at
-// once), and settles only once the session released it. A call kept out of
-// the session's log settles at once: it has no place to wait for.
+// session admitted it (or it is cancelled, deleted or refused, which
+// settles it at once), and settles only once the session released it. A
+// call kept out of the session's log settles at once: it has no place to
+// wait for.
 func gateOpen(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) bool {
 	sch := tc.Status.Schedule
 	switch {
 	case outOfLog(sch.Refusal):
 		return true
 	case !pipeline.PastPreExecute(st.Next):
-		return sch.ExecutionMode != "" || tc.Spec.CancelRequested || sch.Refusal != ""
+		return sch.ExecutionMode != "" || tc.Spec.CancelRequested || deleting(tc) || sch.Refusal != ""
 	case pipeline.BodyDone(st.Next):
 		return sch.Released
 	}

@@ -88,6 +88,45 @@ func TestCancellationReplacesOnlySuccess(t *testing.T) {
 	}
 }
 
+// TestCancellationSaysWhy: a caller that cancels with a cause (the
+// controllers say the call or its session was deleted) finds it in the
+// result's message, before dispatch and while the body runs; a plain
+// cancellation adds nothing.
+func TestCancellationSaysWhy(t *testing.T) {
+	why := errors.New("the ToolCall was deleted")
+	for _, tc := range []struct {
+		name          string
+		cause         error
+		beforeRunning bool
+		want          string
+	}{
+		{"before dispatch", why, true, "the call was cancelled before its body was dispatched: the ToolCall was deleted"},
+		{"while the body runs", why, false, "the call was cancelled while its body ran: the ToolCall was deleted"},
+		{"without a cause", nil, false, "the call was cancelled while its body ran"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			if tc.beforeRunning {
+				cancel(tc.cause)
+			}
+			h.echo("echo", func(d *Definition) {
+				d.Execute = func(ctx context.Context, _ Arguments, _ *Exec) (any, error) {
+					cancel(tc.cause)
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+			})
+			h.allowAll()
+			res := h.pipeline(Options{}).Run(ctx, req("echo", `{"text":"x"}`))
+			if res.Code != CodeCancelled || res.Message != tc.want {
+				t.Errorf("%s %q, want cancelled %q", res.Code, res.Message, tc.want)
+			}
+		})
+	}
+}
+
 // TestWrapperCannotDetachTheBodyFromItsCaller: a wrapper substitutes a
 // context that is never cancelled; the caller's cancellation still reaches
 // the body, because the registry re-fuses it before the body.

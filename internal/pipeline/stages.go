@@ -31,8 +31,17 @@ func (p *Pipeline) cancelledBeforeDispatch(ctx context.Context, st *State) bool 
 		return false
 	}
 	st.record(st.Next, VerdictCancelled, string(CodeCancelled), p.opts.Clock.Now())
-	st.settle(CodeCancelled, "the call was cancelled before its body was dispatched")
+	st.settle(CodeCancelled, cancelledBecause(ctx, "the call was cancelled before its body was dispatched"))
 	return true
+}
+
+// cancelledBecause is the message of a cancellation: what it skipped or
+// stopped and, when the caller gave one (context.WithCancelCause), why.
+func cancelledBecause(ctx context.Context, msg string) string {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return msg + ": " + cause.Error()
+	}
+	return msg
 }
 
 // admit is the registry's entry: the tool must be visible, the arguments
@@ -251,7 +260,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 		// already entered (a Reattach body whose work runs elsewhere) is
 		// still invoked below, with the cancelled signal, to stop that work.
 		st.record(StageExecute, VerdictCancelled, string(CodeCancelled), now)
-		st.settle(CodeCancelled, "the call was cancelled before its body was entered")
+		st.settle(CodeCancelled, cancelledBecause(ctx, "the call was cancelled before its body was entered"))
 		return Advanced, 0
 	}
 	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: resumed, StartedAt: st.AttemptStartedAt, runner: p.opts.Runner}
@@ -274,7 +283,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 	}
 	if ctx.Err() != nil && (fail == nil || fail.Code == CodeCancelled) {
 		// Cancellation after invocation replaces only a success.
-		fail = &Failure{Code: CodeCancelled, Message: "the call was cancelled while its body ran"}
+		fail = &Failure{Code: CodeCancelled, Message: cancelledBecause(ctx, "the call was cancelled while its body ran")}
 		st.Body = nil
 	}
 	if fail == nil {
@@ -699,7 +708,7 @@ func (p *Pipeline) postExecute(ctx context.Context, st *State, snap snapshot) {
 	if ctx.Err() != nil {
 		st.record(StagePostExecute, VerdictCancelled, string(CodeCancelled), now)
 		st.Body, st.Decisions = nil, nil
-		st.settle(CodeCancelled, "the call was cancelled before its result settled")
+		st.settle(CodeCancelled, cancelledBecause(ctx, "the call was cancelled before its result settled"))
 		return
 	}
 	st.record(StagePostExecute, VerdictAccept, acted, now)
