@@ -26,9 +26,10 @@ generate: ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC.
+manifests: ## Generate CRDs and RBAC (and the namespaced install's Roles from the ClusterRole).
 	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	go run ./hack/namespacedroles
 
 .PHONY: fmt
 fmt: ## Run gofmt.
@@ -113,5 +114,5 @@ run: ## Run the manager against the current kubeconfig.
 	go run ./cmd/manager --leader-elect=false
 
 .PHONY: kustomize-check
-kustomize-check: ## Render config/default with the source-built kubectl.
-	$$(hack/build-k8s.sh kubectl | tail -1)/kubectl kustomize config/default >/dev/null
+kustomize-check: ## Render config/default and config/namespaced with the source-built kubectl.
+	dir=$$(hack/build-k8s.sh kubectl | tail -1); for c in default namespaced; do $$dir/kubectl kustomize config/$$c >/dev/null; done

@@ -34,6 +34,9 @@ type options struct {
 	namespace        string
 	channelKeySecret string
 	managerLabels    map[string]string
+	// watchNamespaces, when not empty, are the only namespaces the
+	// manager's cache lists and watches (cacheOptions).
+	watchNamespaces []string
 }
 
 // compose mounts the providers of each seam under scope and returns the

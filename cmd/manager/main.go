@@ -3,13 +3,17 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -36,6 +40,7 @@ func main() {
 		namespace    string
 		keySecret    string
 		podLabels    string
+		watch        string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
@@ -49,6 +54,8 @@ func main() {
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace (default $POD_NAMESPACE): where the pod sandbox's channel key Secret lives.")
 	flag.StringVar(&keySecret, "channel-key-secret", "toolgate-channel-key", "Secret (in --namespace) holding the key with which the manager hands calls to tool pods; created on first start.")
 	flag.StringVar(&podLabels, "manager-pod-labels", "control-plane=controller-manager", "Labels of the manager's pods: the only ingress tool pods' NetworkPolicies allow (to the runner's port).")
+	flag.StringVar(&watch, "watch-namespaces", "",
+		"Comma-separated namespaces the manager watches, and the only ones it acts in; empty watches every namespace. With a list, the manager needs Roles only (config/namespaced, docs/install.md).")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -58,6 +65,15 @@ func main() {
 	if err != nil {
 		log.Error(err, "invalid flag", "flag", "manager-pod-labels")
 		os.Exit(2)
+	}
+	watchNamespaces, err := parseNamespaces(watch)
+	if err != nil {
+		log.Error(err, "invalid flag", "flag", "watch-namespaces")
+		os.Exit(2)
+	}
+	o := options{
+		processSandbox: processBox, processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
+		namespace: namespace, channelKeySecret: keySecret, managerLabels: managerLabels, watchNamespaces: watchNamespaces,
 	}
 
 	scheme := runtime.NewScheme()
@@ -69,15 +85,12 @@ func main() {
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
-		LeaderElectionID:       "toolgate-manager.toolgate.dev",
+		LeaderElectionID:       leaderElectionID,
 		// The process exits right after the manager stops, so handing the
 		// lease over at once is safe, and a rollout does not stall for a
 		// lease to expire.
 		LeaderElectionReleaseOnCancel: true,
-		// Cache only tool pods, not every pod of the cluster.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelSandbox: "true"})},
-		}},
+		Cache:                         cacheOptions(o),
 	})
 	if err != nil {
 		log.Error(err, "manager not created")
@@ -87,10 +100,7 @@ func main() {
 	// the Process provider runs as processes of this manager).
 	scope := lifecycle.NewScope()
 	defer scope.Dispose()
-	cfg, err := compose(mgr, scope, options{
-		processSandbox: processBox, processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
-		namespace: namespace, channelKeySecret: keySecret, managerLabels: managerLabels,
-	})
+	cfg, err := compose(mgr, scope, o)
 	if err != nil {
 		log.Error(err, "providers not mounted")
 		os.Exit(1)
@@ -107,9 +117,55 @@ func main() {
 		log.Error(err, "ready check not added")
 		os.Exit(1)
 	}
-	log.Info("manager starting")
+	watching := "all"
+	if len(o.watchNamespaces) > 0 {
+		watching = strings.Join(o.watchNamespaces, ",")
+	}
+	log.Info("manager starting", "namespaces", watching)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// leaderElectionID names the Lease (in the manager's namespace) the
+// managers elect their leader with.
+const leaderElectionID = "toolgate-manager.toolgate.dev"
+
+// cacheOptions restrict what the manager's informers list and watch: among
+// pods, only tool pods; and with watchNamespaces, every kind only in those
+// namespaces (Pods too: a ByObject without namespaces takes
+// DefaultNamespaces). Nothing is then listed or watched cluster-wide, so
+// Roles in those namespaces suffice, and no object elsewhere ever reaches a
+// reconciler.
+func cacheOptions(o options) cache.Options {
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelSandbox: "true"})},
+	}}
+	if len(o.watchNamespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.watchNamespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+// parseNamespaces reads --watch-namespaces: namespace names separated by
+// commas; empty means every namespace.
+func parseNamespaces(s string) ([]string, error) {
+	var out []string
+	for _, ns := range strings.Split(s, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("%q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
 }

@@ -74,6 +74,20 @@ func BinaryAssetsDir() (string, error) {
 	return dir, checkBinaries(dir)
 }
 
+// Kubectl is the kubectl built beside kube-apiserver (make envtest-bins),
+// for tests that render the kustomize overlays of config/.
+func Kubectl() (string, error) {
+	dir, err := BinaryAssetsDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubectl")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("kubectl not found in %s: run `make envtest-bins` (hack/build-k8s.sh) first", dir)
+	}
+	return path, nil
+}
+
 func checkBinaries(dir string) error {
 	for _, name := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
