@@ -42,10 +42,11 @@ type ApprovalRequestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="requester is immutable"
 	Requester string `json:"requester"`
 
-	// deadline is when an undecided request fails closed.
+	// deadline is when an undecided request fails closed, to the
+	// microsecond: the call's askedAt plus the approval timeout.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="deadline is immutable"
-	Deadline metav1.Time `json:"deadline"`
+	Deadline metav1.MicroTime `json:"deadline"`
 
 	// decision is set once by an approver.
 	// +optional

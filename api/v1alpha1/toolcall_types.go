@@ -125,10 +125,11 @@ type ToolCallStatus struct {
 	// +kubebuilder:validation:MaxItems=64
 	Stages []StageRecord `json:"stages,omitempty"`
 
-	// startTime is when the body was first dispatched; timeouts are measured
-	// from it.
+	// startTime is when the current attempt was dispatched, to the
+	// microsecond: the time a sandbox may take to get ready is measured
+	// from it, so a restarted manager gets the exact remainder.
 	// +optional
-	StartTime *metav1.Time `json:"startTime,omitempty"`
+	StartTime *metav1.MicroTime `json:"startTime,omitempty"`
 
 	// attempt is the number of body attempts started.
 	// +optional
@@ -189,10 +190,10 @@ type PipelineCheckpoint struct {
 	// +kubebuilder:validation:MaxLength=32
 	Next string `json:"next,omitempty"`
 
-	// askedAt is when pre-execute asked for approval; the approval deadline
-	// is measured from it.
+	// askedAt is when pre-execute asked for approval, to the microsecond;
+	// the approval deadline is measured from it.
 	// +optional
-	AskedAt *metav1.Time `json:"askedAt,omitempty"`
+	AskedAt *metav1.MicroTime `json:"askedAt,omitempty"`
 
 	// askReason is the rule that asked.
 	// +optional
@@ -204,9 +205,10 @@ type PipelineCheckpoint struct {
 	// +kubebuilder:validation:MaxLength=1024
 	AskMessage string `json:"askMessage,omitempty"`
 
-	// notBefore delays the next attempt (retry backoff).
+	// notBefore delays the next attempt (retry backoff), to the
+	// microsecond.
 	// +optional
-	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+	NotBefore *metav1.MicroTime `json:"notBefore,omitempty"`
 
 	// body is the output of the body once post-execute has passed it; a
 	// body that has not passed post-execute yet is never stored here.

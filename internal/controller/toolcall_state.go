@@ -35,9 +35,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 	st.Token = s.Token
 	st.Mode = pipeline.Mode(s.Schedule.ExecutionMode)
 	st.Attempt = int(s.Attempt)
-	if s.StartTime != nil {
-		st.AttemptStartedAt = s.StartTime.Time
-	}
+	st.AttemptStartedAt = microTimeOf(s.StartTime)
 	for _, r := range s.Stages {
 		st.Records = append(st.Records, pipeline.Record{Stage: pipeline.Stage(r.Stage), Verdict: r.Verdict, Reason: r.Reason, Time: r.Time.Time})
 	}
@@ -45,9 +43,9 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 		if cp.Next != "" {
 			st.Next = pipeline.Stage(cp.Next)
 		}
-		st.AskedAt = timeOf(cp.AskedAt)
+		st.AskedAt = microTimeOf(cp.AskedAt)
 		st.AskReason, st.AskText = cp.AskReason, cp.AskMessage
-		st.NotBefore = timeOf(cp.NotBefore)
+		st.NotBefore = microTimeOf(cp.NotBefore)
 		if b := cp.Body; b != nil {
 			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts), Truncated: b.Truncated}
 		}
@@ -76,22 +74,23 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 }
 
 // writeState stores st in the call's status. The result, once written, is
-// never rewritten.
+// never rewritten. Every time is stored at the precision the API keeps
+// (microTime, wholeTime), so a status that did not change compares equal
+// to the one read back and costs no write.
 func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time) {
 	s := &tc.Status
 	s.Token = st.Token
 	s.Attempt = int32(st.Attempt)
 	if !st.AttemptStartedAt.IsZero() {
-		t := metav1.NewTime(st.AttemptStartedAt)
-		s.StartTime = &t
+		s.StartTime = microTime(st.AttemptStartedAt)
 	}
 	s.Stages = s.Stages[:0]
 	for _, r := range st.Records {
-		s.Stages = append(s.Stages, toolgatev1alpha1.StageRecord{Stage: string(r.Stage), Verdict: r.Verdict, Reason: r.Reason, Time: metav1.NewTime(r.Time)})
+		s.Stages = append(s.Stages, toolgatev1alpha1.StageRecord{Stage: string(r.Stage), Verdict: r.Verdict, Reason: r.Reason, Time: wholeTime(r.Time)})
 	}
 	cp := &toolgatev1alpha1.PipelineCheckpoint{
 		Next: string(st.Next), AskReason: st.AskReason, AskMessage: st.AskText,
-		AskedAt: metaTime(st.AskedAt), NotBefore: metaTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
+		AskedAt: microTime(st.AskedAt), NotBefore: microTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
 	}
 	switch b := st.Body; {
 	case b != nil && st.Next == pipeline.StagePostExecute:
@@ -111,7 +110,7 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		r := st.Result
 		s.Result = &toolgatev1alpha1.ToolCallResult{
 			Outcome: toolgatev1alpha1.Outcome(r.Outcome), ErrorCode: string(r.Code), Message: r.Message,
-			Value: r.Value, Content: r.Content, Contexts: contextsOut(r.Contexts), Truncated: r.Truncated, SettledAt: metav1.NewTime(now),
+			Value: r.Value, Content: r.Content, Contexts: contextsOut(r.Contexts), Truncated: r.Truncated, SettledAt: wholeTime(now),
 		}
 	}
 	if st.Done() {
@@ -188,20 +187,29 @@ func nextStage(c *toolgatev1alpha1.ToolCall) pipeline.Stage {
 	return pipeline.StageCall
 }
 
-func timeOf(t *metav1.Time) time.Time {
+// Deadlines are measured from microTime instants (askedAt, notBefore,
+// startTime): a whole-second metav1.Time would make them fire up to a
+// second early once read back. Records and settledAt are for people and
+// stay whole seconds.
+
+func microTimeOf(t *metav1.MicroTime) time.Time {
 	if t == nil {
 		return time.Time{}
 	}
 	return t.Time
 }
 
-func metaTime(t time.Time) *metav1.Time {
+// microTime is t as the API keeps a MicroTime (nil when zero).
+func microTime(t time.Time) *metav1.MicroTime {
 	if t.IsZero() {
 		return nil
 	}
-	m := metav1.NewTime(t)
+	m := metav1.NewMicroTime(t.Truncate(time.Microsecond))
 	return &m
 }
+
+// wholeTime is t as the API keeps a metav1.Time.
+func wholeTime(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
 
 func contextsIn(in []toolgatev1alpha1.AdditionalContext) []pipeline.Context {
 	if len(in) == 0 {

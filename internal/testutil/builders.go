@@ -280,7 +280,7 @@ func MakeApprovalRequest(namespace, name, call string, deadline metav1.Time) *Ap
 			ArgumentsPreview: `{"text":"hello"}`,
 			Reason:           "ask-writes: writes need a human",
 			Requester:        "agent",
-			Deadline:         deadline,
+			Deadline:         metav1.NewMicroTime(deadline.Time),
 		},
 	}}
 }

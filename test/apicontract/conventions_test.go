@@ -119,7 +119,7 @@ var _ = Describe("printer columns", func() {
 		Expect(c).NotTo(BeNil())
 		Expect(c.Type).To(Equal("string"))
 		Expect(c.Priority).To(BeZero())
-		Expect(cells["Deadline"]).To(Equal("2030-01-01T00:00:00Z"))
+		Expect(cells["Deadline"]).To(Equal("2030-01-01T00:00:00.000000Z")) // to the microsecond
 		Expect(column(columns, "Age")).NotTo(BeNil())
 	})
 

@@ -109,7 +109,7 @@ var _ = Describe("an ApprovalRequest's decision", func() {
 		Entry("reason", func(a *v1.ApprovalRequest) { a.Spec.Reason = "other" }, "spec.reason"),
 		Entry("requester", func(a *v1.ApprovalRequest) { a.Spec.Requester = "other" }, "spec.requester"),
 		Entry("deadline", func(a *v1.ApprovalRequest) {
-			a.Spec.Deadline = metav1.NewTime(a.Spec.Deadline.Add(time.Hour))
+			a.Spec.Deadline = metav1.NewMicroTime(a.Spec.Deadline.Add(time.Hour))
 		}, "spec.deadline"),
 	)
 })

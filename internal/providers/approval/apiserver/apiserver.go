@@ -100,7 +100,9 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	}
 }
 
-// question is the request the provider asks about one call.
+// question is the request the provider asks about one call. Its deadline
+// is the one the pipeline enforces, to the microsecond (a whole second
+// would show an approver a deadline up to a second early).
 func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.ApprovalRequest {
 	reason := q.Reason
 	if q.Message != "" {
@@ -117,7 +119,7 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 			ArgumentsPreview: approval.Preview(q.Call.Args, subj.Redact),
 			Reason:           textutil.Truncate(reason, 1024),
 			Requester:        q.Call.Requester,
-			Deadline:         metav1.NewTime(q.Deadline),
+			Deadline:         metav1.NewMicroTime(q.Deadline),
 		},
 	}
 }

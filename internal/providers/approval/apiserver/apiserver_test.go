@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -43,5 +44,25 @@ func TestAsksBindsTheArgumentsDigest(t *testing.T) {
 		if got := asks(found, question(tt.now, ask(tt.args))); got != tt.want {
 			t.Errorf("%s: asks = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestTheRequestShowsTheDeadlineEnforced: the deadline an approver reads
+// (spec.deadline, as the API server stores it) is the pipeline's, to the
+// microsecond, even late in a second.
+func TestTheRequestShowsTheDeadlineEnforced(t *testing.T) {
+	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	deadline := time.Date(2026, 11, 30, 12, 15, 0, 900_123_000, time.UTC)
+	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{}`), Requester: "agent"}, Reason: "ask-all", Deadline: deadline}
+	data, err := json.Marshal(question(approval.Subject{Owner: call}, q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := &toolgatev1alpha1.ApprovalRequest{}
+	if err := json.Unmarshal(data, stored); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored.Spec.Deadline.Time; !got.Equal(deadline) {
+		t.Errorf("the request shows the deadline %s, the pipeline enforces %s", got.UTC().Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))
 	}
 }
