@@ -37,6 +37,18 @@ type AgentSessionSpec struct {
 	// +kubebuilder:validation:Maximum=256
 	MaxParallel int32 `json:"maxParallel,omitempty"`
 
+	// warmPods is how many tool pods the Pod sandbox keeps started ahead of
+	// need for each kind of pod this session's calls use (same image,
+	// policy and workspace), never more than maxParallel. Each still serves
+	// exactly one call and is replaced as it is used; the pods of a session
+	// that made no call for a while are released. 0 turns it off: every
+	// call starts its own pod when it is dispatched.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	WarmPods *int32 `json:"warmPods,omitempty"`
+
 	// approvalTimeoutSeconds, when set, replaces the profile's approval
 	// timeout for this session's calls.
 	// +optional

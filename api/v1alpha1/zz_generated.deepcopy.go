@@ -109,6 +109,11 @@ func (in *AgentSessionSpec) DeepCopyInto(out *AgentSessionSpec) {
 		*out = new(WorkspaceSpec)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.WarmPods != nil {
+		in, out := &in.WarmPods, &out.WarmPods
+		*out = new(int32)
+		**out = **in
+	}
 	if in.ApprovalTimeoutSeconds != nil {
 		in, out := &in.ApprovalTimeoutSeconds, &out.ApprovalTimeoutSeconds
 		*out = new(int32)

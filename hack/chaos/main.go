@@ -546,7 +546,7 @@ func (r *chaos) fault(kind string) (string, error) {
 		}
 		var running []corev1.Pod
 		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Labels["toolgate.dev/warm"] != "true" {
 				running = append(running, p)
 			}
 		}
@@ -719,13 +719,22 @@ func (r *chaos) report(ctx context.Context) int {
 		}
 	}
 	// Pods left once every call has its result.
-	leaked := -1
+	// Warm pods (kept ready for the sessions' next calls, holding no call)
+	// are not left behind: they go when their session is idle or deleted.
+	leaked, warm := -1, 0
 	_ = r.waitFor(ctx, 60*time.Second, func() bool {
 		pods := &corev1.PodList{}
 		if r.c.List(ctx, pods, client.InNamespace(r.ns), client.MatchingLabels{"toolgate.dev/sandbox": "true"}) != nil {
 			return false
 		}
-		leaked = len(pods.Items)
+		leaked, warm = 0, 0
+		for _, p := range pods.Items {
+			if p.Labels["toolgate.dev/warm"] == "true" {
+				warm++
+			} else {
+				leaked++
+			}
+		}
 		return leaked == 0
 	})
 
@@ -745,6 +754,7 @@ func (r *chaos) report(ctx context.Context) int {
 	row("non-idempotent bodies run more than once", doubleRuns, true)
 	row("commits out of model order", misordered, true)
 	row("tool pods left after every call settled", leaked, true)
+	fmt.Printf("  %-52s %6d\n", "warm pods ready for the next calls", warm)
 	fmt.Printf("  %-52s %6d\n", "body runs (markers)", runs)
 	fmt.Printf("  %-52s %6d\n", "idempotent bodies run again (allowed)", idempotentReruns)
 	fmt.Println("  outcomes:")

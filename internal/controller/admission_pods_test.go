@@ -71,6 +71,57 @@ var _ = Describe("admission of tool pods", Ordered, func() {
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall"))
 
+		// A warm pod is the session's: planting one is refused the same way.
+		session := tu.MakeAgentSession(ns, "s", "p").Obj()
+		session.Spec.Owner = review.Status.UserInfo.Username
+		Expect(k8s.Create(ctx, session)).To(Succeed())
+		planted := owned("planted-warm")
+		planted.OwnerReferences = []metav1.OwnerReference{{APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: session.Name, UID: session.UID, Controller: ptr.To(true)}}
+		err = as("mallory").Create(ctx, planted)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall or an AgentSession"))
+
 		Expect(k8s.Create(ctx, owned("by-toolgate"))).To(Succeed(), "toolgate itself (here the cluster admin, who holds every verb) may")
+	})
+
+	// A deleted call keeps toolgate's finalizer until its work has stopped
+	// and its result committed; its requester could otherwise drop it (an
+	// object being deleted may lose the garbage collector's finalizers).
+	It("lets nobody but toolgate drop a deleted call's stop-work finalizer", func() {
+		review := &authenticationv1.SelfSubjectReview{}
+		Expect(k8s.Create(ctx, review)).To(Succeed())
+		me := review.Status.UserInfo.Username
+		Expect(k8s.Create(ctx, processProfile(ns, shTool("echo", "cat").Obj()).PreRule("allow", toolgatev1alpha1.ActionAllow, "").Obj())).To(Succeed())
+		session := tu.MakeAgentSession(ns, "held", "p").Obj()
+		session.Spec.Owner = me
+		Expect(k8s.Create(ctx, session)).To(Succeed())
+		caller := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-caller"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"toolcalls"}, Verbs: []string{"get", "update", "patch"}}},
+		}
+		Expect(k8s.Create(ctx, caller)).To(Succeed())
+		bind(ns, "agent-x", caller.Name)
+		// Index 1 of a turn of two whose index 0 never comes: once deleted,
+		// it is held until its place in the log can commit.
+		call := tu.MakeToolCall(ns, "waiting", "held").Tool("echo", `{}`).At(0, 1).Of(2).Requester(me).Obj()
+		Expect(k8s.Create(ctx, call)).To(Succeed())
+		const stopWork = "toolgate.dev/stop-work"
+		got := &toolgatev1alpha1.ToolCall{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(call), got)).To(Succeed())
+			g.Expect(got.Finalizers).To(ContainElement(stopWork))
+		}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
+		Expect(k8s.Delete(ctx, got)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(call), got)).To(Succeed())
+			g.Expect(got.DeletionTimestamp).NotTo(BeNil())
+		}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
+		Expect(got.Finalizers).To(ContainElement(stopWork), "held: its place in the log cannot commit yet")
+		base := got.DeepCopy()
+		got.Finalizers = nil
+		err := as("agent-x").Patch(ctx, got, client.MergeFrom(base))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only toolgate may change"))
+		Expect(k8s.Patch(ctx, got, client.MergeFrom(base))).To(Succeed(), "toolgate (here the cluster admin) may")
 	})
 })

@@ -217,7 +217,8 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	s.subject = approval.Subject{Owner: tc}
 	s.runner.job = sandbox.Job{
 		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID,
-		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), ClaimName: session.Status.WorkspaceClaimName},
+		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), SessionUID: session.UID, ClaimName: session.Status.WorkspaceClaimName},
+		WarmPods:  warmPods(session),
 	}
 	if compiled == nil {
 		msg := fmt.Sprintf("ToolProfile %s does not exist", key.Name)
@@ -319,6 +320,17 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		logger.Info("call settled", "call", s.tc.Name, "token", s.st.Token, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// warmPods is how many sandboxes the provider may keep ready for the
+// session's next calls: spec.warmPods (default 1), never more than
+// maxParallel.
+func warmPods(session *toolgatev1alpha1.AgentSession) int {
+	n := int32(1)
+	if session.Spec.WarmPods != nil {
+		n = *session.Spec.WarmPods
+	}
+	return int(max(0, min(n, session.Spec.MaxParallel)))
 }
 
 // heldExecute is when the body ended of a call whose output is held by the

@@ -293,6 +293,62 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 		Expect(podsOf("overtime")).To(Equal(0))
 	})
 
+	// The session keeps a pod of each kind its calls use started ahead of
+	// need (warmPods, default 1): the next call of that kind is handed to
+	// it, and a replacement starts. Nobody else can plant one.
+	It("hands a call to a warm pod, starts a replacement, and refuses a planted one", func() {
+		warm := func() []string {
+			out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/warm=true,toolgate.dev/session=s", "-o",
+				`jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{" "}{.metadata.labels.toolgate\.dev/template}{"\n"}{end}`)
+			return strings.Split(strings.TrimSpace(out), "\n")
+		}
+		// A container tool's warm pod (the tools image; earlier specs used it).
+		var name string
+		Eventually(func() string {
+			for _, l := range warm() {
+				if f := strings.Fields(l); len(f) == 2 && strings.TrimSpace(admin("-n", ns, "get", "pod", f[0], "-o", "jsonpath={.spec.containers[0].image}")) == "toolgate.dev/tools:dev" {
+					name = f[0]
+				}
+			}
+			return name
+		}, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty())
+		submit([3]string{"warmnap", "nap", `{"seconds":2}`})
+		Eventually(func() string {
+			return admin("-n", ns, "get", "pod", name, "-o", "jsonpath={.metadata.labels.toolgate\\.dev/call}")
+		}, 30*time.Second, 100*time.Millisecond).Should(Equal("warmnap"), "the warm pod was claimed by the call")
+		Expect(committed("warmnap").Status.Result.Content).To(Equal("slept\n"))
+		Eventually(func() bool {
+			for _, l := range warm() {
+				if f := strings.Fields(l); len(f) == 2 && f[0] != name {
+					return true
+				}
+			}
+			return false
+		}, 60*time.Second, 200*time.Millisecond).Should(BeTrue(), "a replacement warm pod runs")
+
+		// demo-approver may create pods here (the built-in edit role), yet
+		// cannot plant a warm pod for the session.
+		admin("-n", ns, "create", "rolebinding", "approver-edit", "--clusterrole=edit", "--user=demo-approver")
+		uid := strings.TrimSpace(admin("-n", ns, "get", "agentsession", "s", "-o", "jsonpath={.metadata.uid}"))
+		_, err := kubectl("demo-approver", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata:
+  name: planted
+  namespace: %s
+  labels: {toolgate.dev/sandbox: "true", toolgate.dev/warm: "true", toolgate.dev/session: s}
+  ownerReferences: [{apiVersion: toolgate.dev/v1alpha1, kind: AgentSession, name: s, uid: %s, controller: true}]
+spec:
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: tool
+      image: toolgate.dev/tools:dev
+      command: [/bin/sleep, "60"]
+      securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+`, ns, uid), "apply", "-f", "-")
+		Expect(err).To(MatchError(ContainSubstring("only toolgate may create a pod owned by a ToolCall or an AgentSession")))
+	})
+
 	// A secret in a call's arguments and in its tool's output reaches the
 	// call's result and nothing else: not the pod (spec or container log),
 	// not the manager's log, not an Event, not a log file of the cluster.

@@ -46,6 +46,10 @@ type Job struct {
 	// bounds the time its sandbox takes to get ready from it. The tool's
 	// timeout is not counted from it but from the body's own start.
 	Dispatched time.Time
+	// WarmPods is how many sandboxes of this kind the provider may keep
+	// ready ahead of the session's next calls (the session's warmPods,
+	// bounded by its maxParallel); 0: none.
+	WarmPods int
 }
 
 // Writable tells whether tools of policy may write the workspace.
@@ -78,8 +82,10 @@ func RunnerSpec(job Job, workspace string) runner.Spec {
 
 // Workspace identifies the session's workspace.
 type Workspace struct {
-	// Session is the session's namespaced name.
-	Session types.NamespacedName
+	// Session is the session's namespaced name, SessionUID its UID (the
+	// owner of sandboxes kept ready for it).
+	Session    types.NamespacedName
+	SessionUID types.UID
 	// ClaimName is the PersistentVolumeClaim mounted by pod providers; empty
 	// without a workspace.
 	ClaimName string

@@ -3,13 +3,16 @@ package pod
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -29,6 +32,12 @@ type kubelet struct {
 }
 
 func startKubelet(t *testing.T, c client.Client, pod *corev1.Pod) *kubelet {
+	return startKubeletAt(t, c, pod, "127.0.0.1")
+}
+
+// startKubeletAt is startKubelet reporting the pod at podIP (distinct
+// addresses tell pods apart in a network).
+func startKubeletAt(t *testing.T, c client.Client, pod *corev1.Pod, podIP string) *kubelet {
 	t.Helper()
 	k := &kubelet{}
 	pub, err := runner.ParseManagerKey(pod.Spec.Containers[0].Env[0].Value)
@@ -47,7 +56,7 @@ func startKubelet(t *testing.T, c client.Client, pod *corev1.Pod) *kubelet {
 	t.Cleanup(cancel)
 	go func() { _ = s.Serve(ctx, ln) }()
 	k.addr = ln.Addr().String()
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: podIP, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: containerTool, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
 	}}}
 	must(t, c.Status().Update(context.Background(), pod))
@@ -148,5 +157,136 @@ func TestTheCallIsHandedOverTheChannel(t *testing.T) {
 	}
 	if _, err := settle(t, slow, late); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxNotReady {
 		t.Fatalf("a pod never ready: %v, want sandbox_not_ready", err)
+	}
+}
+
+// network routes a pod address to its fake runner.
+type network struct {
+	mu    sync.Mutex
+	addrs map[string]string
+}
+
+func (n *network) add(podIP string, k *kubelet) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.addrs == nil {
+		n.addrs = map[string]string{}
+	}
+	n.addrs[podIP] = k.addr
+}
+
+func (n *network) dial(ctx context.Context, addr string) (net.Conn, error) {
+	host, _, _ := net.SplitHostPort(addr)
+	n.mu.Lock()
+	to, ok := n.addrs[host]
+	n.mu.Unlock()
+	if !ok {
+		return nil, errors.New("no route")
+	}
+	return (&net.Dialer{}).DialContext(ctx, "tcp", to)
+}
+
+// TestWarmPods: with warmPods set, the provider keeps a pod of the
+// session's kind ready; the next call claims it (control moves to the call,
+// the runner is handed that call) and a replacement starts; every pod
+// serves one call. A pod that only looks warm (labels, but not controlled
+// by the session) is never claimed: the call starts its own pod.
+func TestWarmPods(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "warm-"}}
+	must(t, c.Create(ctx, ns))
+	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "s"},
+		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
+	must(t, c.Create(ctx, session))
+	var calls []*toolgatev1alpha1.ToolCall
+	for i := range 3 {
+		call := &toolgatev1alpha1.ToolCall{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("call-%d", i)},
+			Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: fmt.Sprintf("c%d", i),
+				Tool: "wc", Arguments: fmt.Sprintf(`{"n":%d}`, i), Requester: "agent"},
+		}
+		must(t, c.Create(ctx, call))
+		calls = append(calls, call)
+	}
+	job := func(i int) sandbox.Job {
+		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+		j.Owner = client.ObjectKeyFromObject(calls[i])
+		j.OwnerUID, j.Attempt, j.Key = calls[i].UID, 1, sandbox.Key(calls[i].UID, 1)
+		j.Arguments, j.Dispatched, j.WarmPods = calls[i].Spec.Arguments, time.Now(), 1
+		j.Workspace.Session, j.Workspace.SessionUID = client.ObjectKeyFromObject(session), session.UID
+		return j
+	}
+	warmPods := func() []corev1.Pod {
+		list := &corev1.PodList{}
+		must(t, c.List(ctx, list, client.InNamespace(ns.Name), client.MatchingLabels{LabelWarm: "true"}))
+		return list.Items
+	}
+	waitWarm := func(not types.UID) corev1.Pod {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if w := warmPods(); len(w) == 1 && w[0].UID != not {
+				return w[0]
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("warm pods: %d", len(warmPods()))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var net network
+	p := newProvider()
+	p.Dial = net.dial
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+
+	// The first call starts cold, and a warm pod is started beside it.
+	if _, err := p.Run(ctx, job(0)); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	cold := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-0", string(calls[0].UID), 1)}, cold))
+	net.add("10.0.0.1", startKubeletAt(t, c, cold, "10.0.0.1"))
+	if res, err := settle(t, p, job(0)); err != nil || res.Stdout != `ran with {"n":0}` {
+		t.Fatalf("cold call: %+v %v", res, err)
+	}
+	warm := waitWarm("")
+	if !metav1.IsControlledBy(&warm, session) || len(warm.Spec.Containers[0].Env) != 1 {
+		t.Fatalf("the warm pod is not the session's, or holds more than the manager's key: %+v", warm.ObjectMeta)
+	}
+	wk := startKubeletAt(t, c, &warm, "10.0.0.2")
+	net.add("10.0.0.2", wk)
+
+	// The second call claims it.
+	if res, err := settle(t, p, job(1)); err != nil || res.Stdout != `ran with {"n":1}` {
+		t.Fatalf("warm call: %+v %v", res, err)
+	}
+	if n := wk.runs.Load(); n != 1 {
+		t.Fatalf("the warm pod ran %d calls", n)
+	}
+	claimed := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(&warm), claimed))
+	if !metav1.IsControlledBy(claimed, calls[1]) || claimed.Labels[LabelWarm] != "" || claimed.Annotations[AnnotationClaimed] == "" {
+		t.Fatalf("the claimed pod: %+v", claimed.ObjectMeta)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(calls[1].UID), 1)}, &corev1.Pod{}); err == nil {
+		t.Fatal("the warm call also got a cold pod")
+	}
+
+	// A replacement starts; make it look like someone else's, keeping its
+	// labels: it is never claimed.
+	next := waitWarm(warm.UID)
+	must(t, c.Delete(ctx, &next, client.GracePeriodSeconds(0)))
+	forged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "forged-warm", Labels: next.Labels}, Spec: next.Spec}
+	must(t, c.Create(ctx, forged))
+	fk := startKubeletAt(t, c, forged, "10.0.0.3")
+	net.add("10.0.0.3", fk)
+	if _, err := p.Run(ctx, job(2)); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	own := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-2", string(calls[2].UID), 1)}, own))
+	if fk.runs.Load() != 0 {
+		t.Fatal("a pod that is not the session's was handed a call")
 	}
 }

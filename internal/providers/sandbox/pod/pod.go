@@ -26,7 +26,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -61,6 +60,7 @@ type Provider struct {
 
 	mu        sync.Mutex
 	followers map[string]*follower
+	warm      pools
 }
 
 var _ sandbox.Provider = &Provider{}
@@ -110,8 +110,19 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	// exactly what cancellation needs.
 	api := context.WithoutCancel(ctx)
 	key := types.NamespacedName{Namespace: job.Owner.Namespace, Name: Name(job.Owner.Name, string(job.OwnerUID), job.Attempt)}
+	if f := p.follower(job.Key); f != nil {
+		key = f.pod // a claimed warm pod has a name of its own
+	}
 	pod := &corev1.Pod{}
 	err := p.Reader.Get(api, key, pod)
+	if apierrors.IsNotFound(err) && p.follower(job.Key) == nil {
+		// A warm pod this attempt claimed (before a restart)?
+		if claimed, cerr := p.claimed(api, job); cerr != nil {
+			return sandbox.Result{}, sandbox.ErrPending // transient; asked again
+		} else if claimed != nil {
+			pod, err = claimed, nil
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		f := p.follower(job.Key)
@@ -128,7 +139,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// unknowable.
 			return sandbox.Result{}, sandbox.ErrLost
 		}
-		return sandbox.Result{}, p.create(api, job, key)
+		return sandbox.Result{}, p.start(api, job, key)
 	case err != nil:
 		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
 	}
@@ -190,7 +201,9 @@ func failureOf(pod *corev1.Pod) error {
 	return nil
 }
 
-func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.NamespacedName) error {
+// start gives the attempt a pod: a warm one of its session if one is
+// ready, else a new one; either way the session's pool is replenished.
+func (p *Provider) start(ctx context.Context, job sandbox.Job, key types.NamespacedName) error {
 	if p.Key == nil {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the pod sandbox has no channel key")
 	}
@@ -204,10 +217,14 @@ func (p *Provider) create(ctx context.Context, job sandbox.Job, key types.Namesp
 	if err := p.ensureNetworkPolicies(ctx, key.Namespace, EgressAllowed(job.Policy)); err != nil {
 		return err
 	}
-	pod.OwnerReferences = []metav1.OwnerReference{{
-		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: job.Owner.Name, UID: job.OwnerUID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}}
+	template := templateOf(pod)
+	defer p.replenish(job, template)
+	if warm := p.claim(ctx, job, template); warm != nil {
+		p.adopt(job, warm)
+		return sandbox.ErrPending
+	}
+	pod.Labels[LabelCallUID] = string(job.OwnerUID)
+	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
 	if err := p.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return sandbox.ErrPending // adopted on the next poll

@@ -1,0 +1,349 @@
+package pod
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/textutil"
+)
+
+// Warm pods. A warm pod is a tool pod started before any call needs it:
+// the pod a call of its session would get (same image, policy, workspace
+// mount and sandbox mode, hence the same template), holding no call,
+// controlled by the AgentSession. A call dispatched in that session claims
+// one (the claim moves its control to the ToolCall, atomically: one
+// winner), hands it the call over the channel like any other pod, and the
+// provider starts a replacement. Each warm pod still serves exactly one
+// call. Pools are per session and template, learned from the calls made;
+// a session's pools go once it made no call for WarmIdle.
+const (
+	LabelWarm     = "toolgate.dev/warm"     // "true" while the pod waits for a call
+	LabelSession  = "toolgate.dev/session"  // the session a warm pod was started for
+	LabelTemplate = "toolgate.dev/template" // the hash of the pod spec (templateOf)
+	LabelCallUID  = "toolgate.dev/call-uid" // the call a pod serves
+	// AnnotationClaimed records when a warm pod was claimed by its call.
+	AnnotationClaimed = "toolgate.dev/claimed"
+
+	// WarmIdle is how long a session's warm pods are kept after its last
+	// call.
+	WarmIdle = 5 * time.Minute
+	// warmMaxAge is the oldest a warm pod may be to be claimed; older ones
+	// are replaced (a pod's active deadline runs from its start).
+	warmMaxAge = 10 * time.Minute
+	// warmSweep is how often pools are aged and idle ones released.
+	warmSweep = 30 * time.Second
+)
+
+// pool is the warm pods of one session and template.
+type pool struct {
+	job      sandbox.Job // the latest call of this template: how to build its pods
+	size     int
+	lastUse  time.Time
+	creating bool
+}
+
+type pools struct {
+	mu      sync.Mutex
+	byKey   map[string]*pool
+	started bool
+	stopped bool
+	stop    chan struct{}
+	done    chan struct{}
+	fills   sync.WaitGroup
+}
+
+func poolKey(session types.NamespacedName, template string) string {
+	return session.String() + "/" + template
+}
+
+// templateOf is the hash of what makes two tool pods interchangeable: the
+// spec (without the active deadline, which differs for warm pods) and the
+// egress label the network policies select on.
+func templateOf(pod *corev1.Pod) string {
+	spec := pod.Spec.DeepCopy()
+	spec.ActiveDeadlineSeconds = nil
+	b, _ := json.Marshal(struct {
+		Spec   *corev1.PodSpec
+		Egress string
+	}{spec, pod.Labels[LabelEgress]})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// claim takes a warm pod of the job's session and template for the job's
+// attempt, or returns nil. Only a pod controlled by the session (which only
+// toolgate can create: the toolgate-tool-pods admission policy) that is
+// running, young enough and not being deleted is taken; the claim is one
+// optimistic-locked write, so two calls never share a pod.
+func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) *corev1.Pod {
+	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
+		return nil
+	}
+	list := &corev1.PodList{}
+	if err := p.Client.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
+		LabelWarm: "true", LabelSession: textutil.LabelValue(job.Workspace.Session.Name), LabelTemplate: template,
+	}); err != nil {
+		return nil
+	}
+	now := p.now()
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if !pod.DeletionTimestamp.IsZero() || pod.Status.PodIP == "" || !running(pod) || terminated(pod) ||
+			now.Sub(pod.CreationTimestamp.Time) > warmMaxAge ||
+			!metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: job.Workspace.SessionUID}) {
+			continue
+		}
+		base := pod.DeepCopy()
+		delete(pod.Labels, LabelWarm)
+		pod.Labels[LabelCall] = textutil.LabelValue(job.Owner.Name)
+		pod.Labels[LabelAttempt] = fmt.Sprint(job.Attempt)
+		pod.Labels[LabelCallUID] = string(job.OwnerUID)
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[AnnotationClaimed] = now.UTC().Format(time.RFC3339Nano)
+		pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
+		if err := p.Client.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				log.FromContext(ctx).Error(err, "warm pod not claimed", "pod", pod.Name)
+			}
+			continue // claimed by another call meanwhile, or gone
+		}
+		return pod
+	}
+	return nil
+}
+
+// claimed finds the pod an attempt claimed (by this process or a previous
+// one), or nil.
+func (p *Provider) claimed(ctx context.Context, job sandbox.Job) (*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := p.Reader.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
+		LabelCallUID: string(job.OwnerUID), LabelAttempt: fmt.Sprint(job.Attempt),
+	}); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if metav1.IsControlledBy(&list.Items[i], &metav1.ObjectMeta{UID: job.OwnerUID}) {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func callOwner(job sandbox.Job) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: job.Owner.Name, UID: job.OwnerUID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// replenish records that the job's session used template now, and starts
+// warm pods until the pool holds its size. It runs beside the call, never
+// in its way: a failure only means the next call starts cold.
+func (p *Provider) replenish(job sandbox.Job, template string) {
+	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
+		return
+	}
+	p.warm.mu.Lock()
+	if p.warm.stopped {
+		p.warm.mu.Unlock()
+		return
+	}
+	p.startSweeper()
+	if p.warm.byKey == nil {
+		p.warm.byKey = map[string]*pool{}
+	}
+	key := poolKey(job.Workspace.Session, template)
+	pl := p.warm.byKey[key]
+	if pl == nil {
+		pl = &pool{}
+		p.warm.byKey[key] = pl
+	}
+	pl.job, pl.size, pl.lastUse = job, job.WarmPods, p.now()
+	if pl.creating {
+		p.warm.mu.Unlock()
+		return
+	}
+	pl.creating = true
+	p.warm.fills.Add(1)
+	p.warm.mu.Unlock()
+	go func() {
+		defer p.warm.fills.Done()
+		defer func() {
+			p.warm.mu.Lock()
+			pl.creating = false
+			p.warm.mu.Unlock()
+		}()
+		if err := p.fill(context.Background(), job, template, job.WarmPods); err != nil {
+			log.Log.Error(err, "warm pods not started", "session", job.Workspace.Session.Name)
+		}
+	}()
+}
+
+// fill starts warm pods of template until size are waiting (counted from
+// the API server itself: the cache may not have seen the last ones).
+func (p *Provider) fill(ctx context.Context, job sandbox.Job, template string, size int) error {
+	list := &corev1.PodList{}
+	if err := p.Reader.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
+		LabelWarm: "true", LabelSession: textutil.LabelValue(job.Workspace.Session.Name), LabelTemplate: template,
+	}); err != nil {
+		return err
+	}
+	have := 0
+	for _, pod := range list.Items {
+		if pod.DeletionTimestamp.IsZero() && !terminated(&pod) && p.now().Sub(pod.CreationTimestamp.Time) <= warmMaxAge {
+			have++
+		}
+	}
+	for ; have < size; have++ {
+		pod, err := p.warmPod(job, template)
+		if err != nil {
+			return err
+		}
+		if err := p.Client.Create(ctx, pod); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warmPod is the pod a call of job's kind would get, holding no call,
+// controlled by the session.
+func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error) {
+	cfg := p.Config
+	cfg.ChannelKey = hex.EncodeToString(p.Key.PublicKey().Bytes())
+	pod, err := BuildPod(cfg, job, "")
+	if err != nil {
+		return nil, err
+	}
+	if got := templateOf(pod); got != template {
+		return nil, fmt.Errorf("warm pod template %s, want %s", got, template)
+	}
+	prefix := job.Workspace.Session.Name
+	if len(prefix) > 40 {
+		prefix = prefix[:40]
+	}
+	pod.GenerateName = prefix + "-warm-"
+	delete(pod.Labels, LabelCall)
+	delete(pod.Labels, LabelAttempt)
+	pod.Labels[LabelWarm] = "true"
+	pod.Labels[LabelSession] = textutil.LabelValue(job.Workspace.Session.Name)
+	pod.Labels[LabelTemplate] = template
+	// A warm pod may wait up to warmMaxAge before its call starts.
+	pod.Spec.ActiveDeadlineSeconds = ptr.To(*pod.Spec.ActiveDeadlineSeconds + int64(warmMaxAge.Seconds()))
+	pod.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: job.Workspace.Session.Name, UID: job.Workspace.SessionUID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
+	return pod, nil
+}
+
+// startSweeper starts the goroutine that ages pools (called with the
+// pools' lock held).
+func (p *Provider) startSweeper() {
+	if p.warm.started {
+		return
+	}
+	p.warm.started = true
+	p.warm.stop, p.warm.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(p.warm.done)
+		t := time.NewTicker(warmSweep)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.warm.stop:
+				return
+			case <-t.C:
+				p.sweep(context.Background())
+			}
+		}
+	}()
+}
+
+// sweep releases the warm pods of sessions idle for WarmIdle, and those
+// of no pool this process knows once they are that old (after a restart);
+// it replaces warm pods too old to be claimed.
+func (p *Provider) sweep(ctx context.Context) {
+	list := &corev1.PodList{}
+	if err := p.Client.List(ctx, list, client.MatchingLabels{LabelWarm: "true"}); err != nil {
+		return
+	}
+	now := p.now()
+	p.warm.mu.Lock()
+	active := map[string]*pool{}
+	for key, pl := range p.warm.byKey {
+		if now.Sub(pl.lastUse) > WarmIdle {
+			delete(p.warm.byKey, key)
+			continue
+		}
+		active[key] = pl
+	}
+	p.warm.mu.Unlock()
+	refill := map[string]*pool{}
+	for i := range list.Items {
+		pod := &list.Items[i]
+		key := poolKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[LabelSession]}, pod.Labels[LabelTemplate])
+		pl := active[key]
+		age := now.Sub(pod.CreationTimestamp.Time)
+		if (pl == nil && age > WarmIdle) || age > warmMaxAge {
+			if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
+				log.Log.Error(err, "warm pod not released", "pod", pod.Name)
+			}
+			if pl != nil {
+				refill[key] = pl
+			}
+		}
+	}
+	for key, pl := range refill {
+		p.warm.mu.Lock()
+		job, template := pl.job, key[len(pl.job.Workspace.Session.String())+1:]
+		p.warm.mu.Unlock()
+		p.replenish(job, template)
+	}
+}
+
+// Stop ends the sweeper and waits for the warm pods being started; no
+// pool work starts afterwards (the warm pods stay: a restarted manager
+// claims them, or releases them once idle).
+func (p *Provider) Stop(ctx context.Context) error {
+	p.warm.mu.Lock()
+	started := p.warm.started
+	if started {
+		close(p.warm.stop)
+		p.warm.started = false
+	}
+	p.warm.stopped = true
+	done := p.warm.done
+	p.warm.mu.Unlock()
+	gone := make(chan struct{})
+	go func() {
+		if started {
+			<-done
+		}
+		p.warm.fills.Wait()
+		close(gone)
+	}()
+	select {
+	case <-gone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
