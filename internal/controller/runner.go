@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
@@ -18,6 +20,31 @@ import (
 type callRunner struct {
 	provider sandbox.Provider // nil when the profile's provider is not mounted
 	job      sandbox.Job
+	tools    []toolgatev1alpha1.ToolDefinition // the profile's
+}
+
+// prepare gets the sandbox of the attempt just dispatched ready before its
+// boundary is written, when the provider can (sandbox.Preparer); a failure
+// only leaves the work to Run.
+func (r callRunner) prepare(ctx context.Context, st *pipeline.State) {
+	p, ok := r.provider.(sandbox.Preparer)
+	if !ok {
+		return
+	}
+	for i := range r.tools {
+		if r.tools[i].Name != st.Request.Tool {
+			continue
+		}
+		job := r.job
+		job.Tool = &r.tools[i]
+		job.Attempt = st.Attempt
+		job.Key = sandbox.Key(job.OwnerUID, st.Attempt)
+		job.Dispatched = st.AttemptStartedAt
+		if err := p.Prepare(ctx, job); err != nil {
+			log.FromContext(ctx).Info("sandbox not prepared ahead of dispatch", "call", job.Owner.Name, "attempt", st.Attempt, "reason", err.Error())
+		}
+		return
+	}
 }
 
 var _ pipeline.Runner = callRunner{}

@@ -247,6 +247,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	}
 	s.runner.provider, _ = r.Sandboxes.Get(string(spec.Sandbox.Provider))
 	s.runner.job.Policy = spec.Sandbox
+	s.runner.tools = spec.Tools
 	opts.Runner = s.runner
 	s.pipe = pipeline.New(compiled.Registry, opts)
 	return ctrl.Result{}, false, nil
@@ -281,7 +282,13 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	heldAt := heldExecute(s.tc)
 	var requeue time.Duration
 	for !s.st.Done() && gateOpen(s.tc, s.st) {
+		before := s.st.Next
 		progress, wait := s.pipe.Step(callCtx, s.st)
+		if before == pipeline.StageDispatch && s.st.Next == pipeline.StageExecute {
+			// The boundary is written next: its sandbox first, so that a
+			// successor finds it (idle) whenever this process dies.
+			s.runner.prepare(ctx, s.st)
+		}
 		if n := len(s.st.Records); !heldAt.IsZero() && n > 0 && s.st.Records[n-1].Stage == pipeline.StageExecute {
 			// Collected again: the body ended when it first did.
 			s.st.Records[n-1].Time, heldAt = heldAt, time.Time{}

@@ -136,6 +136,17 @@ type Provider interface {
 	Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (gone bool, err error)
 }
 
+// Preparer is implemented by a provider that can get an attempt's sandbox
+// ready before the attempt's dispatch boundary is written, holding nothing
+// of the call and running nothing until Run (the pod provider: the pod,
+// whose runner waits to be handed the call). A manager that dies right
+// after writing the boundary then leaves a sandbox its successor finds
+// idle, and hands the call to it, instead of an attempt it cannot account
+// for. Prepare is best effort: Run does whatever Prepare did not.
+type Preparer interface {
+	Prepare(ctx context.Context, job Job) error
+}
+
 // Mounts are the mounted sandbox providers, by the profile's provider name.
 type Mounts = providers.Mounts[Provider]
 

@@ -290,3 +290,43 @@ func TestWarmPods(t *testing.T) {
 		t.Fatal("a pod that is not the session's was handed a call")
 	}
 }
+
+// TestPreparedPodWaitsForTheHandOver: a pod prepared before the dispatch
+// boundary runs nothing, however long it waits; the attempt's Run (here by
+// a successor manager, after the boundary) hands the call to it, once.
+func TestPreparedPodWaitsForTheHandOver(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "prepared-"}}
+	must(t, c.Create(ctx, ns))
+	call := &toolgatev1alpha1.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "call-1"},
+		Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: "c1",
+			Tool: "wc", Arguments: `{"n":1}`, Requester: "agent"},
+	}
+	must(t, c.Create(ctx, call))
+	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	job.Owner.Namespace, job.OwnerUID, job.Attempt = ns.Name, call.UID, 1
+	job.Key, job.Arguments, job.Dispatched = sandbox.Key(call.UID, 1), call.Spec.Arguments, time.Now()
+
+	p := newProvider()
+	must(t, p.Prepare(ctx, job))
+	must(t, p.Prepare(ctx, job)) // idempotent
+	pod := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), 1)}, pod))
+	k := startKubelet(t, c, pod)
+	p.Dial = k.dial
+	time.Sleep(time.Second) // the runner listens; nothing may reach it
+	if n := k.runs.Load(); n != 0 {
+		t.Fatalf("a prepared pod ran %d calls before Run", n)
+	}
+	successor := newProvider()
+	successor.Dial = k.dial
+	job.Resumed = true
+	if res, err := settle(t, successor, job); err != nil || res.Stdout != `ran with {"n":1}` {
+		t.Fatalf("after a restart: %+v %v", res, err)
+	}
+	if n := k.runs.Load(); n != 1 {
+		t.Fatalf("the body ran %d times", n)
+	}
+}

@@ -139,7 +139,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// unknowable.
 			return sandbox.Result{}, sandbox.ErrLost
 		}
-		return sandbox.Result{}, p.start(api, job, key)
+		return sandbox.Result{}, p.start(api, job, key, true)
 	case err != nil:
 		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
 	}
@@ -201,9 +201,32 @@ func failureOf(pod *corev1.Pod) error {
 	return nil
 }
 
+// Prepare creates (or claims) the attempt's pod before its dispatch
+// boundary is written. The pod holds nothing of the call, and nothing is
+// handed to it until Run, which the pipeline calls only once the boundary
+// is durable.
+func (p *Provider) Prepare(ctx context.Context, job sandbox.Job) error {
+	api := context.WithoutCancel(ctx)
+	if p.follower(job.Key) != nil {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: job.Owner.Namespace, Name: Name(job.Owner.Name, string(job.OwnerUID), job.Attempt)}
+	if err := p.Reader.Get(api, key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		return err // there already, or unknown: Run decides
+	}
+	if claimed, err := p.claimed(api, job); err != nil || claimed != nil {
+		return err
+	}
+	if err := p.start(api, job, key, false); !errors.Is(err, sandbox.ErrPending) {
+		return err
+	}
+	return nil
+}
+
 // start gives the attempt a pod: a warm one of its session if one is
 // ready, else a new one; either way the session's pool is replenished.
-func (p *Provider) start(ctx context.Context, job sandbox.Job, key types.NamespacedName) error {
+// With follow, the call is handed to the pod once it listens.
+func (p *Provider) start(ctx context.Context, job sandbox.Job, key types.NamespacedName, follow bool) error {
 	if p.Key == nil {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the pod sandbox has no channel key")
 	}
@@ -220,7 +243,9 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, key types.Namespa
 	template := templateOf(pod)
 	defer p.replenish(job, template)
 	if warm := p.claim(ctx, job, template); warm != nil {
-		p.adopt(job, warm)
+		if follow {
+			p.adopt(job, warm)
+		}
 		return sandbox.ErrPending
 	}
 	pod.Labels[LabelCallUID] = string(job.OwnerUID)
@@ -233,7 +258,9 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, key types.Namespa
 		// phantom attempt that a later poll would report lost.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod could not be created: "+err.Error())
 	}
-	p.adopt(job, pod)
+	if follow {
+		p.adopt(job, pod)
+	}
 	return sandbox.ErrPending
 }
 
