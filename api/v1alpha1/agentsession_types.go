@@ -210,6 +210,22 @@ const (
 	AgentSessionReasonWorkspaceConflict = "WorkspaceConflict"
 )
 
+// ConditionSandboxIsolated says whether anything in the session's
+// namespace widens its tool pods' network isolation (a NetworkPolicy of
+// someone else's selecting them); set when the profile's sandbox provider
+// can tell.
+const ConditionSandboxIsolated = "SandboxIsolated"
+
+// AgentSession reasons for the SandboxIsolated condition.
+const (
+	// AgentSessionReasonIsolated: no other object widens the isolation.
+	AgentSessionReasonIsolated = "Isolated"
+	// AgentSessionReasonAdditiveNetworkPolicy: another NetworkPolicy selects
+	// the tool pods and allows them traffic; the message names it. Calls
+	// still run: the platform team decides.
+	AgentSessionReasonAdditiveNetworkPolicy = "AdditiveNetworkPolicy"
+)
+
 // AgentSession is one agent conversation: its profile, workspace and the
 // durable head of its committed tool results.
 // +kubebuilder:object:root=true

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -89,6 +90,9 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	setSessionStatus(s, logged)
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
+	if c := r.isolationCondition(ctx, s); c != nil {
+		meta.SetStatusCondition(&s.Status.Conditions, *c)
+	}
 	// Stamped whatever Ready says, so that Ready=False at the current
 	// generation means rejected, not yet seen.
 	s.Status.ObservedGeneration = s.Generation
@@ -155,6 +159,35 @@ func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolga
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.AgentSessionReasonActive, "the session accepts calls"
 	}
 	return cond
+}
+
+// isolationCondition audits the session's namespace for what widens its
+// tool pods' isolation, when the profile's sandbox provider can tell (nil
+// otherwise: the condition keeps its last value).
+func (r *AgentSessionReconciler) isolationCondition(ctx context.Context, s *toolgatev1alpha1.AgentSession) *metav1.Condition {
+	_, obj, _, err := r.Profiles.Resolve(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ProfileRef.Name})
+	if err != nil || obj == nil {
+		return nil
+	}
+	provider, ok := r.Sandboxes.Get(string(obj.Spec.Sandbox.Provider))
+	if !ok {
+		return nil
+	}
+	auditor, ok := provider.(sandbox.IsolationAuditor)
+	if !ok {
+		return nil
+	}
+	widened, err := auditor.Audit(ctx, s.Namespace, obj.Spec.Sandbox)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "sandbox isolation not audited", "session", s.Name)
+		return nil
+	}
+	c := &metav1.Condition{Type: toolgatev1alpha1.ConditionSandboxIsolated, ObservedGeneration: s.Generation,
+		Status: metav1.ConditionTrue, Reason: toolgatev1alpha1.AgentSessionReasonIsolated, Message: "nothing else in the namespace selects this session's tool pods"}
+	if widened != "" {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonAdditiveNetworkPolicy, widened
+	}
+	return c
 }
 
 // reconcileWorkspace creates the session's workspace claim from its

@@ -376,6 +376,32 @@ spec:
 		}
 	})
 
+	// NetworkPolicies add up: a policy of someone else's that selects tool
+	// pods widens their isolation. The session shows it, and shows when it
+	// is gone.
+	It("shows on the session a NetworkPolicy that widens its tool pods' isolation", func() {
+		isolation := func() string {
+			return admin("-n", ns, "get", "agentsession", "s", "-o", `jsonpath={.status.conditions[?(@.type=="SandboxIsolated")].reason}`)
+		}
+		apply("admin", `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-all-egress}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress: [{}]
+`)
+		submit([3]string{"audited", "echo_args", `{"n":3}`})
+		committed("audited")
+		Eventually(isolation, 30*time.Second, 200*time.Millisecond).Should(Equal("AdditiveNetworkPolicy"))
+		Expect(admin("-n", ns, "get", "agentsession", "s", "-o", `jsonpath={.status.conditions[?(@.type=="SandboxIsolated")].message}`)).To(ContainSubstring("allow-all-egress"))
+		admin("-n", ns, "delete", "networkpolicy", "allow-all-egress")
+		submit([3]string{"audited-again", "echo_args", `{"n":4}`})
+		committed("audited-again")
+		Eventually(isolation, 30*time.Second, 200*time.Millisecond).Should(Equal("Isolated"))
+	})
+
 	It("still yields one result per call when the operator pod is killed mid-run", func() {
 		// The replacement manager waits for the dead one's leader lease
 		// (15 s) to expire: the tool's timeout must outlive that.

@@ -147,6 +147,15 @@ type Preparer interface {
 	Prepare(ctx context.Context, job Job) error
 }
 
+// IsolationAuditor is implemented by a provider whose isolation other
+// objects of a namespace can widen (the pod provider: NetworkPolicies add
+// up, so another policy selecting tool pods allows what toolgate's deny).
+// Audit says what widens the isolation of policy's sandboxes in namespace,
+// "" when nothing does.
+type IsolationAuditor interface {
+	Audit(ctx context.Context, namespace string, policy toolgatev1alpha1.SandboxPolicy) (string, error)
+}
+
 // Mounts are the mounted sandbox providers, by the profile's provider name.
 type Mounts = providers.Mounts[Provider]
 

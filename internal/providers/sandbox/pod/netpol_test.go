@@ -251,3 +251,47 @@ func TestNetworkIsolationOnAPIServer(t *testing.T) {
 		}
 	})
 }
+
+// TestAuditFindsPoliciesThatWidenIsolation: NetworkPolicies add up, so a
+// policy of someone else's that selects tool pods and allows them traffic
+// widens the sandbox; the audit names it (the session shows it as
+// SandboxIsolated=False), and ignores toolgate's own and those that select
+// other pods or allow nothing.
+func TestAuditFindsPoliciesThatWidenIsolation(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "audit-"}}
+	must(t, c.Create(ctx, ns))
+	p := newProvider()
+	policy := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws").Policy
+	audit := func() string {
+		t.Helper()
+		got, err := p.Audit(ctx, ns.Name, policy)
+		must(t, err)
+		return got
+	}
+	must(t, c.Create(ctx, p.Config.DenyAll(ns.Name)))
+	for _, np := range []*networkingv1.NetworkPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "web-only"}, Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{}},
+		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "deny-more"}, Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		}},
+	} {
+		np.Namespace = ns.Name
+		must(t, c.Create(ctx, np))
+	}
+	if got := audit(); got != "" {
+		t.Fatalf("nothing widens the sandbox yet, audit says %q", got)
+	}
+	allow := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "allow-all-egress"}, Spec: networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		Egress:      []networkingv1.NetworkPolicyEgressRule{{}},
+	}}
+	must(t, c.Create(ctx, allow))
+	if got := audit(); !strings.Contains(got, "NetworkPolicy allow-all-egress selects tool pods and allows egress") {
+		t.Fatalf("audit says %q", got)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -283,6 +285,45 @@ func (p *Provider) ensureNetworkPolicies(ctx context.Context, namespace string, 
 			namespace, EgressPolicyName, err))
 	}
 	return p.ensurePolicy(ctx, p.Config.EgressPolicy(namespace, addrs))
+}
+
+// Audit lists the NetworkPolicies of namespace, other than toolgate's,
+// that select the tool pods of policy and allow them traffic: policies add
+// up, so each widens what the sandbox's own allow. A selector naming a
+// call's own labels is not predicted; an empty one (every pod of the
+// namespace) is the usual culprit.
+func (p *Provider) Audit(ctx context.Context, namespace string, policy toolgatev1alpha1.SandboxPolicy) (string, error) {
+	list := &networkingv1.NetworkPolicyList{}
+	if err := p.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		return "", err
+	}
+	tool := labels.Set{LabelSandbox: "true", LabelEgress: fmt.Sprint(EgressAllowed(policy)), LabelManagedBy: managedBy}
+	var found []string
+	for _, np := range list.Items {
+		if (np.Name == NetworkPolicyName || np.Name == EgressPolicyName) && np.Labels[LabelManagedBy] == managedBy {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(tool) {
+			continue
+		}
+		var allows []string
+		if slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || len(np.Spec.PolicyTypes) == 0 {
+			if len(np.Spec.Ingress) > 0 {
+				allows = append(allows, "ingress")
+			}
+		}
+		if len(np.Spec.Egress) > 0 {
+			allows = append(allows, "egress")
+		}
+		if len(allows) > 0 {
+			found = append(found, fmt.Sprintf("NetworkPolicy %s selects tool pods and allows %s", np.Name, strings.Join(allows, " and ")))
+		}
+	}
+	if len(found) == 0 {
+		return "", nil
+	}
+	return strings.Join(found, "; ") + " (NetworkPolicies add up: tool pods may reach, or be reached by, more than the sandbox allows)", nil
 }
 
 // ensurePolicy creates want, or brings an existing policy of its name that
