@@ -56,7 +56,9 @@ func compose(mgr ctrl.Manager, scope *lifecycle.Scope, o options) (controller.Co
 		return cfg, err
 	}
 	if o.processSandbox {
-		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(o.processWorkspaceDir, cfg.Wake.Notify))); err != nil {
+		box := process.New(o.processWorkspaceDir, cfg.Wake.Notify)
+		box.SubCalls = controller.SubCalls(mgr.GetClient())
+		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)); err != nil {
 			return cfg, err
 		}
 	}
@@ -76,7 +78,8 @@ func compose(mgr ctrl.Manager, scope *lifecycle.Scope, o options) (controller.Co
 		}
 		provider := &pod.Provider{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key, Notify: cfg.Wake.Notify, NetworkPolicyEnforced: o.networkPolicyEnforced,
-			Config: pod.Config{RunnerImage: o.runnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.namespace, ManagerLabels: o.managerLabels},
+			SubCalls: controller.SubCalls(mgr.GetClient()),
+			Config:   pod.Config{RunnerImage: o.runnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.namespace, ManagerLabels: o.managerLabels},
 		}
 		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderPod), provider)); err != nil {
 			return cfg, err

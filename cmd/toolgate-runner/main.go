@@ -18,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolgate-runner copy DEST | serve | pause")
+		fmt.Fprintln(os.Stderr, "usage: toolgate-runner copy DEST | serve | pause | call TOOL [ARGUMENTS]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -37,6 +37,9 @@ func main() {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		<-ctx.Done()
+	case "call":
+		// A body's sub-call (Code Mode), through the runner serving it.
+		os.Exit(runner.CallMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

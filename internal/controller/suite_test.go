@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,6 +39,7 @@ var (
 	k8s          client.Client
 	ctx          = context.Background()
 	workspaceDir string
+	runnerPath   string
 	stopManager  context.CancelFunc
 	managerDone  chan struct{}
 )
@@ -55,6 +57,12 @@ var _ = BeforeSuite(func() {
 	k8s = env.Client
 	workspaceDir, err = os.MkdirTemp("", "toolgate-ws-")
 	Expect(err).NotTo(HaveOccurred())
+	// The runner binary, for bodies that make sub-calls ($TOOLGATE_RUNNER).
+	runnerPath = filepath.Join(workspaceDir, "toolgate-runner")
+	build := exec.Command("go", "build", "-o", runnerPath, "./cmd/toolgate-runner")
+	build.Dir = testenv.RepoRoot()
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
 	startManager(env.Config)
 })
 
@@ -103,7 +111,9 @@ func composeForTests(mgr ctrl.Manager) Config {
 	cfg := Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: NewWake(1024), PollInterval: 500 * time.Millisecond}
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}))).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
-	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(workspaceDir, cfg.Wake.Notify))).To(Succeed())
+	box := process.New(workspaceDir, cfg.Wake.Notify)
+	box.SubCalls, box.RunnerPath = SubCalls(mgr.GetClient()), runnerPath
+	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)).To(Succeed())
 	return cfg
 }
 

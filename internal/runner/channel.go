@@ -39,10 +39,14 @@ const (
 	// EnvManagerKey holds the manager's public key (hex) in the pod.
 	EnvManagerKey = "TOOLGATE_MANAGER_KEY"
 
-	helloPrefix   = "TOOLGATE-CHANNEL/1 "
-	requestPrefix = "TOOLGATE-REQUEST/1 "
-	refusalPrefix = "TOOLGATE-REFUSED/1 "
-	channelLabel  = "toolgate-channel/1"
+	helloPrefix     = "TOOLGATE-CHANNEL/1 "
+	requestPrefix   = "TOOLGATE-REQUEST/1 "
+	refusalPrefix   = "TOOLGATE-REFUSED/1 "
+	subcallPrefix   = "TOOLGATE-SUBCALL/1 "
+	subresultPrefix = "TOOLGATE-SUBRESULT/1 "
+	channelLabel    = "toolgate-channel/1"
+	subcallLabel    = "toolgate-subcall/1"
+	subresultLabel  = "toolgate-subresult/1"
 
 	// MaxRequestBytes bounds a sealed request: the largest arguments
 	// (200 KiB) and a tool's spec fit well within it.
@@ -117,8 +121,9 @@ func channelKeys(shared, runnerPub []byte) (request, frame []byte) {
 type Server struct {
 	requestKey, frameKey []byte
 	pub                  []byte
-	// Execute runs the call (Execute, or a test's stand-in).
-	Execute func(ctx context.Context, spec Spec, arguments []byte) (Header, []byte, []byte)
+	// Execute runs the call (ExecuteWith, or a test's stand-in), with the
+	// sub-caller that forwards the body's sub-calls to the manager.
+	Execute func(ctx context.Context, spec Spec, arguments []byte, sub SubCaller) (Header, []byte, []byte)
 	// ArgumentsDir is where the handed arguments are written for the tool.
 	ArgumentsDir string
 
@@ -128,6 +133,18 @@ type Server struct {
 	frame   []byte
 	summary []byte
 	done    chan struct{}
+	// links are the manager's connections waiting for the frame, the
+	// newest last: a body's sub-calls go over the newest.
+	links   []*link
+	linked  chan struct{} // closed and replaced when a link is added
+	pending map[string]chan SubResult
+}
+
+// link is one manager connection waiting for the frame.
+type link struct {
+	mu   sync.Mutex // serializes writes
+	conn net.Conn
+	gone chan struct{}
 }
 
 // NewServer makes the runner's one-time key and the keys it shares with
@@ -141,7 +158,8 @@ func NewServer(manager *ecdh.PublicKey) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{pub: priv.PublicKey().Bytes(), state: StateIdle, done: make(chan struct{}), ArgumentsDir: os.TempDir()}
+	s := &Server{pub: priv.PublicKey().Bytes(), state: StateIdle, done: make(chan struct{}), ArgumentsDir: os.TempDir(),
+		linked: make(chan struct{}), pending: map[string]chan SubResult{}}
 	s.requestKey, s.frameKey = channelKeys(shared, s.pub)
 	return s, nil
 }
@@ -180,7 +198,8 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	if _, err := conn.Write(append(append([]byte(helloPrefix), line...), '\n')); err != nil {
 		return
 	}
-	req, err := s.readRequest(bufio.NewReader(conn), hello.Challenge)
+	r := bufio.NewReader(conn)
+	req, err := s.readRequest(r, hello.Challenge)
 	if err != nil {
 		refuse(conn, err.Error())
 		return
@@ -190,12 +209,106 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		return
 	}
 	_ = conn.SetDeadline(time.Time{}) // the body may run long
+	l := &link{conn: conn, gone: make(chan struct{})}
+	s.addLink(l)
+	defer s.dropLink(l)
+	go s.readResults(r, l)
 	select {
 	case <-s.done:
+	case <-l.gone:
+		return
 	case <-ctx.Done():
 		return
 	}
+	l.mu.Lock()
 	_, _ = conn.Write(s.frame)
+	l.mu.Unlock()
+}
+
+func (s *Server) addLink(l *link) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.links = append(s.links, l)
+	close(s.linked)
+	s.linked = make(chan struct{})
+}
+
+func (s *Server) dropLink(l *link) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.links {
+		if x == l {
+			s.links = append(s.links[:i], s.links[i+1:]...)
+			break
+		}
+	}
+}
+
+// readResults reads the manager's answers to sub-calls on l until it
+// breaks (then l.gone is closed).
+func (s *Server) readResults(r *bufio.Reader, l *link) {
+	defer close(l.gone)
+	for {
+		line, err := readLine(r, maxHelloBytes)
+		if err != nil || !strings.HasPrefix(line, subresultPrefix) {
+			return
+		}
+		plain, err := readSealed(r, subresultLabel, s.requestKey, strings.TrimPrefix(line, subresultPrefix), MaxFrameBytes)
+		if err != nil {
+			return
+		}
+		var res SubResult
+		if json.Unmarshal(plain, &res) != nil {
+			return
+		}
+		s.mu.Lock()
+		ch := s.pending[res.ID]
+		delete(s.pending, res.ID)
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- res
+		}
+	}
+}
+
+// forward sends a body's sub-call to the manager over the newest link and
+// waits for its answer; a link that breaks first is replaced by the next
+// one the manager opens (after a restart), and the sub-call sent again
+// (the manager answers one ID once).
+func (s *Server) forward(ctx context.Context, call SubCall) SubResult {
+	for {
+		s.mu.Lock()
+		var l *link
+		if n := len(s.links); n > 0 {
+			l = s.links[n-1]
+		}
+		linked := s.linked
+		ch := make(chan SubResult, 1)
+		s.pending[call.ID] = ch
+		s.mu.Unlock()
+		if l == nil {
+			select {
+			case <-linked:
+				continue
+			case <-ctx.Done():
+				return SubResult{ID: call.ID, Outcome: "Cancelled", Code: codes.Cancelled, Message: "the calling body was stopped"}
+			}
+		}
+		plain, _ := json.Marshal(call)
+		l.mu.Lock()
+		err := writeSealed(l.conn, subcallPrefix, subcallLabel, s.requestKey, plain)
+		l.mu.Unlock()
+		if err == nil {
+			select {
+			case res := <-ch:
+				return res
+			case <-l.gone:
+			case <-ctx.Done():
+				return SubResult{ID: call.ID, Outcome: "Cancelled", Code: codes.Cancelled, Message: "the calling body was stopped"}
+			}
+		}
+		s.dropLink(l)
+	}
 }
 
 func refuse(w io.Writer, msg string) {
@@ -240,7 +353,7 @@ func (s *Server) accept(ctx context.Context, req *Request) error {
 	spec.ArgumentsFile = args
 	s.state, s.call = StateRunning, req.Call
 	go func() {
-		h, stdout, stderr := s.Execute(ctx, spec, []byte(req.Arguments))
+		h, stdout, stderr := s.Execute(ctx, spec, []byte(req.Arguments), s.forward)
 		var b strings.Builder
 		if err := WriteFrame(&b, s.frameKey, h, stdout, stderr); err != nil {
 			h, stdout, stderr = Header{Error: "the frame could not be sealed", Code: codes.SandboxLost}, nil, nil
@@ -274,9 +387,10 @@ func readLine(r *bufio.Reader, limit int) (string, error) {
 
 // Exchange is the manager's side of one connection: it reads the runner's
 // Hello, hands over req (a run becomes a collect once the runner has a
-// call) and returns the runner's frame. hello, once read, is reported even
+// call), answers the body's sub-calls with sub while it runs, and returns
+// the runner's frame. hello, once read, is reported even
 // when the exchange fails, so the caller knows whether the body started.
-func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request) (hello *Hello, res *Result, err error) {
+func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request, sub func(SubCall) SubResult) (hello *Hello, res *Result, err error) {
 	r := bufio.NewReaderSize(conn, 64<<10)
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	line, err := readLine(r, maxHelloBytes)
@@ -315,11 +429,34 @@ func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request) (hello *Hello, r
 		return hello, nil, err
 	}
 	_ = conn.SetDeadline(time.Time{}) // the frame comes when the body ends
-	peek, err := r.Peek(len(refusalPrefix))
-	if err == nil && string(peek) == refusalPrefix {
-		msg, _ := readLine(r, maxHelloBytes)
-		return hello, nil, fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(msg, refusalPrefix))
+	var writes sync.Mutex
+	for {
+		line, err := readLine(r, maxHelloBytes)
+		switch {
+		case err != nil:
+			return hello, nil, fmt.Errorf("runner: %w", err)
+		case strings.HasPrefix(line, refusalPrefix):
+			return hello, nil, fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(line, refusalPrefix))
+		case strings.HasPrefix(line, FramePrefix):
+			res, err := openFrame(r, frameKey, strings.TrimPrefix(line, FramePrefix))
+			return hello, res, err
+		case strings.HasPrefix(line, subcallPrefix):
+			plain, err := readSealed(r, subcallLabel, requestKey, strings.TrimPrefix(line, subcallPrefix), MaxRequestBytes)
+			var call SubCall
+			if err != nil || json.Unmarshal(plain, &call) != nil {
+				return hello, nil, ErrForged
+			}
+			go func() {
+				res := SubResult{Outcome: "Failed", Code: codes.SandboxUnavailable, Message: "this manager serves no sub-calls"}
+				if sub != nil {
+					res = sub(call)
+				}
+				res.ID = call.ID
+				answer, _ := json.Marshal(res)
+				writes.Lock()
+				defer writes.Unlock()
+				_ = writeSealed(conn, subresultPrefix, subresultLabel, requestKey, answer)
+			}()
+		}
 	}
-	res, err = ReadFrame(r, frameKey)
-	return hello, res, err
 }

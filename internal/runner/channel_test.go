@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/ecdh"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,9 +32,10 @@ func channel(t *testing.T) (addr string, manager *ecdh.PrivateKey, runs *atomic.
 	}
 	s.ArgumentsDir = t.TempDir()
 	runs = &atomic.Int32{}
-	s.Execute = func(ctx context.Context, spec Spec, arguments []byte) (Header, []byte, []byte) {
+	s.Execute = func(ctx context.Context, spec Spec, arguments []byte, sub SubCaller) (Header, []byte, []byte) {
 		runs.Add(1)
-		return Execute(ctx, spec, arguments, time.Second)
+		self, _ := os.Executable()
+		return ExecuteWith(ctx, spec, arguments, time.Second, Calls{Caller: sub, Runner: self})
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,7 +54,7 @@ func exchange(t *testing.T, addr string, key *ecdh.PrivateKey, req Request) (*He
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close() }()
-	return Exchange(conn, key, req)
+	return Exchange(conn, key, req, nil)
 }
 
 func runRequest(call, script, args string) Request {
@@ -159,7 +162,7 @@ func recordRequest(t *testing.T, addr string, manager *ecdh.PrivateKey, req Requ
 	// Exchange waits for a frame that never comes: end it once the request
 	// is out.
 	time.AfterFunc(500*time.Millisecond, func() { _ = client.Close() })
-	_, _, _ = Exchange(client, manager, req)
+	_, _, _ = Exchange(client, manager, req, nil)
 	<-read
 	return sent.Bytes()
 }
@@ -178,7 +181,7 @@ func TestChannelFrameIsSealed(t *testing.T) {
 	}
 	var wire bytes.Buffer
 	tap := &tapConn{Conn: conn, read: &wire}
-	_, res, err := Exchange(tap, manager, runRequest("uid-1/1", "echo out-SECRET", `{"a":"arg-SECRET"}`))
+	_, res, err := Exchange(tap, manager, runRequest("uid-1/1", "echo out-SECRET", `{"a":"arg-SECRET"}`), nil)
 	_ = conn.Close()
 	if err != nil || !strings.Contains(string(res.Stdout), "out-SECRET") {
 		t.Fatalf("%v %v", res, err)
@@ -212,5 +215,42 @@ func TestBudgetCountsFromTheBodyStart(t *testing.T) {
 	h, _, _ = Execute(context.Background(), Spec{Workspace: ws, TimeoutMillis: 300, Argv: []string{"/bin/sh", "-c", "trap '' TERM; sleep 30"}}, nil, 200*time.Millisecond)
 	if h.Code != codes.Timeout || !strings.Contains(h.Error, "300ms timeout") || time.Since(start) > 3*time.Second {
 		t.Fatalf("beyond budget: %+v after %s", h, time.Since(start))
+	}
+}
+
+// TestChannelServesSubCalls: a body calls other tools through
+// "$TOOLGATE_RUNNER call" while it runs; each sub-call reaches the manager
+// over the channel (sealed, like everything on it) and its answer comes back
+// to the body, which combines them; a failed sub-call fails the command.
+func TestChannelServesSubCalls(t *testing.T) {
+	addr, manager, _ := channel(t)
+	var calls []SubCall
+	var mu sync.Mutex
+	sub := func(c SubCall) SubResult {
+		mu.Lock()
+		calls = append(calls, c)
+		mu.Unlock()
+		if c.Tool == "broken" {
+			return SubResult{Outcome: "Denied", Code: "policy_denied", Message: "not allowed"}
+		}
+		return SubResult{Outcome: "Succeeded", Value: fmt.Sprintf("%q", c.Tool+c.Arguments)}
+	}
+	script := `a=$("$TOOLGATE_RUNNER" call add '{"n":1}'); b=$("$TOOLGATE_RUNNER" call add '{"n":2}'); ` +
+		`"$TOOLGATE_RUNNER" call broken 2>&1 >/dev/null; echo "exit $?"; echo "$a,$b"`
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_, res, err := Exchange(conn, manager, runRequest("uid-1/1", script, "{}"), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Denied policy_denied: not allowed\nexit 1\n" + `"add{\"n\":1}","add{\"n\":2}"` + "\n"
+	if string(res.Stdout) != want {
+		t.Fatalf("stdout %q, want %q", res.Stdout, want)
+	}
+	if len(calls) != 3 || calls[0].ID != "1" || calls[1].ID != "2" || calls[2].Tool != "broken" {
+		t.Fatalf("sub-calls %+v", calls)
 	}
 }

@@ -58,6 +58,19 @@ type Spec struct {
 // and MAC) and the captured output. Cancelling ctx stops the tool's whole
 // process group (SIGTERM, then SIGKILL after grace) and waits for it.
 func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Duration) (Header, []byte, []byte) {
+	return ExecuteWith(ctx, spec, arguments, grace, Calls{})
+}
+
+// Calls lets a body make sub-calls: Caller runs them, Runner is the path
+// of this runner binary ($TOOLGATE_RUNNER, for "toolgate-runner call").
+// Without a Caller the body gets no endpoint.
+type Calls struct {
+	Caller SubCaller
+	Runner string
+}
+
+// ExecuteWith is Execute with sub-calls served to the body while it runs.
+func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Duration, calls Calls) (Header, []byte, []byte) {
 	if err := writableWorkspace(spec); err != nil {
 		return Header{Error: err.Error(), Code: codes.SandboxUnavailable}, nil, nil
 	}
@@ -104,6 +117,12 @@ func Execute(ctx context.Context, spec Spec, arguments []byte, grace time.Durati
 	}
 	if spec.Workspace != "" {
 		cmd.Env = append(cmd.Env, "TOOLGATE_WORKSPACE="+spec.Workspace)
+	}
+	if calls.Caller != nil {
+		if socket, stop := serveSubCalls(ctx, calls.Caller); socket != "" {
+			defer stop()
+			cmd.Env = append(cmd.Env, EnvCallSocket+"="+socket, EnvRunner+"="+calls.Runner)
+		}
 	}
 	for k, v := range spec.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -220,8 +239,9 @@ func Main(ctx context.Context, addr, terminationLog string) int {
 		fmt.Fprintln(os.Stderr, "toolgate-runner: no channel key")
 		return 2
 	}
-	s.Execute = func(ctx context.Context, spec Spec, arguments []byte) (Header, []byte, []byte) {
-		return Execute(ctx, spec, arguments, 2*time.Second)
+	self, _ := os.Executable()
+	s.Execute = func(ctx context.Context, spec Spec, arguments []byte, sub SubCaller) (Header, []byte, []byte) {
+		return ExecuteWith(ctx, spec, arguments, 2*time.Second, Calls{Caller: sub, Runner: self})
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -376,6 +376,20 @@ spec:
 		}
 	})
 
+	// Code Mode on real pods: the body of combine calls echo_args twice
+	// through the runner; each sub-call is a nested ToolCall with its own
+	// pod, and the body joins their results.
+	It("runs a body's sub-calls as nested calls in their own pods", func() {
+		submit([3]string{"combined", "combine", `{}`})
+		tc := committed("combined")
+		Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"), tc.Status.Result.ErrorCode)
+		Expect(tc.Status.Result.Content).To(ContainSubstring(`\"n\":1`))
+		Expect(tc.Status.Result.Content).To(ContainSubstring(`\"n\":2`))
+		Expect(admin("-n", ns, "get", "toolcalls", "-o",
+			`jsonpath={range .items[?(@.spec.parentRef.name=="combined")]}{.spec.tool}:{.status.result.outcome} {end}`)).
+			To(Equal("echo_args:Succeeded echo_args:Succeeded "))
+	})
+
 	// NetworkPolicies add up: a policy of someone else's that selects tool
 	// pods widens their isolation. The session shows it, and shows when it
 	// is gone.

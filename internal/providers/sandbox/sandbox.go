@@ -159,6 +159,12 @@ type IsolationAuditor interface {
 // Mounts are the mounted sandbox providers, by the profile's provider name.
 type Mounts = providers.Mounts[Provider]
 
+// SubCalls runs a sub-call a body of parent's attempt made (Code Mode)
+// through the whole pipeline, as its own ToolCall nested under parent's,
+// and returns its settled result. The controllers provide it; providers
+// serve it to their bodies.
+type SubCalls func(ctx context.Context, parent Job, call runner.SubCall) runner.SubResult
+
 // Notifier is told when an attempt's work ends, so its call is reconciled at
 // once instead of at the next poll.
 type Notifier func(owner types.NamespacedName)

@@ -45,7 +45,7 @@ func startKubeletAt(t *testing.T, c client.Client, pod *corev1.Pod, podIP string
 	s, err := runner.NewServer(pub)
 	must(t, err)
 	s.ArgumentsDir = t.TempDir()
-	s.Execute = func(_ context.Context, spec runner.Spec, args []byte) (runner.Header, []byte, []byte) {
+	s.Execute = func(_ context.Context, spec runner.Spec, args []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
 		k.runs.Add(1)
 		k.handed.Store(spec)
 		return runner.Header{BodyMillis: 1}, append([]byte("ran with "), args...), nil

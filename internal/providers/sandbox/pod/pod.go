@@ -59,6 +59,8 @@ type Provider struct {
 	NetworkPolicyEnforced bool
 	// Notify wakes a call when its frame arrived.
 	Notify sandbox.Notifier
+	// SubCalls runs the sub-calls bodies make (nil: they are refused).
+	SubCalls sandbox.SubCalls
 
 	mu        sync.Mutex
 	followers map[string]*follower
@@ -503,7 +505,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			// Never start a body past the bound; collect one already started.
 			req.Op = runner.OpCollect
 		}
-		hello, res, err := p.exchange(ctx, pod, req)
+		hello, res, err := p.exchange(ctx, pod, req, job)
 		if hello != nil && hello.State != runner.StateIdle {
 			handed = true
 		}
@@ -523,7 +525,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 }
 
 // exchange is one connection to the pod's runner.
-func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Request) (*runner.Hello, *runner.Result, error) {
+func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Request, job sandbox.Job) (*runner.Hello, *runner.Result, error) {
 	dial := p.Dial
 	if dial == nil {
 		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
@@ -534,7 +536,11 @@ func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Req
 		return nil, nil, err
 	}
 	defer func() { _ = conn.Close() }()
-	return runner.Exchange(conn, p.Key, req)
+	var sub func(runner.SubCall) runner.SubResult
+	if p.SubCalls != nil {
+		sub = func(c runner.SubCall) runner.SubResult { return p.SubCalls(ctx, job, c) }
+	}
+	return runner.Exchange(conn, p.Key, req, sub)
 }
 
 func (p *Provider) now() time.Time { return time.Now() }

@@ -36,6 +36,11 @@ type Provider struct {
 	WorkspaceBase string
 	// Notify is called when an attempt ends.
 	Notify sandbox.Notifier
+	// SubCalls runs the sub-calls bodies make (nil: they get no endpoint),
+	// and RunnerPath is the toolgate-runner binary a body's script calls
+	// them with ($TOOLGATE_RUNNER).
+	SubCalls   sandbox.SubCalls
+	RunnerPath string
 
 	mu      sync.Mutex
 	runs    map[string]*run
@@ -212,7 +217,11 @@ func (p *Provider) start(job sandbox.Job, r *run) (err error) {
 		defer close(r.gone)
 		defer r.stop()
 		defer func() { _ = os.Remove(args.Name()) }()
-		h, stdout, stderr := runner.Execute(r.ctx, spec, []byte(job.Arguments), grace)
+		calls := runner.Calls{Runner: p.RunnerPath}
+		if p.SubCalls != nil {
+			calls.Caller = func(ctx context.Context, c runner.SubCall) runner.SubResult { return p.SubCalls(ctx, job, c) }
+		}
+		h, stdout, stderr := runner.ExecuteWith(r.ctx, spec, []byte(job.Arguments), grace, calls)
 		r.result, r.err = sandbox.Outcome(h, stdout, stderr)
 		close(r.done)
 		if p.Notify != nil {

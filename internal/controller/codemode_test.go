@@ -1,0 +1,51 @@
+package controller
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+var _ = Describe("Code Mode", func() {
+	// A body calls other tools of its session through the runner
+	// ("$TOOLGATE_RUNNER call TOOL ARGS"); each sub-call is its own
+	// ToolCall, nested under the caller, through the whole pipeline (here a
+	// policy that denies one tool), and the body gets each result.
+	It("runs a body's sub-calls as nested ToolCalls through the pipeline and gives the body their results", func() {
+		ns := newNamespace()
+		combine := shTool("combine", `a=$("$TOOLGATE_RUNNER" call echo '{"text":"one"}') && b=$("$TOOLGATE_RUNNER" call echo '{"text":"two"}') && `+
+			`{ "$TOOLGATE_RUNNER" call fail '{}' 2>&1 >/dev/null; true; } && echo "$a+$b"`).Obj()
+		combine.TimeoutSeconds = 60
+		setup(processProfile(ns, append(matrixTools(), combine)...).
+			PreRule("no-fail", toolgatev1alpha1.ActionDeny, "call.tool == 'fail'").
+			PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "combine", `{}`, 0, 0)
+		c := committedCall(ns, "c1")
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Status.Result.Message)
+		Expect(c.Status.Result.Content).To(ContainSubstring(`{\"text\":\"one\"}`))
+		Expect(c.Status.Result.Content).To(ContainSubstring(`{\"text\":\"two\"}`))
+		Expect(*c.Status.Schedule.CommitSequence).To(Equal(int64(0)))
+
+		list := &toolgatev1alpha1.ToolCallList{}
+		Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		byTool := map[string][]toolgatev1alpha1.ToolCall{}
+		for _, n := range list.Items {
+			if n.Spec.ParentRef != nil {
+				Expect(n.Spec.ParentRef.Name).To(Equal("c1"))
+				Expect(n.Spec.Requester).To(Equal(c.Spec.Requester), "a sub-call is made in the caller's name")
+				Expect(n.Status.Schedule.CommitSequence).To(BeNil(), "a nested call stays out of the log")
+				byTool[n.Spec.Tool] = append(byTool[n.Spec.Tool], n)
+			}
+		}
+		Expect(byTool["echo"]).To(HaveLen(2))
+		for _, n := range byTool["echo"] {
+			Expect(n.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+			Expect(stageTrace(&n)).To(ContainSubstring("PreExecute:Allow"))
+		}
+		Expect(byTool["fail"]).To(HaveLen(1))
+		Expect(byTool["fail"][0].Status.Result.ErrorCode).To(Equal("policy_denied"), "the policy decides a sub-call like any call")
+		Expect(bodyRuns(ns, "runs")).To(Equal(2), "the denied sub-call's body never ran")
+	})
+})

@@ -1,0 +1,76 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/codes"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
+)
+
+// SubCalls runs a body's sub-call (Code Mode) through the whole pipeline,
+// as its own ToolCall nested under the calling one: the same session,
+// requester and place, parentRef naming the caller, so the session runs it
+// within the caller's slot, outside the log. Its name is derived from the
+// caller's attempt and the sub-call's ID, so a sub-call asked again (the
+// runner resends it to a restarted manager) is the same ToolCall, answered
+// once. It waits for the nested call's result.
+func SubCalls(c client.Client) sandbox.SubCalls {
+	return func(ctx context.Context, parent sandbox.Job, call runner.SubCall) runner.SubResult {
+		failed := func(code, format string, args ...any) runner.SubResult {
+			return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeFailed), Code: code, Message: fmt.Sprintf(format, args...)}
+		}
+		p := &toolgatev1alpha1.ToolCall{}
+		if err := c.Get(ctx, parent.Owner, p); err != nil {
+			return failed(codes.Internal, "the calling ToolCall could not be read: %v", err)
+		}
+		suffix := fmt.Sprintf("a%d-s%s", parent.Attempt, call.ID)
+		nested := &toolgatev1alpha1.ToolCall{
+			ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: nestedName(p.Name, suffix)},
+			Spec: toolgatev1alpha1.ToolCallSpec{
+				SessionRef: p.Spec.SessionRef, Turn: p.Spec.Turn, Index: p.Spec.Index, TurnSize: p.Spec.TurnSize,
+				CallID: nestedName(p.Spec.CallID, suffix), Tool: call.Tool, Arguments: call.Arguments,
+				ParentRef: &toolgatev1alpha1.LocalObjectReference{Name: p.Name}, Requester: p.Spec.Requester,
+			},
+		}
+		if err := c.Create(ctx, nested); err != nil && !apierrors.IsAlreadyExists(err) {
+			if apierrors.IsInvalid(err) {
+				return failed(codes.InvalidArguments, "the sub-call was refused: %v", err)
+			}
+			return failed(codes.Internal, "the sub-call could not be recorded: %v", err)
+		}
+		key := client.ObjectKeyFromObject(nested)
+		for {
+			got := &toolgatev1alpha1.ToolCall{}
+			if err := c.Get(ctx, key, got); err == nil && got.Status.Result != nil {
+				r := got.Status.Result
+				return runner.SubResult{Outcome: string(r.Outcome), Code: r.ErrorCode, Message: r.Message, Value: r.Value, Content: r.Content}
+			}
+			select {
+			case <-ctx.Done():
+				return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeCancelled), Code: codes.Cancelled, Message: "the calling body was stopped before the sub-call settled"}
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// nestedName is base-suffix, kept within 63 characters (a hash of base
+// replaces its tail when it is longer), so it is a valid name and callID.
+func nestedName(base, suffix string) string {
+	if n := len(base) + 1 + len(suffix); n <= 63 {
+		return base + "-" + suffix
+	}
+	sum := sha256.Sum256([]byte(base))
+	keep := max(0, 63-len(suffix)-1-9)
+	return base[:min(keep, len(base))] + "-" + hex.EncodeToString(sum[:])[:8] + "-" + suffix
+}
