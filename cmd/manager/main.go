@@ -113,7 +113,7 @@ func main() {
 		log.Error(err, "health check not added")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("caches", cacheSynced(mgr.GetCache())); err != nil {
 		log.Error(err, "ready check not added")
 		os.Exit(1)
 	}
