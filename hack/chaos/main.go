@@ -554,7 +554,7 @@ func (r *chaos) fault(kind string) (string, error) {
 			return "", errNoTarget
 		}
 		p := running[r.rng.IntN(len(running))]
-		return "deleted " + p.Name, r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
+		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, p.Labels["toolgate.dev/call"]), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
 	default:
 		name := map[string]string{faultApiserver: "kube-apiserver", faultEtcd: "etcd", faultKubelet: "kubelet", faultContainerd: "containerd"}[kind]
 		return r.restart(name)
@@ -778,7 +778,7 @@ func (r *chaos) report(ctx context.Context) int {
 			cause := "no fault before it"
 			for _, f := range r.faults {
 				switch {
-				case f.kind == faultPod && strings.HasPrefix(f.note, "deleted "+c.name+"-"):
+				case f.kind == faultPod && strings.HasSuffix(f.note, "the pod of call "+c.name):
 					cause = fmt.Sprintf("its pod was deleted by the fault (%s)", f.note)
 				case !f.at.After(settled) && !strings.HasPrefix(cause, "its pod"):
 					cause = fmt.Sprintf("last fault before it: %s (%s), %.0fs earlier", f.kind, f.note, settled.Sub(f.at).Seconds())
