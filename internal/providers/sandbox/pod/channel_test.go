@@ -92,14 +92,8 @@ func settle(t *testing.T, p *Provider, job sandbox.Job) (sandbox.Result, error) 
 func TestTheCallIsHandedOverTheChannel(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "channel-"}}
-	must(t, c.Create(ctx, ns))
-	call := &toolgatev1alpha1.ToolCall{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "call-1"},
-		Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: "c1",
-			Tool: "wc", Arguments: `{"text":"a b"}`, Requester: "agent"},
-	}
-	must(t, c.Create(ctx, call))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace(t, c, "channel-", nil)}}
+	call := callIn(t, c, ns.Name, "call-1", `{"text":"a b"}`)
 	job := func(attempt int) sandbox.Job {
 		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
 		j.Owner.Namespace, j.OwnerUID, j.Attempt = ns.Name, call.UID, attempt
@@ -194,20 +188,13 @@ func (n *network) dial(ctx context.Context, addr string) (net.Conn, error) {
 func TestWarmPods(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "warm-"}}
-	must(t, c.Create(ctx, ns))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace(t, c, "warm-", nil)}}
 	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "s"},
 		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
 	must(t, c.Create(ctx, session))
 	var calls []*toolgatev1alpha1.ToolCall
 	for i := range 3 {
-		call := &toolgatev1alpha1.ToolCall{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("call-%d", i)},
-			Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: fmt.Sprintf("c%d", i),
-				Tool: "wc", Arguments: fmt.Sprintf(`{"n":%d}`, i), Requester: "agent"},
-		}
-		must(t, c.Create(ctx, call))
-		calls = append(calls, call)
+		calls = append(calls, callIn(t, c, ns.Name, fmt.Sprintf("call-%d", i), fmt.Sprintf(`{"n":%d}`, i)))
 	}
 	job := func(i int) sandbox.Job {
 		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
@@ -297,14 +284,8 @@ func TestWarmPods(t *testing.T) {
 func TestPreparedPodWaitsForTheHandOver(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "prepared-"}}
-	must(t, c.Create(ctx, ns))
-	call := &toolgatev1alpha1.ToolCall{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "call-1"},
-		Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: "c1",
-			Tool: "wc", Arguments: `{"n":1}`, Requester: "agent"},
-	}
-	must(t, c.Create(ctx, call))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace(t, c, "prepared-", nil)}}
+	call := callIn(t, c, ns.Name, "call-1", `{"n":1}`)
 	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
 	job.Owner.Namespace, job.OwnerUID, job.Attempt = ns.Name, call.UID, 1
 	job.Key, job.Arguments, job.Dispatched = sandbox.Key(call.UID, 1), call.Spec.Arguments, time.Now()

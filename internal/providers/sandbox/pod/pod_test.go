@@ -5,6 +5,7 @@ import (
 	"crypto/ecdh"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,16 +70,11 @@ func TestOnAPIServer(t *testing.T) {
 	ctx := context.Background()
 	// A namespace enforcing Pod Security "restricted", and a call to own
 	// the pods.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pods-", Labels: map[string]string{
+	nsName := namespace(t, c, "pods-", map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
-	}}}
-	must(t, c.Create(ctx, ns))
-	call := &toolgatev1alpha1.ToolCall{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "call-1"},
-		Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: "c1",
-			Tool: "wc", Arguments: `{"text":"a b"}`, Requester: "agent"},
-	}
-	must(t, c.Create(ctx, call))
+	})
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}
+	call := callIn(t, c, nsName, "call-1", `{"text":"a b"}`)
 	job := func(attempt int, resumed bool) sandbox.Job {
 		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
 		j.Owner.Namespace, j.OwnerUID, j.Attempt, j.Resumed = ns.Name, call.UID, attempt, resumed
@@ -234,6 +230,26 @@ func TestOnAPIServer(t *testing.T) {
 			t.Fatalf("%v", err)
 		}
 	})
+}
+
+// namespace creates a namespace named from prefix, with labels.
+func namespace(t *testing.T, c client.Client, prefix string, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix, Labels: labels}}
+	must(t, c.Create(context.Background(), ns))
+	return ns.Name
+}
+
+// callIn creates a ToolCall (of session "s") to own pods.
+func callIn(t *testing.T, c client.Client, ns, name, args string) *toolgatev1alpha1.ToolCall {
+	t.Helper()
+	call := &toolgatev1alpha1.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: toolgatev1alpha1.ToolCallSpec{SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, CallID: strings.ReplaceAll(name, "call", "c"),
+			Tool: "wc", Arguments: args, Requester: "agent"},
+	}
+	must(t, c.Create(context.Background(), call))
+	return call
 }
 
 func must(t *testing.T, err error) {
