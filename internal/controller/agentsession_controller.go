@@ -79,7 +79,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ready := r.profileCondition(ctx, s)
+	ready, profile := r.profileCondition(ctx, s)
 	var logged []*toolgatev1alpha1.ToolCall
 	if conflict != "" {
 		// No call starts without the workspace it was promised.
@@ -90,7 +90,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	setSessionStatus(s, logged)
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
-	if c := r.isolationCondition(ctx, s); c != nil {
+	if c := r.isolationCondition(ctx, s, profile); c != nil {
 		meta.SetStatusCondition(&s.Status.Conditions, *c)
 	}
 	// Stamped whatever Ready says, so that Ready=False at the current
@@ -141,7 +141,7 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 }
 
 // profileCondition reports whether the session's profile is usable.
-func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolgatev1alpha1.AgentSession) metav1.Condition {
+func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolgatev1alpha1.AgentSession) (metav1.Condition, *toolgatev1alpha1.ToolProfile) {
 	cond := metav1.Condition{Type: toolgatev1alpha1.ConditionReady, ObservedGeneration: s.Generation}
 	compiled, obj, cerr, err := r.Profiles.Resolve(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ProfileRef.Name})
 	switch {
@@ -158,15 +158,14 @@ func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolga
 		}
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.AgentSessionReasonActive, "the session accepts calls"
 	}
-	return cond
+	return cond, obj
 }
 
 // isolationCondition audits the session's namespace for what widens its
 // tool pods' isolation, when the profile's sandbox provider can tell (nil
 // otherwise: the condition keeps its last value).
-func (r *AgentSessionReconciler) isolationCondition(ctx context.Context, s *toolgatev1alpha1.AgentSession) *metav1.Condition {
-	_, obj, _, err := r.Profiles.Resolve(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ProfileRef.Name})
-	if err != nil || obj == nil {
+func (r *AgentSessionReconciler) isolationCondition(ctx context.Context, s *toolgatev1alpha1.AgentSession, obj *toolgatev1alpha1.ToolProfile) *metav1.Condition {
+	if obj == nil {
 		return nil
 	}
 	provider, ok := r.Sandboxes.Get(string(obj.Spec.Sandbox.Provider))

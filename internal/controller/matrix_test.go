@@ -399,6 +399,21 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 	})
 })
 
+// deleteSession deletes session "s" of ns.
+func deleteSession(ns string) {
+	s := &toolgatev1alpha1.AgentSession{}
+	ExpectWithOffset(1, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+	ExpectWithOffset(1, k8s.Delete(ctx, s)).To(Succeed())
+}
+
+// expectSessionGone waits until session "s" of ns is gone (its finalizer
+// removed).
+func expectSessionGone(ns string) {
+	EventuallyWithOffset(1, func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &toolgatev1alpha1.AgentSession{}))
+	}, 10*time.Second).Should(BeTrue(), "the session's finalizer was not removed")
+}
+
 var _ = Describe("deleting a session", func() {
 	It("cancels its calls, stops their work, settles and commits each once, then lets the session go", func() {
 		ns := newNamespace()
@@ -407,18 +422,14 @@ var _ = Describe("deleting a session", func() {
 		submit(ns, "waiting", "echo", `{"text":"later"}`, 0, 1, 2)
 		Eventually(func() int { return bodyRuns(ns, "runs") }, 10*time.Second, 20*time.Millisecond).Should(Equal(1))
 
-		s := &toolgatev1alpha1.AgentSession{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
-		Expect(k8s.Delete(ctx, s)).To(Succeed())
+		deleteSession(ns)
 
 		running, waiting := committedCall(ns, "running"), committedCall(ns, "waiting")
 		Expect(running.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect(waiting.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect(stageTrace(waiting)).To(Equal("Call:Cancelled " + settledTail + "Cancelled"))
 		Expect([]int64{*running.Status.Schedule.CommitSequence, *waiting.Status.Schedule.CommitSequence}).To(Equal([]int64{0, 1}))
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s))
-		}, 10*time.Second).Should(BeTrue(), "the session's finalizer was not removed")
+		expectSessionGone(ns)
 		Consistently(func() string { return workspaceFile(ns, "finished") }, 2500*time.Millisecond).Should(BeEmpty())
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 	})
@@ -432,17 +443,13 @@ var _ = Describe("deleting a session", func() {
 		submit(ns, "next", "echo", `{"text":"next"}`, 1, 0)
 		committedCall(ns, "first")
 
-		s := &toolgatev1alpha1.AgentSession{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
-		Expect(k8s.Delete(ctx, s)).To(Succeed())
+		deleteSession(ns)
 
 		third, next := committedCall(ns, "third"), committedCall(ns, "next")
 		Expect(third.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect(next.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect([]int64{*third.Status.Schedule.CommitSequence, *next.Status.Schedule.CommitSequence}).To(Equal([]int64{1, 2}))
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s))
-		}, 10*time.Second).Should(BeTrue(), "the session's finalizer was not removed")
+		expectSessionGone(ns)
 		Expect(bodyRuns(ns, "runs")).To(Equal(1), "only the first call's body ran")
 	})
 })

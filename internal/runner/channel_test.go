@@ -254,3 +254,44 @@ func TestChannelServesSubCalls(t *testing.T) {
 		t.Fatalf("sub-calls %+v", calls)
 	}
 }
+
+// TestSubCallOutlivesTheManagerConnection: a sub-call in flight when the
+// manager's connection breaks (a restart) is sent again, with the same ID,
+// on the next connection, and the body gets its answer.
+func TestSubCallOutlivesTheManagerConnection(t *testing.T) {
+	addr, manager, runs := channel(t)
+	script := `"$TOOLGATE_RUNNER" call add '{"n":1}'`
+	first, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	var mu sync.Mutex
+	_, _, err = Exchange(first, manager, runRequest("uid-1/1", script, "{}"), func(c SubCall) SubResult {
+		mu.Lock()
+		ids = append(ids, c.ID)
+		mu.Unlock()
+		_ = first.Close() // the manager dies before it answers
+		return SubResult{}
+	})
+	if err == nil {
+		t.Fatal("the broken connection gave a frame")
+	}
+	second, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = second.Close() }()
+	_, res, err := Exchange(second, manager, Request{Op: OpCollect, Call: "uid-1/1"}, func(c SubCall) SubResult {
+		mu.Lock()
+		ids = append(ids, c.ID)
+		mu.Unlock()
+		return SubResult{Outcome: "Succeeded", Value: `"answered"`}
+	})
+	if err != nil || string(res.Stdout) != "\"answered\"\n" {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if len(ids) != 2 || ids[0] != ids[1] || runs.Load() != 1 {
+		t.Fatalf("sub-call IDs %v, body runs %d", ids, runs.Load())
+	}
+}

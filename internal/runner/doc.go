@@ -2,17 +2,20 @@
 // cmd/toolgate-runner, which an init container copies into every tool pod
 // (so any tool image works) and which is the tool container's entrypoint.
 //
-// The runner executes the exact argv of the tool definition (never through a
-// shell) or a built-in workspace tool, feeds it the frozen arguments on stdin
-// and as a file, captures stdout and stderr up to hard bounds, and writes one
-// Frame to its own stdout, which is the container log. The tool never writes
-// to that log: its output goes to pipes the runner reads, and the runner
-// makes itself non-dumpable so that a tool running as the same user cannot
-// open the runner's descriptors or read its environment through /proc; if
-// it cannot, it runs nothing and writes no frame (fail closed). Each frame
-// is sealed (AES-256-GCM) under a per-attempt key that only the runner and
-// the provider know, so a tool cannot forge or alter its result, and the
-// container log (node files, collectors) shows sizes, never content.
+// A tool pod starts holding no call. The runner listens for the manager,
+// which hands it the call over the channel (channel.go: only the manager's
+// key can hand one over, a recorded hand-over never opens again, and a
+// runner runs one call, once). It executes the exact argv of the tool
+// definition (never through a shell) or a built-in workspace tool, feeds it
+// the arguments on stdin and as a file, counts the tool's timeout from the
+// moment the body starts, captures stdout and stderr up to hard bounds,
+// serves the body's sub-calls (subcall.go), and answers with one Frame
+// sealed (AES-256-GCM) under a key derived from its one-time key and the
+// manager's, so a tool cannot forge or alter its result and nothing of it
+// reaches the container log. The tool's output goes to pipes the runner
+// reads, and the runner makes itself non-dumpable so that a tool running as
+// the same user cannot read its keys through /proc; if it cannot, it
+// listens for nothing and runs nothing (fail closed).
 //
 // The runner is copied into every tool pod, so it links only the standard
 // library, x/sys and the leaf packages builtin and codes: no pipeline, no

@@ -15,9 +15,9 @@ import (
 	"strings"
 )
 
-// FramePrefix starts the frame's clear line in the container log. The
-// rest of the frame is sealed: a log file, a log collector or anyone who may
-// read the pod's log sees sizes, never the tool's output or contexts.
+// FramePrefix starts the frame's clear line. The rest of the frame is
+// sealed: whoever sees it on the way (the network, a recording) sees sizes,
+// never the tool's output or contexts.
 const FramePrefix = "TOOLGATE-FRAME/2 "
 
 // Header describes a frame's payload: Stdout bytes, then Stderr bytes.
@@ -120,9 +120,10 @@ var (
 	ErrForged     = errors.New("runner: the frame does not verify")
 )
 
-// ReadFrame finds the frame in a container log and opens it with key.
-// Anything before the frame is ignored; a log holding a frame that does not
-// open (altered, forged, truncated) is an error, never a result.
+// ReadFrame finds the frame in a stream (a recorded answer of a runner) and
+// opens it with key. Anything before the frame is ignored; a frame that
+// does not open (altered, forged, truncated) is an error, never a result.
+// Exchange opens the frame of a live connection itself (openFrame).
 func ReadFrame(log io.Reader, key []byte) (*Result, error) {
 	r := bufio.NewReaderSize(log, 64<<10)
 	for {

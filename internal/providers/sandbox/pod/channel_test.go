@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -309,5 +310,54 @@ func TestPreparedPodWaitsForTheHandOver(t *testing.T) {
 	}
 	if n := k.runs.Load(); n != 1 {
 		t.Fatalf("the body ran %d times", n)
+	}
+}
+
+// TestIdleWarmPodsAreReleased: a warm pod of a session that made no call
+// for WarmIdle is deleted by the sweep; one of a session in use stays.
+func TestIdleWarmPodsAreReleased(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns := namespace(t, c, "idle-", nil)
+	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"},
+		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
+	must(t, c.Create(ctx, session))
+	call := callIn(t, c, ns, "call-1", `{}`)
+	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	job.Owner, job.OwnerUID, job.Attempt, job.Key = client.ObjectKeyFromObject(call), call.UID, 1, sandbox.Key(call.UID, 1)
+	job.Dispatched, job.WarmPods = time.Now(), 1
+	job.Workspace.Session, job.Workspace.SessionUID = client.ObjectKeyFromObject(session), session.UID
+
+	now := clocktesting.NewFakePassiveClock(time.Now())
+	p := newProvider()
+	p.Clock = now
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	must(t, p.Prepare(ctx, job)) // a cold pod, and the session's pool starts
+	warm := func() int {
+		list := &corev1.PodList{}
+		must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{LabelWarm: "true"}))
+		n := 0
+		for _, pod := range list.Items {
+			if pod.DeletionTimestamp.IsZero() {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for warm() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no warm pod started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.sweep(ctx)
+	if n := warm(); n != 1 {
+		t.Fatalf("a session in use lost its warm pod: %d left", n)
+	}
+	now.SetTime(now.Now().Add(WarmIdle + time.Minute))
+	p.sweep(ctx)
+	if n := warm(); n != 0 {
+		t.Fatalf("%d warm pods of an idle session left", n)
 	}
 }

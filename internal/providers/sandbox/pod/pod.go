@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -61,6 +62,9 @@ type Provider struct {
 	Notify sandbox.Notifier
 	// SubCalls runs the sub-calls bodies make (nil: they are refused).
 	SubCalls sandbox.SubCalls
+	// Clock measures the start bound and the warm pods' ages (nil: the
+	// real clock).
+	Clock clock.PassiveClock
 
 	mu        sync.Mutex
 	followers map[string]*follower
@@ -113,23 +117,10 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	// API work must go on when the call is cancelled: stopping the pod is
 	// exactly what cancellation needs.
 	api := context.WithoutCancel(ctx)
-	key := types.NamespacedName{Namespace: job.Owner.Namespace, Name: Name(job.Owner.Name, string(job.OwnerUID), job.Attempt)}
-	if f := p.follower(job.Key); f != nil {
-		key = f.pod // a claimed warm pod has a name of its own
-	}
-	pod := &corev1.Pod{}
-	err := p.Reader.Get(api, key, pod)
-	if apierrors.IsNotFound(err) && p.follower(job.Key) == nil {
-		// A warm pod this attempt claimed (before a restart)?
-		if claimed, cerr := p.claimed(api, job); cerr != nil {
-			return sandbox.Result{}, sandbox.ErrPending // transient; asked again
-		} else if claimed != nil {
-			pod, err = claimed, nil
-		}
-	}
+	f := p.follower(job.Key)
+	pod, err := p.find(api, job, f)
 	switch {
 	case apierrors.IsNotFound(err):
-		f := p.follower(job.Key)
 		switch {
 		case ctx.Err() != nil:
 			// Never started, or stopped and now gone.
@@ -143,7 +134,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// unknowable.
 			return sandbox.Result{}, sandbox.ErrLost
 		}
-		return sandbox.Result{}, p.start(api, job, key, true)
+		return sandbox.Result{}, p.start(api, job, true)
 	case err != nil:
 		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
 	}
@@ -162,7 +153,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		p.adopt(job, pod)
 		return sandbox.Result{}, sandbox.ErrPending
 	}
-	f := p.adopt(job, pod)
+	f = p.adopt(job, pod)
 	select {
 	case <-f.done:
 		if f.err != nil {
@@ -214,29 +205,59 @@ func (p *Provider) Prepare(ctx context.Context, job sandbox.Job) error {
 	if p.follower(job.Key) != nil {
 		return nil
 	}
-	key := types.NamespacedName{Namespace: job.Owner.Namespace, Name: Name(job.Owner.Name, string(job.OwnerUID), job.Attempt)}
-	if err := p.Reader.Get(api, key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+	if _, err := p.find(api, job, nil); !apierrors.IsNotFound(err) {
 		return err // there already, or unknown: Run decides
 	}
-	if claimed, err := p.claimed(api, job); err != nil || claimed != nil {
-		return err
-	}
-	if err := p.start(api, job, key, false); !errors.Is(err, sandbox.ErrPending) {
+	if err := p.start(api, job, false); !errors.Is(err, sandbox.ErrPending) {
 		return err
 	}
 	return nil
 }
 
+// find reads the attempt's pod: the one its follower f follows, else the
+// pod of its deterministic name, else a warm pod it claimed (before a
+// restart). NotFound when it has none.
+func (p *Provider) find(ctx context.Context, job sandbox.Job, f *follower) (*corev1.Pod, error) {
+	key := p.podKey(job)
+	if f != nil {
+		key = f.pod // a claimed warm pod has a name of its own
+	}
+	pod := &corev1.Pod{}
+	err := p.Reader.Get(ctx, key, pod)
+	if !apierrors.IsNotFound(err) || f != nil {
+		return pod, err
+	}
+	claimed, cerr := p.claimed(ctx, job)
+	switch {
+	case cerr != nil:
+		return nil, cerr // transient; asked again
+	case claimed != nil:
+		return claimed, nil
+	}
+	return nil, err
+}
+
+// podKey is the attempt's deterministic pod name.
+func (p *Provider) podKey(job sandbox.Job) types.NamespacedName {
+	return types.NamespacedName{Namespace: job.Owner.Namespace, Name: Name(job.Owner.Name, string(job.OwnerUID), job.Attempt)}
+}
+
+// buildPod is BuildPod with the manager's public channel key.
+func (p *Provider) buildPod(job sandbox.Job, name string) (*corev1.Pod, error) {
+	cfg := p.Config
+	cfg.ChannelKey = hex.EncodeToString(p.Key.PublicKey().Bytes())
+	return BuildPod(cfg, job, name)
+}
+
 // start gives the attempt a pod: a warm one of its session if one is
 // ready, else a new one; either way the session's pool is replenished.
 // With follow, the call is handed to the pod once it listens.
-func (p *Provider) start(ctx context.Context, job sandbox.Job, key types.NamespacedName, follow bool) error {
+func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) error {
 	if p.Key == nil {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the pod sandbox has no channel key")
 	}
-	cfg := p.Config
-	cfg.ChannelKey = hex.EncodeToString(p.Key.PublicKey().Bytes())
-	pod, err := BuildPod(cfg, job, key.Name)
+	key := p.podKey(job)
+	pod, err := p.buildPod(job, key.Name)
 	if err != nil {
 		// Nothing ran: a definite failure.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot be built: "+err.Error())
@@ -543,7 +564,12 @@ func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Req
 	return runner.Exchange(conn, p.Key, req, sub)
 }
 
-func (p *Provider) now() time.Time { return time.Now() }
+func (p *Provider) now() time.Time {
+	if p.Clock != nil {
+		return p.Clock.Now()
+	}
+	return time.Now()
+}
 
 // running tells whether the tool container (the runner) has started.
 func running(pod *corev1.Pod) bool {

@@ -52,6 +52,7 @@ const (
 // pool is the warm pods of one session and template.
 type pool struct {
 	job      sandbox.Job // the latest call of this template: how to build its pods
+	template string
 	size     int
 	lastUse  time.Time
 	creating bool
@@ -172,7 +173,7 @@ func (p *Provider) replenish(job sandbox.Job, template string) {
 	key := poolKey(job.Workspace.Session, template)
 	pl := p.warm.byKey[key]
 	if pl == nil {
-		pl = &pool{}
+		pl = &pool{template: template}
 		p.warm.byKey[key] = pl
 	}
 	pl.job, pl.size, pl.lastUse = job, job.WarmPods, p.now()
@@ -226,9 +227,7 @@ func (p *Provider) fill(ctx context.Context, job sandbox.Job, template string, s
 // warmPod is the pod a call of job's kind would get, holding no call,
 // controlled by the session.
 func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error) {
-	cfg := p.Config
-	cfg.ChannelKey = hex.EncodeToString(p.Key.PublicKey().Bytes())
-	pod, err := BuildPod(cfg, job, "")
+	pod, err := p.buildPod(job, "")
 	if err != nil {
 		return nil, err
 	}
@@ -311,11 +310,11 @@ func (p *Provider) sweep(ctx context.Context) {
 			}
 		}
 	}
-	for key, pl := range refill {
+	for _, pl := range refill {
 		p.warm.mu.Lock()
-		job, template := pl.job, key[len(pl.job.Workspace.Session.String())+1:]
+		job := pl.job
 		p.warm.mu.Unlock()
-		p.replenish(job, template)
+		p.replenish(job, pl.template)
 	}
 }
 
