@@ -247,7 +247,7 @@ var _ = Describe("admission", Ordered, func() {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dora-uses"},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "dora"}},
 		})).To(Succeed())
-		Eventually(func() error { return as("dora").Create(ctx, mine("s2", "plain", "dora-ws")) }, 10*time.Second).Should(Succeed())
+		Eventually(func() error { return as("dora").Create(ctx, mine("s2", "plain", "dora-ws")) }, 30*time.Second).Should(Succeed())
 		err = as("dora").Create(ctx, mine("s3", "plain", "someone-elses-workspace"))
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("mounting PersistentVolumeClaim someone-elses-workspace needs the verb use"))

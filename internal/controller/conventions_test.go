@@ -30,7 +30,7 @@ func expectCondition(obj client.Object, conditions func() []metav1.Condition, ob
 			g.Expect(observed()).To(Equal(obj.GetGeneration()), "status.observedGeneration")
 		}
 		got = *c
-	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	return got
 }
 

@@ -33,7 +33,7 @@ func runningGroup(ns string) int {
 	Eventually(func() (err error) {
 		pgid, err = strconv.Atoi(strings.TrimSpace(workspaceFile(ns, "pid")))
 		return err
-	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
+	}, 30*time.Second, 20*time.Millisecond).Should(Succeed())
 	DeferCleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
 	return pgid
 }
@@ -126,7 +126,7 @@ var _ = Describe("deleting a call", func() {
 		Expect(a.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), a.Status.Result.Message)
 		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Status.Result.Message)
 		Expect([]int64{*a.Status.Schedule.CommitSequence, *c.Status.Schedule.CommitSequence}).To(Equal([]int64{0, 2}))
-		Eventually(callGone(ns, "b"), 10*time.Second).Should(BeTrue())
+		Eventually(callGone(ns, "b"), 30*time.Second).Should(BeTrue())
 
 		submit(ns, "d", "fast", `{"id":"D"}`, 1, 0)
 		Expect(*committedCall(ns, "d").Status.Schedule.CommitSequence).To(Equal(int64(3)))

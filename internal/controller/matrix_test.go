@@ -63,7 +63,7 @@ func approvalRequest(ns, call string) *toolgatev1alpha1.ApprovalRequest {
 	Eventually(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: call}, ar)).To(Succeed())
 		g.Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalPending))
-	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	return ar
 }
 
@@ -151,7 +151,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
 			g.Expect(p.Status.ObservedGeneration).To(Equal(p.Generation))
 			g.Expect(readyStatus(p.Status.Conditions)).To(Equal(metav1.ConditionTrue))
-		}, 10*time.Second).Should(Succeed())
+		}, 30*time.Second).Should(Succeed())
 		// The pending question is polled on the new profile a few times.
 		Consistently(func() *toolgatev1alpha1.ToolCallResult {
 			c := &toolgatev1alpha1.ToolCall{}
@@ -348,7 +348,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 	It("cancellation after dispatch: the body is stopped before the result settles", func() {
 		setup(allowAll())
 		submit(ns, "c1", "sleep", `{}`, 0, 0)
-		Eventually(func() int { return bodyRuns(ns, "runs") }, 10*time.Second, 20*time.Millisecond).Should(Equal(1))
+		Eventually(func() int { return bodyRuns(ns, "runs") }, 30*time.Second, 20*time.Millisecond).Should(Equal(1))
 		c := &toolgatev1alpha1.ToolCall{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1"}, c)).To(Succeed())
 		base := c.DeepCopy()
@@ -411,7 +411,7 @@ func deleteSession(ns string) {
 func expectSessionGone(ns string) {
 	EventuallyWithOffset(1, func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &toolgatev1alpha1.AgentSession{}))
-	}, 10*time.Second).Should(BeTrue(), "the session's finalizer was not removed")
+	}, 30*time.Second).Should(BeTrue(), "the session's finalizer was not removed")
 }
 
 var _ = Describe("deleting a session", func() {
@@ -420,7 +420,7 @@ var _ = Describe("deleting a session", func() {
 		setup(processProfile(ns, matrixTools()...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 		submit(ns, "running", "sleep", `{}`, 0, 0, 2)
 		submit(ns, "waiting", "echo", `{"text":"later"}`, 0, 1, 2)
-		Eventually(func() int { return bodyRuns(ns, "runs") }, 10*time.Second, 20*time.Millisecond).Should(Equal(1))
+		Eventually(func() int { return bodyRuns(ns, "runs") }, 30*time.Second, 20*time.Millisecond).Should(Equal(1))
 
 		deleteSession(ns)
 

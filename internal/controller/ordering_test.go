@@ -103,7 +103,7 @@ var _ = Describe("ordering through the controllers", func() {
 		// Turn 2's first call is a barrier: its second waits for it.
 		submit(ns, "t2a", "slow", `{"id":"A"}`, 2, 0, 2)
 		submit(ns, "t2b", "fast", `{"id":"B"}`, 2, 1, 2)
-		Eventually(func() int { return logIndex(ns, "start A") }, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 0))
+		Eventually(func() int { return logIndex(ns, "start A") }, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 0))
 		// Turn 1 arrives while turn 2 runs, declaring two calls: it is
 		// refused, and no second call of it will ever be ordered.
 		submit(ns, "late", "fast", `{"id":"L"}`, 1, 0, 2)
@@ -255,7 +255,7 @@ var _ = Describe("nested calls", func() {
 			PreRule("allow-all", toolgatev1alpha1.ActionAllow, "").
 			PostRule(toolgatev1alpha1.PostRule{Name: "note", Action: toolgatev1alpha1.PostAccept, Contexts: []string{"checked"}}))
 		submit(ns, "parent", "slow", `{"id":"P"}`, 0, 0)
-		Eventually(func() int { return logIndex(ns, "start P") }, 10*time.Second).Should(BeNumerically(">=", 0))
+		Eventually(func() int { return logIndex(ns, "start P") }, 30*time.Second).Should(BeNumerically(">=", 0))
 		nestedCall("child", "parent", "C")
 		child := settledCall("child")
 		Expect(child.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), child.Status.Result.Message)
@@ -311,11 +311,11 @@ var _ = Describe("a session's workspace claim", func() {
 			g.Expect(ready).NotTo(BeNil())
 			g.Expect(ready.Reason).To(Equal(toolgatev1alpha1.AgentSessionReasonWorkspaceConflict))
 			g.Expect(s.Status.WorkspaceClaimName).To(BeEmpty())
-		}, 10*time.Second).Should(Succeed())
+		}, 30*time.Second).Should(Succeed())
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(planted), planted)).To(Succeed())
 		Expect(planted.OwnerReferences).To(BeEmpty(), "the claim was adopted")
 		Expect(k8s.Delete(ctx, s)).To(Succeed())
-		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)) }, 10*time.Second).Should(BeTrue())
+		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)) }, 30*time.Second).Should(BeTrue())
 		Consistently(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(planted), planted) }, time.Second).Should(Succeed())
 	})
 })

@@ -46,6 +46,9 @@ var (
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// Eventually bounds liveness, not speed: a loaded machine (CI beside a
+	// cluster) must not turn a slow step into a failure.
+	SetDefaultEventuallyTimeout(30 * time.Second)
 	RunSpecs(t, "Controllers (real kube-apiserver, process sandbox)")
 }
 
@@ -157,7 +160,7 @@ func setup(p *tu.ToolProfileWrapper, edit ...func(*tu.AgentSessionWrapper)) {
 		got := &toolgatev1alpha1.ToolProfile{}
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p.Obj()), got)).To(Succeed())
 		g.Expect(readyStatus(got.Status.Conditions)).To(Equal(metav1.ConditionTrue))
-	}, 10*time.Second).Should(Succeed()) // a manager just started may still be syncing its caches
+	}, 30*time.Second).Should(Succeed()) // a manager just started may still be syncing its caches
 }
 
 func readyStatus(conds []metav1.Condition) metav1.ConditionStatus {

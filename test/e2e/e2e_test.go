@@ -37,6 +37,8 @@ func envOr(k, def string) string {
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// Eventually bounds liveness, not speed (the suite runs beside CPU load).
+	SetDefaultEventuallyTimeout(60 * time.Second)
 	RunSpecs(t, "e2e (local cluster, real pods)")
 }
 
