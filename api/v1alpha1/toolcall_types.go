@@ -390,10 +390,12 @@ const (
 )
 
 // ToolCall is one tool call of an agent's model, executed through the policy
-// pipeline and committed to its session in model order.
+// pipeline and committed to its session in model order. A session's calls
+// are listed with the field selector spec.sessionRef.name=SESSION.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tc;tcall,categories=toolgate
+// +kubebuilder:selectablefield:JSONPath=`.spec.sessionRef.name`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.sessionRef.name`
 // +kubebuilder:printcolumn:name="Turn",type=integer,JSONPath=`.spec.turn`
 // +kubebuilder:printcolumn:name="Index",type=integer,JSONPath=`.spec.index`
