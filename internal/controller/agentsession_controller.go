@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -46,6 +47,9 @@ type AgentSessionReconciler struct {
 	Sandboxes *sandbox.Mounts
 	Approvals *approval.Mounts
 	Clock     clock.PassiveClock
+	// MaxConcurrentReconciles bounds how many sessions are scheduled at
+	// once.
+	MaxConcurrentReconciles int
 }
 
 // Reconcile schedules one session and patches its status once.
@@ -250,8 +254,12 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if r.MaxConcurrentReconciles <= 0 {
+		r.MaxConcurrentReconciles = 4
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&toolgatev1alpha1.AgentSession{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Watches(&toolgatev1alpha1.ToolCall{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			tc := o.(*toolgatev1alpha1.ToolCall)

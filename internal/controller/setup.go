@@ -26,6 +26,9 @@ type Config struct {
 	PollInterval time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.Clock
+	// SessionWorkers is how many sessions are scheduled at once (one
+	// session is never scheduled by two workers); default 4.
+	SessionWorkers int
 }
 
 // Setup registers the three controllers on mgr.
@@ -47,6 +50,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	}
 	if err := (&AgentSessionReconciler{
 		Client: mgr.GetClient(), Profiles: profiles, Sandboxes: cfg.Sandboxes, Approvals: cfg.Approvals, Clock: cfg.Clock,
+		MaxConcurrentReconciles: cfg.SessionWorkers,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AgentSession controller: %w", err)
 	}
