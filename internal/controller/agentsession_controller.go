@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,7 +59,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	calls, err := r.calls(ctx, s)
+	calls, err := sessionCalls(ctx, r.Client, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -75,6 +76,9 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	base := s.DeepCopy()
 	defer func() {
+		if equality.Semantic.DeepEqual(base.Status, s.Status) {
+			return // nothing new: no API write (an empty patch still costs a request)
+		}
 		if err := r.Client.Status().Patch(ctx, s, client.MergeFrom(base)); err != nil && retErr == nil {
 			retErr = client.IgnoreNotFound(err)
 		}
@@ -103,10 +107,10 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	return ctrl.Result{}, nil
 }
 
-// calls lists the session's calls.
-func (r *AgentSessionReconciler) calls(ctx context.Context, s *toolgatev1alpha1.AgentSession) ([]*toolgatev1alpha1.ToolCall, error) {
+// sessionCalls lists the session's calls, in model order.
+func sessionCalls(ctx context.Context, c client.Reader, s *toolgatev1alpha1.AgentSession) ([]*toolgatev1alpha1.ToolCall, error) {
 	list := &toolgatev1alpha1.ToolCallList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingFields{indexCallSession: s.Name}); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingFields{indexCallSession: s.Name}); err != nil {
 		return nil, err
 	}
 	out := make([]*toolgatev1alpha1.ToolCall, len(list.Items))

@@ -77,7 +77,6 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 			}
 		}
 	}
-	view := planView(calls, completeThrough(s))
 	var classifier *pipeline.Pipeline
 	classify := func(i int) pipeline.Mode {
 		if classifier == nil {
@@ -88,12 +87,8 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 		}
 		return classifier.Classify(requestOf(calls[i]))
 	}
-	plan := pipeline.PlanTurn(view, int(s.Spec.MaxParallel), classify)
-	if !s.DeletionTimestamp.IsZero() {
-		// Every call is cancelled: none may wait for a call the model
-		// will never send (a missing index, a turn short of its size).
-		plan.Release = drainRelease(view)
-	}
+	view := planView(calls, completeThrough(s))
+	plan := planOf(s, view, classify)
 	edits := map[int][]func(*toolgatev1alpha1.CallSchedule){}
 	for _, i := range plan.Refuse {
 		log.FromContext(ctx).Info("call refused", "call", calls[i].Name, "code", pipeline.CodeTurnClosed)
@@ -105,10 +100,13 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 			sch.ExecutionMode = toolgatev1alpha1.ExecutionMode(plan.AdmitMode)
 		})
 	}
-	if i := plan.Release; i >= 0 {
-		// Never below what the session already handed out: a deleted call
-		// must not free its number.
-		seq := max(nextSequence(calls), s.Status.NextSequence)
+	if i := plan.Release; i >= 0 && (i == plan.Admit || !view[i].Started() || !s.DeletionTimestamp.IsZero()) {
+		// A call that started releases itself once its body is done
+		// (releaseSelf): its place is written with its result, which saves
+		// this write and a round trip. The session releases the calls that
+		// never start, the first of a turn with its admission, and every
+		// call of a session being deleted.
+		seq := nextPlace(s, calls)
 		edits[i] = append(edits[i], func(sch *toolgatev1alpha1.CallSchedule) {
 			sch.Released, sch.CommitSequence = true, &seq
 		})
@@ -122,6 +120,26 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 		}
 	}
 	return calls, nil
+}
+
+// planOf is the plan of the calls in the session's log (in model order,
+// as planView sees them): what schedule carries out, and what a call whose
+// body is done reads to release itself.
+func planOf(s *toolgatev1alpha1.AgentSession, view []pipeline.TurnCall, classify func(int) pipeline.Mode) pipeline.Plan {
+	plan := pipeline.PlanTurn(view, int(s.Spec.MaxParallel), classify)
+	if !s.DeletionTimestamp.IsZero() {
+		// Every call is cancelled: none may wait for a call the model
+		// will never send (a missing index, a turn short of its size).
+		plan.Release = drainRelease(view)
+	}
+	return plan
+}
+
+// nextPlace is the place in the session's log of the next call released:
+// never below what the session already handed out (a deleted call must not
+// free its number).
+func nextPlace(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) int64 {
+	return max(nextSequence(calls), s.Status.NextSequence)
 }
 
 // drainRelease is the call a deleted session releases: the first

@@ -160,6 +160,13 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			DeleteFunc:  func(event.DeleteEvent) bool { return true },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
+		// A call that commits lets the next in line release itself.
+		Watches(&toolgatev1alpha1.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.nextInLine), builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(e event.UpdateEvent) bool { return !committed(e.ObjectOld.(*toolgatev1alpha1.ToolCall)) && committed(e.ObjectNew.(*toolgatev1alpha1.ToolCall)) },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
 		WatchesRawSource(source.Channel(r.Wake.ch, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("toolcall").

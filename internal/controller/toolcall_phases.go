@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -281,7 +282,15 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	callCtx := callContext(ctx, s.tc, s.session, s.parent)
 	heldAt := heldExecute(s.tc)
 	var requeue time.Duration
-	for !s.st.Done() && gateOpen(s.tc, s.st) {
+	for !s.st.Done() {
+		if !gateOpen(s.tc, s.st) {
+			if released, err := r.releaseSelf(ctx, s); err != nil || !released {
+				if err != nil {
+					return ctrl.Result{}, true, err
+				}
+				break
+			}
+		}
 		before := s.st.Next
 		progress, wait := s.pipe.Step(callCtx, s.st)
 		if before == pipeline.StageDispatch && s.st.Next == pipeline.StageExecute {
@@ -327,6 +336,58 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		logger.Info("call settled", "call", s.tc.Name, "token", s.st.Token, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// releaseSelf releases a call whose body is done when the session's plan
+// would: it is the first uncommitted call of the current turn, every call
+// before it committed (as the cache shows them, after their writes). Its
+// place in the log is set here and written with its result, which saves
+// the session a write and a round trip per call. It reports whether the
+// call was released.
+func (r *ToolCallReconciler) releaseSelf(ctx context.Context, s *callScope) (bool, error) {
+	tc := s.tc
+	sch := &tc.Status.Schedule
+	if sch.Released || s.session == nil || tc.Spec.ParentRef != nil || sch.Refusal != "" || !pipeline.BodyDone(s.st.Next) {
+		return false, nil
+	}
+	all, err := sessionCalls(ctx, r.Client, s.session)
+	if err != nil {
+		return false, fmt.Errorf("listing the session's calls: %w", err)
+	}
+	calls, _, _ := screen(s.session.Spec.Owner, all)
+	view := planView(calls, completeThrough(s.session))
+	me := slices.IndexFunc(calls, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == tc.UID })
+	if me < 0 {
+		return false, nil
+	}
+	view[me].Next = s.st.Next // what this reconcile knows and the cache does not yet
+	plan := planOf(s.session, view, func(int) pipeline.Mode { return pipeline.Exclusive })
+	if plan.Release != me {
+		return false, nil
+	}
+	seq := nextPlace(s.session, calls)
+	sch.Released, sch.CommitSequence = true, &seq
+	return true, nil
+}
+
+// nextInLine maps a call that committed to the first uncommitted call of
+// its session, which may now release itself.
+func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []reconcile.Request {
+	tc := o.(*toolgatev1alpha1.ToolCall)
+	session := &toolgatev1alpha1.AgentSession{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil {
+		return nil
+	}
+	calls, err := sessionCalls(ctx, r.Client, session)
+	if err != nil {
+		return nil
+	}
+	for _, c := range calls {
+		if !committed(c) && c.Spec.ParentRef == nil && c.Status.Schedule.Refusal == "" {
+			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(c)}}
+		}
+	}
+	return nil
 }
 
 // warmPods is how many sandboxes the provider may keep ready for the

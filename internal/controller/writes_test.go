@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// API writes are toolgate's cost: the API server, not toolgate's CPU, bounds
+// its throughput (docs/performance.md). These specs pin the writes a path
+// makes, counted where they happen.
+
+var _ = Describe("API writes", Ordered, func() {
+	var sessionPatches atomic.Int64
+	var ns string
+
+	BeforeAll(func() {
+		stopRunningManager()
+		ns = newNamespace()
+		startManager(env.Config, func(o *ctrl.Options) {
+			o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+				c, err := client.NewWithWatch(cfg, opts)
+				if err != nil {
+					return nil, err
+				}
+				return interceptor.NewClient(c, interceptor.Funcs{
+					SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+						if _, ok := obj.(*toolgatev1alpha1.AgentSession); ok && obj.GetNamespace() == ns {
+							sessionPatches.Add(1)
+						}
+						return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+					},
+				}), nil
+			}
+		})
+		DeferCleanup(func() {
+			stopRunningManager()
+			startManager(env.Config)
+		})
+	})
+
+	It("a session reconcile that changes nothing sends no patch", func() {
+		setup(processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj(), shTool("slow", "sleep 1; cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		s := &toolgatev1alpha1.AgentSession{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
+			g.Expect(readyStatus(s.Status.Conditions)).To(Equal(metav1.ConditionTrue))
+		}).Should(Succeed())
+		before, reconciles := sessionPatches.Load(), reconcileCount("agentsession")
+		for _, v := range []string{"1", "2", "3"} {
+			patch := client.MergeFrom(s.DeepCopy())
+			s.Annotations = map[string]string{"example.com/touch": v}
+			Expect(k8s.Patch(ctx, s, patch)).To(Succeed())
+		}
+		// Each annotation is an update the session controller reconciles.
+		Eventually(func() float64 { return reconcileCount("agentsession") }).Should(BeNumerically(">=", reconciles+3))
+		Expect(sessionPatches.Load()).To(Equal(before), "a reconcile with nothing new patched the session's status")
+	})
+
+	It("a call that started releases itself: the session writes each call of a parallel turn once (its admission)", func() {
+		w, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		watcher, err := w.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(ns))
+		Expect(err).NotTo(HaveOccurred())
+		defer watcher.Stop()
+		var mu sync.Mutex
+		versions := map[string][]*toolgatev1alpha1.ToolCall{}
+		go func() {
+			for ev := range watcher.ResultChan() {
+				if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+					mu.Lock()
+					versions[tc.Name] = append(versions[tc.Name], tc)
+					mu.Unlock()
+				}
+			}
+		}()
+		// The first call is slow: the other two finish first and wait for
+		// their turn.
+		submit(ns, "c0", "slow", `{"text":"first"}`, 0, 0, 3)
+		submit(ns, "c1", "echo", `{"text":"second"}`, 0, 1, 3)
+		submit(ns, "c2", "echo", `{"text":"third"}`, 0, 2, 3)
+		for i, name := range []string{"c0", "c1", "c2"} {
+			c := committedCall(ns, name)
+			Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+			Expect(*c.Status.Schedule.CommitSequence).To(Equal(int64(i)))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, name := range []string{"c0", "c1", "c2"} {
+			Expect(scheduleOnlyWrites(versions[name])).To(Equal(1), "writes by the session to %s", name)
+		}
+	})
+})
+
+// scheduleOnlyWrites counts the versions of a call that changed its
+// status.schedule and nothing else of its status: the session's writes.
+func scheduleOnlyWrites(versions []*toolgatev1alpha1.ToolCall) int {
+	n := 0
+	for i := 1; i < len(versions); i++ {
+		a, b := versions[i-1].Status, versions[i].Status
+		if equality.Semantic.DeepEqual(a.Schedule, b.Schedule) {
+			continue
+		}
+		a.Schedule = b.Schedule
+		if equality.Semantic.DeepEqual(a, b) {
+			n++
+		}
+	}
+	return n
+}
+
+// reconcileCount is how many reconciles the named controller finished, in
+// every manager this process ran.
+func reconcileCount(name string) float64 {
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == name {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
