@@ -162,8 +162,10 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		// A call that commits lets the next in line release itself.
 		Watches(&toolgatev1alpha1.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.nextInLine), builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
-			UpdateFunc:  func(e event.UpdateEvent) bool { return !committed(e.ObjectOld.(*toolgatev1alpha1.ToolCall)) && committed(e.ObjectNew.(*toolgatev1alpha1.ToolCall)) },
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !committed(e.ObjectOld.(*toolgatev1alpha1.ToolCall)) && committed(e.ObjectNew.(*toolgatev1alpha1.ToolCall))
+			},
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
