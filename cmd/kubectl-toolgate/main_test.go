@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/testenv"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// pluginEnv makes the test binary act as the plugin: the test runs it
+// through the real kubectl, as a user would.
+const pluginEnv = "TOOLGATE_TEST_RUN_PLUGIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(pluginEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// plugin runs commands through kubectl against one API server.
+type plugin struct {
+	t          *testing.T
+	kubectl    string
+	kubeconfig string
+	path       string
+}
+
+// result is one run: stdout, stderr and the exit code.
+type result struct {
+	out, err string
+	code     int
+}
+
+// run runs `kubectl args...` with the plugin on PATH.
+func (p *plugin) run(args ...string) result {
+	return p.exec(p.kubectl, args...)
+}
+
+func (p *plugin) exec(bin string, args ...string) result {
+	p.t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), pluginEnv+"=1", "PATH="+p.path+":"+os.Getenv("PATH"), "KUBECONFIG="+p.kubeconfig)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exit *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		p.t.Fatalf("running %s %v: %v", bin, args, err)
+	}
+	return result{out: out.String(), err: errb.String(), code: code}
+}
+
+// TestPlugin runs `kubectl toolgate` as a user runs it (a process started by
+// kubectl, flags parsed by cli-runtime) against a real API server holding
+// the shipped roles and admission policies of config/default, each user
+// impersonated with --as and bound only to a shipped role.
+func TestPlugin(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	ctx := context.Background()
+	c := env.Client
+	p := newPlugin(t, env.Config)
+	installShipped(t, c, p.kubectl)
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "agents-"}}
+	must(t, c.Create(ctx, ns))
+	bind(t, c, ns.Name, "demo-agent", "toolgate-agent")
+	bind(t, c, ns.Name, "agent-only", "toolgate-agent")
+	bind(t, c, ns.Name, "demo-approver", "toolgate-approver")
+	// The agent may approve too, so its own approval is refused by the
+	// admission policy (the requester rule), not for want of RBAC.
+	must(t, c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "agent-approver"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolgate-approver"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "demo-agent"}},
+	}))
+	// lead-approver approves in every namespace (pending -A).
+	must(t, c.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "lead-approver"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolgate-approver"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "lead-approver"}},
+	}))
+	agent := []string{"toolgate", "-n", ns.Name, "--as", "demo-agent"}
+	approver := []string{"toolgate", "-n", ns.Name, "--as", "demo-approver"}
+	with := func(base []string, args ...string) []string { return append(append([]string{}, base...), args...) }
+
+	// The agent opens a session on a profile and submits a call, as itself;
+	// toolgate (here, the test as admin) asks about it.
+	must(t, c.Create(ctx, tu.MakeToolProfile(ns.Name, "coding").Obj()))
+	waitForPolicies(t, env, ns.Name)
+	as := impersonated(t, env, "demo-agent")
+	session := tu.MakeAgentSession(ns.Name, "s", "coding").Obj()
+	session.Spec.Owner = "demo-agent"
+	must(t, as.Create(ctx, session))
+	for _, name := range []string{"write-notes", "read-notes"} {
+		must(t, as.Create(ctx, tu.MakeToolCall(ns.Name, name, "s").Requester("demo-agent").Obj()))
+	}
+	hour := metav1.NewTime(time.Now().Add(time.Hour))
+	for _, name := range []string{"write-notes", "read-notes"} {
+		ar := tu.MakeApprovalRequest(ns.Name, name, name, hour).Obj()
+		ar.Spec.Requester = "demo-agent"
+		ar.Spec.ArgumentsPreview = `{"path":"notes.md","content":"` + strings.Repeat("ü", 80) + `"}`
+		must(t, c.Create(ctx, ar))
+	}
+
+	t.Run("the requester is refused by the API server", func(t *testing.T) {
+		r := p.run(with(agent, "approve", "write-notes")...)
+		if r.code == 0 || !strings.Contains(r.err, "the requester of a call may not decide its approval") {
+			t.Fatalf("exit %d, stderr %q", r.code, r.err)
+		}
+	})
+
+	t.Run("an approver approves, once", func(t *testing.T) {
+		r := p.run(with(approver, "approve", "write-notes", "-m", "reviewed")...)
+		if r.code != 0 || !strings.Contains(r.out, "approvalrequest/write-notes: Approve by demo-approver") {
+			t.Fatalf("exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		ar := &toolgatev1alpha1.ApprovalRequest{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "write-notes"}, ar))
+		if d := ar.Spec.Decision; d == nil || d.DecidedBy != "demo-approver" || d.Message != "reviewed" {
+			t.Fatalf("decision %+v", d)
+		}
+		r = p.run(with(approver, "deny", "write-notes")...)
+		if r.code == 0 || !strings.Contains(r.err, "already decided: Approve by demo-approver") {
+			t.Fatalf("second decision: exit %d, stderr %q", r.code, r.err)
+		}
+	})
+
+	t.Run("pending -A -o json is a list of what waits", func(t *testing.T) {
+		r := p.run("toolgate", "--as", "lead-approver", "pending", "-A", "-o", "json")
+		if r.code != 0 {
+			t.Fatalf("exit %d, stderr %q", r.code, r.err)
+		}
+		var list toolgatev1alpha1.ApprovalRequestList
+		if err := json.Unmarshal([]byte(r.out), &list); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, r.out)
+		}
+		if list.Kind != "ApprovalRequestList" || len(list.Items) != 1 || list.Items[0].Name != "read-notes" || list.Items[0].Kind != "ApprovalRequest" {
+			t.Fatalf("pending: %+v", list)
+		}
+		r = p.run(with(approver, "pending", "-o", "wide")...)
+		if r.code != 0 || !strings.Contains(r.out, "read-notes") || strings.Contains(r.out, "write-notes") || !strings.Contains(r.out, "…") {
+			t.Fatalf("pending -o wide: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+	})
+
+	t.Run("transcript lists one session's committed calls", func(t *testing.T) {
+		other := tu.MakeAgentSession(ns.Name, "other", "coding").Obj()
+		other.Spec.Owner = "demo-agent"
+		must(t, as.Create(ctx, other))
+		must(t, as.Create(ctx, tu.MakeToolCall(ns.Name, "elsewhere", "other").Requester("demo-agent").Obj()))
+		for i, name := range []string{"write-notes", "elsewhere"} {
+			tc := &toolgatev1alpha1.ToolCall{}
+			must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, tc))
+			tc.Status = tu.MakeToolCall(ns.Name, name, "").Committed(int64(i)).Obj().Status
+			tc.Status.Result.Content = "wrote " + name
+			must(t, c.Status().Update(ctx, tc))
+		}
+		r := p.run(with(agent, "transcript", "s")...)
+		if r.code != 0 || !strings.Contains(r.out, "wrote write-notes") || strings.Contains(r.out, "elsewhere") {
+			t.Fatalf("transcript: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+	})
+
+	t.Run("trace and profile", func(t *testing.T) {
+		r := p.run(with(approver, "trace", "write-notes")...)
+		if r.code != 0 || !strings.Contains(r.out, "call write-notes") {
+			t.Fatalf("trace: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		r = p.run(with(agent, "profile", "coding", "-o", "yaml")...)
+		if r.code != 0 || !strings.Contains(r.out, "kind: ToolProfile") {
+			t.Fatalf("profile -o yaml: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+	})
+
+	t.Run("a name that does not exist exits non-zero", func(t *testing.T) {
+		for _, args := range [][]string{
+			with(agent, "transcript", "nosuch"), with(agent, "trace", "nosuch"),
+			with(agent, "profile", "nosuch"), with(approver, "approve", "nosuch"),
+		} {
+			r := p.run(args...)
+			if r.code == 0 || !strings.Contains(r.err, `"nosuch" not found in namespace "`+ns.Name+`"`) {
+				t.Errorf("%v: exit %d, stderr %q", args, r.code, r.err)
+			}
+		}
+	})
+
+	t.Run("kubectl get toolgate works for each shipped role", func(t *testing.T) {
+		// agent-only holds the agent role alone (demo-agent approves too).
+		for _, user := range []string{"agent-only", "demo-approver"} {
+			r := p.run("get", "toolgate", "-n", ns.Name, "--as", user)
+			if r.code != 0 || !strings.Contains(r.out, "write-notes") {
+				t.Errorf("as %s: exit %d, out %q, err %q", user, r.code, r.out, r.err)
+			}
+		}
+	})
+
+	t.Run("usage and completion", func(t *testing.T) {
+		r := p.run("toolgate", "pending", "--help")
+		for _, want := range []string{"kubectl toolgate pending [flags]", "kubectl toolgate pending -A -o json", "--as string", "--request-timeout", "--all-namespaces"} {
+			if !strings.Contains(r.out, want) {
+				t.Errorf("help lacks %q:\n%s", want, r.out)
+			}
+		}
+		// kubectl completes a plugin's words by running kubectl_complete-<name>.
+		r = p.exec(filepath.Join(p.path, "kubectl_complete-toolgate"), "-n", ns.Name, "approve", "read")
+		if r.code != 0 || !strings.Contains(r.out, "read-notes") || strings.Contains(r.out, "write-notes") {
+			t.Fatalf("completion: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+	})
+}
+
+// newPlugin writes a kubeconfig for cfg and puts the test binary on a
+// PATH directory as kubectl-toolgate and kubectl_complete-toolgate.
+func newPlugin(t *testing.T, cfg *rest.Config) *plugin {
+	kubectl, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"kubectl-toolgate", "kubectl_complete-toolgate"} {
+		must(t, os.Symlink(self, filepath.Join(dir, name)))
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, clientcmd.WriteToFile(*kc, file))
+	return &plugin{t: t, kubectl: kubectl, kubeconfig: file, path: dir}
+}
+
+// installShipped creates the user ClusterRoles and the admission policies
+// config/default installs, under their installed names.
+func installShipped(t *testing.T, c client.Client, kubectl string) {
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(testenv.RepoRoot(), "config", "default")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/default: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "default.yaml")
+	must(t, os.WriteFile(file, out, 0o600))
+	objs, err := testenv.ReadObjects(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			must(t, c.Create(context.Background(), u))
+		}
+	}
+}
+
+func bind(t *testing.T, c client.Client, ns, user, clusterRole string) {
+	must(t, c.Create(context.Background(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}))
+}
+
+func impersonated(t *testing.T, env *testenv.Env, user string) client.Client {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitForPolicies returns once the API server enforces the admission
+// policies: they load asynchronously after their creation.
+func waitForPolicies(t *testing.T, env *testenv.Env, ns string) {
+	ctx := context.Background()
+	agent := impersonated(t, env, "demo-agent")
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		probe := tu.MakeToolCall(ns, "probe", "s").Requester("someone-else").Obj()
+		err := agent.Create(ctx, probe)
+		if err != nil && strings.Contains(err.Error(), "spec.requester must be the user creating the call") {
+			return
+		}
+		if err == nil {
+			must(t, env.Client.Delete(ctx, probe))
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("the admission policies are not enforced after 30s: %v", err)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

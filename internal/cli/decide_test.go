@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+func TestDecidableRefuses(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	fresh := func() *toolgatev1alpha1.ApprovalRequest {
+		return tu.MakeApprovalRequest("ns", "a", "a", metav1.NewTime(now.Add(time.Minute))).Obj()
+	}
+	if err := decidable(fresh(), now); err != nil {
+		t.Fatalf("an undecided request before its deadline: %v", err)
+	}
+	cases := map[string]struct {
+		edit func(*toolgatev1alpha1.ApprovalRequest)
+		want string
+	}{
+		"decided": {func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "carol"}
+		}, "already decided: Deny by carol"},
+		"expired":   {func(ar *toolgatev1alpha1.ApprovalRequest) { ar.Status.Phase = toolgatev1alpha1.ApprovalExpired }, "expired undecided at 2026-11-30T12:01:00Z"},
+		"cancelled": {func(ar *toolgatev1alpha1.ApprovalRequest) { ar.Status.Phase = toolgatev1alpha1.ApprovalCancelled }, "was cancelled"},
+		"deadline passed, not yet marked": {func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Deadline = metav1.NewMicroTime(now.Add(-time.Second))
+		}, "expired undecided"},
+	}
+	for name, c := range cases {
+		ar := fresh()
+		c.edit(ar)
+		if err := decidable(ar, now); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", name, err, c.want)
+		}
+	}
+}
+
+// TestDecideRetriesOnConflict: a write that loses a race reads the request
+// again; when the winner decided it, the loser is told so instead of
+// overwriting (the API server would refuse that too).
+func TestDecideRetriesOnConflict(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := metav1.NewTime(time.Now().Add(time.Hour))
+	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		tu.MakeApprovalRequest("ns", "raced", "raced", deadline).Obj(),
+		tu.MakeApprovalRequest("ns", "lost", "lost", deadline).Obj(),
+	).Build()
+	updates := 0
+	c := interceptor.NewClient(base, interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		updates++
+		if updates == 1 { // someone else writes first: a conflict
+			return apierrors.NewConflict(schema.GroupResource{Group: "toolgate.dev", Resource: "approvalrequests"}, obj.GetName(), nil)
+		}
+		if obj.GetName() == "lost" { // the winner decided
+			other := &toolgatev1alpha1.ApprovalRequest{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), other); err != nil {
+				return err
+			}
+			other.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "carol"}
+			if err := c.Update(ctx, other); err != nil {
+				return err
+			}
+			return apierrors.NewConflict(schema.GroupResource{Group: "toolgate.dev", Resource: "approvalrequests"}, obj.GetName(), nil)
+		}
+		return c.Update(ctx, obj, opts...)
+	}})
+	approve := toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+
+	if _, err := decide(ctx, c, "ns", "raced", approve, time.Now()); err != nil {
+		t.Fatalf("decide after a conflict: %v", err)
+	}
+	got := &toolgatev1alpha1.ApprovalRequest{}
+	if err := base.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "raced"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if d := got.Spec.Decision; d == nil || d.DecidedBy != "alice" || updates != 2 {
+		t.Fatalf("decision %+v after %d updates, want alice's after 2", d, updates)
+	}
+
+	_, err := decide(ctx, c, "ns", "lost", approve, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "already decided: Deny by carol") {
+		t.Fatalf("deciding a request someone decided meanwhile: %v", err)
+	}
+	if _, err := decide(ctx, c, "ns", "nosuch", approve, time.Now()); err == nil || !strings.Contains(err.Error(), `approvalrequest "nosuch" not found in namespace "ns"`) {
+		t.Fatalf("a missing request: %v", err)
+	}
+}
+
+func TestPreviewCutsWholeCharacters(t *testing.T) {
+	s := strings.Repeat("é", 100) + "\nnext line"
+	p := preview(s)
+	if !utf8.ValidString(p) || len(p) > previewBytes || !strings.HasSuffix(p, "…") || strings.Contains(p, "\n") {
+		t.Fatalf("preview %q (%d bytes)", p, len(p))
+	}
+	if got := preview("a\nb"); got != "a b" {
+		t.Fatalf("short preview %q", got)
+	}
+}

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+)
+
+// expected are the verdicts of a call that goes well; the first record with
+// another verdict is where the call diverged.
+var expected = map[string]bool{
+	pipeline.VerdictAdmitted: true, pipeline.VerdictAllow: true, pipeline.VerdictAsk: true, pipeline.VerdictAllowedOnce: true,
+	pipeline.VerdictAbstain: true, pipeline.VerdictDispatched: true, pipeline.VerdictOK: true, pipeline.VerdictAccept: true,
+	string(pipeline.Succeeded): true,
+}
+
+func traceCommand(o *Options) *cobra.Command {
+	var out *output
+	cmd := &cobra.Command{
+		Use:   "trace CALL",
+		Short: "print a call's stage boundaries and the first one that diverged",
+		Long: `Print the stage boundaries a ToolCall crossed, in order, with each verdict
+and reason, and name the first boundary whose verdict is not the one a call
+that goes well has: that is where to look (docs/operations.md).`,
+		Example: `  # why did the call "read-secret" end as it did?
+  kubectl toolgate trace read-secret -n agents
+
+  # with full timestamps and the result's message
+  kubectl toolgate trace read-secret -n agents -o wide`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeNames(&toolgatev1alpha1.ToolCallList{}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			tc := &toolgatev1alpha1.ToolCall{}
+			if err := get(cmd.Context(), c, ns, args[0], tc, "toolcall"); err != nil {
+				return err
+			}
+			if isTable, wide := out.table(); isTable {
+				return writeTrace(o.Out, tc, wide)
+			}
+			return out.print(tc, o)
+		},
+	}
+	out = addOutput(cmd, o)
+	return cmd
+}
+
+func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, wide bool) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "call %s (tool %s, turn %d, index %d, phase %s)\n", tc.Name, tc.Spec.Tool, tc.Spec.Turn, tc.Spec.Index, tc.Status.Phase)
+	fmt.Fprintln(w, "TIME\tSTAGE\tVERDICT\tREASON")
+	layout := "15:04:05"
+	if wide {
+		layout = time.RFC3339Nano
+	}
+	diverged := -1
+	for i, s := range tc.Status.Stages {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Time.UTC().Format(layout), s.Stage, s.Verdict, s.Reason)
+		if diverged < 0 && !expected[s.Verdict] {
+			diverged = i
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case diverged >= 0:
+		s := tc.Status.Stages[diverged]
+		fmt.Fprintf(out, "first divergence: %s (%s %s)\n", s.Stage, s.Verdict, s.Reason)
+	case tc.Status.Result != nil:
+		fmt.Fprintln(out, "no divergence: every boundary passed")
+	default:
+		fmt.Fprintln(out, "in progress: no divergence so far")
+	}
+	if r := tc.Status.Result; r != nil {
+		msg := r.Message
+		if !wide {
+			msg = preview(msg)
+		}
+		fmt.Fprintf(out, "result: %s %s %s\n", r.Outcome, r.ErrorCode, msg)
+	}
+	return nil
+}
