@@ -1,0 +1,389 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/codes"
+	"github.com/toolgate/toolgate/pkg/agent"
+)
+
+// The gateway's own codes, for answers given without a ToolCall result
+// (beside the pipeline's codes in internal/codes).
+const (
+	// CodeConcurrencyLimit: the identity has MaxCallsPerIdentity calls in
+	// flight; nothing was created, retry once one returns.
+	CodeConcurrencyLimit = "concurrency_limit"
+	// CodeGatewayTimeout: the call did not commit within the gateway's
+	// CallTimeout; it goes on, and resubmitting it with the same _meta
+	// attaches to it.
+	CodeGatewayTimeout = "gateway_timeout"
+	// CodeRefused: the API server refused to create the call (RBAC or
+	// admission); its message says why.
+	CodeRefused = "refused"
+	// CodeCallDeleted: the ToolCall was deleted before it committed.
+	CodeCallDeleted = "call_deleted"
+)
+
+// maxTurnProbes bounds the turns tried for a call without a turn in its
+// _meta (each try is one create that found the turn taken).
+const maxTurnProbes = 64
+
+// cancelTimeout bounds the cancellation written for a client that went away.
+const cancelTimeout = 10 * time.Second
+
+// call answers one tools/call: one ToolCall, created as the caller, watched
+// until it commits.
+func (g *Gateway) call(ctx context.Context, c *caller, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	start := time.Now()
+	name := r.Params.Name
+	release, ok := g.limiter.acquire(c.user)
+	if !ok {
+		g.metrics.rejected.WithLabelValues(CodeConcurrencyLimit).Inc()
+		return g.answer(start, toolUnlisted, refusal(CodeConcurrencyLimit,
+			fmt.Sprintf("you already have %d tools/call requests in flight, the gateway's limit per identity; nothing was created: retry once one returns", g.opts.MaxCallsPerIdentity))), nil
+	}
+	defer release()
+
+	session, l, err := g.profile(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	label := name
+	if !l.has(name) {
+		label = toolUnlisted
+	}
+	pos, err := placement(r.Params.Meta)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	args := string(r.Params.Arguments)
+	if len(r.Params.Arguments) == 0 || string(r.Params.Arguments) == "null" {
+		args = "{}"
+	}
+	if len(args) > toolgatev1alpha1.MaxArgumentsBytes {
+		return g.answer(start, label, refusal(codes.InvalidArguments,
+			fmt.Sprintf("the arguments are %d bytes, more than a call may carry (%d); nothing was created", len(args), toolgatev1alpha1.MaxArgumentsBytes))), nil
+	}
+	if !l.has(name) && !validToolName(name) {
+		// The API server would refuse the name; answer as for any tool the
+		// session does not list.
+		return g.answer(start, label, refusal(codes.UnknownTool, unknownTool(name))), nil
+	}
+
+	tc, res := g.submit(ctx, c, session, pos, name, args)
+	if res != nil {
+		return g.answer(start, label, res), nil
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	defer cancel()
+	tc, err = g.await(waitCtx, c, tc, g.progress(ctx, r))
+	switch {
+	case err == nil:
+	case errors.Is(err, errDeleted):
+		return g.answer(start, label, refusal(CodeCallDeleted, fmt.Sprintf("toolcall %s was deleted before it committed", tc.Name))), nil
+	case ctx.Err() != nil:
+		// The client is gone (it cancelled, or dropped the request): nobody
+		// waits for this call any more, so it is cancelled, unless it is the
+		// gateway that is going away.
+		if g.shutdown.Err() == nil {
+			g.cancel(ctx, c, tc)
+		}
+		g.metrics.calls.WithLabelValues(label, "ClientGone").Inc()
+		return nil, ctx.Err()
+	case waitCtx.Err() != nil:
+		return g.answer(start, label, refusal(CodeGatewayTimeout,
+			fmt.Sprintf("toolcall %s did not commit within %s; it goes on: call again with the same _meta to receive its result", tc.Name, g.opts.CallTimeout))), nil
+	default:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "watching the call failed: " + err.Error()}
+	}
+	return g.answer(start, label, toResult(tc, l)), nil
+}
+
+// answer records the metrics of a result and returns it.
+func (g *Gateway) answer(start time.Time, tool string, res *mcp.CallToolResult) *mcp.CallToolResult {
+	outcome, _ := res.Meta[agent.MetaOutcome].(string)
+	if code, _ := res.Meta[agent.MetaCode].(string); outcome == "" {
+		outcome = code
+	}
+	g.metrics.calls.WithLabelValues(tool, outcome).Inc()
+	g.metrics.duration.WithLabelValues(tool, outcome).Observe(time.Since(start).Seconds())
+	return res
+}
+
+// position is where a call goes in its session's model order.
+type position struct {
+	turn     int64
+	index    int32
+	turnSize int32
+	callID   string
+	// auto: no turn was given; the call is a turn of its own after the
+	// session's current one.
+	auto bool
+}
+
+// placement reads a call's position from its _meta. Without a turn, the
+// call is a turn of its own (index 0, size 1) placed after the session's
+// current turn, so such calls run one after another in the order they
+// arrive.
+func placement(m mcp.Meta) (position, error) {
+	p := position{turnSize: 1}
+	turn, hasTurn, err := metaInt(m, agent.MetaTurn, 0, 1_000_000_000)
+	if err != nil {
+		return p, err
+	}
+	size, hasSize, err := metaInt(m, agent.MetaTurnSize, 1, 1024)
+	if err != nil {
+		return p, err
+	}
+	index, hasIndex, err := metaInt(m, agent.MetaIndex, 0, 1023)
+	if err != nil {
+		return p, err
+	}
+	if !hasTurn {
+		if hasSize || hasIndex {
+			return p, fmt.Errorf("_meta %q and %q need %q", agent.MetaIndex, agent.MetaTurnSize, agent.MetaTurn)
+		}
+		p.auto = true
+	}
+	p.turn, p.index = turn, int32(index)
+	if hasSize {
+		p.turnSize = int32(size)
+	}
+	if p.index >= p.turnSize {
+		return p, fmt.Errorf("_meta %q (%d) must be below %q (%d)", agent.MetaIndex, p.index, agent.MetaTurnSize, p.turnSize)
+	}
+	if v, ok := m[agent.MetaCallID]; ok {
+		s, isString := v.(string)
+		if !isString || s == "" {
+			return p, fmt.Errorf("_meta %q must be a non-empty string", agent.MetaCallID)
+		}
+		p.callID = s
+	}
+	return p, nil
+}
+
+// metaInt reads an integer in [lo, hi] from _meta (JSON numbers arrive as
+// float64).
+func metaInt(m mcp.Meta, key string, lo, hi int64) (int64, bool, error) {
+	v, ok := m[key]
+	if !ok {
+		return 0, false, nil
+	}
+	var n float64
+	switch x := v.(type) {
+	case float64:
+		n = x
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return 0, true, fmt.Errorf("_meta %q must be an integer", key)
+		}
+		n = f
+	default:
+		return 0, true, fmt.Errorf("_meta %q must be an integer", key)
+	}
+	if n != math.Trunc(n) || n < float64(lo) || n > float64(hi) {
+		return 0, true, fmt.Errorf("_meta %q must be an integer from %d to %d", key, lo, hi)
+	}
+	return int64(n), true, nil
+}
+
+// submit creates the call as the caller, or finds the one a previous
+// attempt of the same request created. A non-nil result answers the request
+// instead (nothing to wait for).
+func (g *Gateway) submit(ctx context.Context, c *caller, s *toolgatev1alpha1.AgentSession, pos position, tool, args string) (*toolgatev1alpha1.ToolCall, *mcp.CallToolResult) {
+	turn := pos.turn
+	if pos.auto {
+		turn = s.Status.CurrentTurn
+		if s.Status.CommitCursor != nil || s.Status.CommittedCalls > 0 {
+			turn++
+		}
+	}
+	for range maxTurnProbes {
+		tc := &toolgatev1alpha1.ToolCall{
+			ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: agent.CallName(c.session, turn, pos.index)},
+			Spec: toolgatev1alpha1.ToolCallSpec{
+				SessionRef: toolgatev1alpha1.LocalObjectReference{Name: c.session},
+				Turn:       turn, Index: pos.index, TurnSize: pos.turnSize,
+				CallID: pos.callID, Tool: tool, Arguments: args, Requester: c.user,
+			},
+		}
+		if tc.Spec.CallID == "" {
+			tc.Spec.CallID = agent.CallID(turn, pos.index)
+		}
+		err := c.client.Create(ctx, tc)
+		if err == nil {
+			return tc, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, createRefusal(err)
+		}
+		if pos.auto {
+			turn++
+			continue
+		}
+		// The same request again (a retry, or a client attaching after a
+		// timeout) finds its call; another call in that place is refused.
+		found := &toolgatev1alpha1.ToolCall{}
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(tc), found); err != nil {
+			return nil, createRefusal(err)
+		}
+		if found.Spec.Tool != tool || found.Spec.Arguments != args || found.Spec.Requester != c.user || found.Spec.TurnSize != pos.turnSize {
+			return nil, refusal(codes.DuplicateCall, fmt.Sprintf("turn %d index %d of the session already holds another call (toolcall %s)", turn, pos.index, found.Name))
+		}
+		return found, nil
+	}
+	return nil, refusal(codes.DuplicateCall, fmt.Sprintf("no free turn found after %d tries; send the turn in _meta %q", maxTurnProbes, agent.MetaTurn))
+}
+
+// createRefusal answers an API server's refusal to create a call.
+func createRefusal(err error) *mcp.CallToolResult {
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return refusal(CodeRefused, "the API server refused the call: "+err.Error())
+	}
+	return refusal(CodeRefused, "the API server did not take the call: "+err.Error())
+}
+
+// errDeleted says the watched call was deleted before it committed.
+var errDeleted = errors.New("the call was deleted")
+
+// final reports whether the call's result is final: committed to the log,
+// or settled outside it.
+func final(tc *toolgatev1alpha1.ToolCall) bool {
+	if tc.Status.Result == nil {
+		return false
+	}
+	if tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+		return true
+	}
+	cond := apimeta.FindStatusCondition(tc.Status.Conditions, toolgatev1alpha1.ToolCallConditionCommitted)
+	return cond != nil && cond.Status == metav1.ConditionFalse
+}
+
+// await watches the call, as the caller, until its result is final,
+// telling observe of every version seen. A watch the API server ends is
+// resumed from the last version seen (or from a fresh read when that
+// version is too old).
+func (g *Gateway) await(ctx context.Context, c *caller, tc *toolgatev1alpha1.ToolCall, observe func(*toolgatev1alpha1.ToolCall)) (*toolgatev1alpha1.ToolCall, error) {
+	for {
+		observe(tc)
+		if final(tc) {
+			return tc, nil
+		}
+		w, err := c.client.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, &client.ListOptions{
+			Namespace:     tc.Namespace,
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", tc.Name),
+			Raw:           &metav1.ListOptions{ResourceVersion: tc.ResourceVersion},
+		})
+		if err != nil {
+			return tc, err
+		}
+		next, err := follow(ctx, w, tc, observe)
+		w.Stop()
+		if err != nil {
+			return tc, err
+		}
+		if next != nil {
+			return next, nil
+		}
+		// The watch ended without a final result: read the call again and
+		// watch from there.
+		fresh := &toolgatev1alpha1.ToolCall{}
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(tc), fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				return tc, errDeleted
+			}
+			return tc, err
+		}
+		tc = fresh
+	}
+}
+
+// follow reads one watch until the call is final (returned), the watch ends
+// (nil, nil) or the context does.
+func follow(ctx context.Context, w watch.Interface, tc *toolgatev1alpha1.ToolCall, observe func(*toolgatev1alpha1.ToolCall)) (*toolgatev1alpha1.ToolCall, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, nil
+			}
+			switch ev.Type {
+			case watch.Deleted:
+				return nil, errDeleted
+			case watch.Error:
+				return nil, nil
+			case watch.Added, watch.Modified:
+				got, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
+				if !isCall {
+					continue
+				}
+				*tc = *got
+				observe(tc)
+				if final(tc) {
+					return tc, nil
+				}
+			}
+		}
+	}
+}
+
+// progress returns the observer that sends the client a progress
+// notification each time the call changes phase (when the client asked for
+// progress), naming the ApprovalRequest while the call waits for a person.
+func (g *Gateway) progress(ctx context.Context, r *mcp.CallToolRequest) func(*toolgatev1alpha1.ToolCall) {
+	token := r.Params.GetProgressToken()
+	var last toolgatev1alpha1.ToolCallPhase
+	var step float64
+	return func(tc *toolgatev1alpha1.ToolCall) {
+		if token == nil || r.Session == nil || tc.Status.Phase == last || tc.Status.Phase == "" {
+			return
+		}
+		last = tc.Status.Phase
+		step++
+		p := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: step,
+			Message: fmt.Sprintf("toolcall %s: %s", tc.Name, tc.Status.Phase),
+			Meta:    mcp.Meta{agent.MetaToolCall: tc.Name},
+		}
+		if tc.Status.Phase == toolgatev1alpha1.PhaseAwaitingApproval {
+			// The ApprovalRequest is named after its call.
+			p.Message = fmt.Sprintf("toolcall %s waits for a person to approve approvalrequest/%s in namespace %s (kubectl toolgate approve %s -n %s)",
+				tc.Name, tc.Name, tc.Namespace, tc.Name, tc.Namespace)
+			p.Meta[agent.MetaApprovalRequest] = tc.Name
+		}
+		if err := r.Session.NotifyProgress(ctx, p); err != nil {
+			g.opts.Log.V(1).Info("progress notification not delivered", "namespace", tc.Namespace, "toolcall", tc.Name)
+		}
+	}
+}
+
+// cancel asks, as the caller, for the call to be cancelled; the pipeline
+// stops its body and settles it as cancelled.
+func (g *Gateway) cancel(ctx context.Context, c *caller, tc *toolgatev1alpha1.ToolCall) {
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer done()
+	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"cancelRequested":true}}`))
+	obj := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name}}
+	if err := c.client.Patch(cctx, obj, patch); err != nil {
+		g.opts.Log.Error(err, "cancelling a call whose client went away failed", "namespace", tc.Namespace, "toolcall", tc.Name)
+		return
+	}
+	g.opts.Log.Info("call cancelled: its client went away", "namespace", tc.Namespace, "toolcall", tc.Name)
+}

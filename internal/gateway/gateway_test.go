@@ -1,0 +1,260 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/pkg/agent"
+)
+
+// shTool is a tool run by /bin/sh with an exact script; it reads the
+// arguments on stdin and its stdout is the value.
+func shTool(name, script, output string, render toolgatev1alpha1.RenderFormat) toolgatev1alpha1.ToolDefinition {
+	w := tu.MakeTool(name)
+	w.Container.Command = []string{"/bin/sh", "-c", script}
+	w.Output = toolgatev1alpha1.OutputDeclaration{Schema: tu.JSON(output), Render: toolgatev1alpha1.RenderSpec{Format: render}}
+	return w.Obj()
+}
+
+// profile: echo returns its arguments (an object: structured content);
+// write asks a person; danger is denied for the text "rm"; secret is denied
+// to every call (so not listed); slow sleeps.
+func profile(ns string) *toolgatev1alpha1.ToolProfile {
+	object := `{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`
+	return tu.MakeToolProfile(ns, "p").Tools(
+		shTool("echo", "cat", object, toolgatev1alpha1.RenderJSON),
+		shTool("write", "printf written", `{"type":"string"}`, toolgatev1alpha1.RenderText),
+		shTool("danger", "echo ran", `{"type":"string"}`, toolgatev1alpha1.RenderText),
+		shTool("secret", "echo secret", `{"type":"string"}`, toolgatev1alpha1.RenderText),
+		shTool("slow", "sleep 60; echo late", `{"type":"string"}`, toolgatev1alpha1.RenderText),
+	).Preset(toolgatev1alpha1.PresetTrusted).
+		PreRule("ask-writes", toolgatev1alpha1.ActionAsk, "", "write").
+		PreRule("no-rm", toolgatev1alpha1.ActionDeny, "call.args.text == 'rm'", "danger").
+		PreRule("never-secret", toolgatev1alpha1.ActionDeny, "", "secret").
+		Sandbox(func(s *toolgatev1alpha1.SandboxPolicy) {
+			s.Provider = toolgatev1alpha1.SandboxProviderProcess
+			s.Mode = toolgatev1alpha1.SandboxWorkspaceWrite
+		}).
+		Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.Provider = toolgatev1alpha1.ApprovalProviderAPIServer }).
+		Obj()
+}
+
+// session creates the profile and, as the agent, a session "s", and waits
+// for the profile to be Ready.
+func session(ns, user string) {
+	Expect(k8s.Create(ctx, profile(ns))).To(Succeed())
+	s := tu.MakeAgentSession(ns, "s", "p").Obj()
+	s.Spec.Owner = user
+	Expect(as(user).Create(ctx, s)).To(Succeed())
+	Eventually(func(g Gomega) {
+		p := &toolgatev1alpha1.ToolProfile{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p"}, p)).To(Succeed())
+		g.Expect(p.Status.Conditions).To(ContainElement(And(HaveField("Type", toolgatev1alpha1.ConditionReady), HaveField("Status", metav1.ConditionTrue))))
+	}).Should(Succeed())
+}
+
+// connect opens an MCP client session to the gateway, bound to session "s"
+// of ns, authenticated with tok; progress receives the progress
+// notifications.
+func connect(ns, tok string, progress chan<- *mcp.ProgressNotificationParams) *mcp.ClientSession {
+	c := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "v0"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			if progress != nil {
+				progress <- r.Params
+			}
+		},
+	})
+	t := &mcp.StreamableClientTransport{
+		Endpoint:   fmt.Sprintf("%s/mcp/%s/s", server.URL, ns),
+		HTTPClient: &http.Client{Transport: bearer{token: tok, next: http.DefaultTransport}},
+	}
+	cs, err := c.Connect(ctx, t, nil)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(cs.Close)
+	return cs
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func calls(ns string) int {
+	l := &toolgatev1alpha1.ToolCallList{}
+	Expect(k8s.List(ctx, l, client.InNamespace(ns))).To(Succeed())
+	return len(l.Items)
+}
+
+var _ = Describe("the MCP gateway", func() {
+	var ns, user, tok string
+
+	BeforeEach(func() {
+		ns, user = agentNamespace()
+		session(ns, user)
+		tok = token(ns, "agent", audience)
+	})
+
+	It("lists the session's tools with their schemas, leaving out a tool the profile denies to every call", func() {
+		cs := connect(ns, tok, nil)
+		res, err := cs.ListTools(ctx, nil)
+		Expect(err).NotTo(HaveOccurred())
+		names := map[string]*mcp.Tool{}
+		for _, t := range res.Tools {
+			names[t.Name] = t
+		}
+		Expect(names).To(HaveLen(4))
+		Expect(names).To(HaveKey("echo"))
+		Expect(names).NotTo(HaveKey("secret"))
+		in, err := json.Marshal(names["echo"].InputSchema)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(in).To(MatchJSON(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`))
+		out, err := json.Marshal(names["echo"].OutputSchema)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(MatchJSON(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`))
+		Expect(names["write"].OutputSchema).To(BeNil(), "a value that is not an object reaches the model as text")
+	})
+
+	It("runs an allowed call as one ToolCall made as the caller, and returns structured content", func() {
+		cs := connect(ns, tok, nil)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.IsError).To(BeFalse(), text(res))
+		Expect(json.Marshal(res.StructuredContent)).To(MatchJSON(`{"text":"hello"}`))
+		Expect(text(res)).To(MatchJSON(`{"text":"hello"}`))
+		Expect(res.Meta).To(HaveKeyWithValue(agent.MetaOutcome, "Succeeded"))
+
+		name, _ := res.Meta[agent.MetaToolCall].(string)
+		tc := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tc)).To(Succeed())
+		Expect(tc.Spec.Requester).To(Equal(user))
+		Expect(tc.Spec.Arguments).To(MatchJSON(`{"text":"hello"}`))
+		Expect(tc.Status.Phase).To(Equal(toolgatev1alpha1.PhaseCommitted))
+		Expect(calls(ns)).To(Equal(1))
+	})
+
+	It("answers a denial as isError with the stable code, and an unlisted tool exactly as an unknown one", func() {
+		cs := connect(ns, tok, nil)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "danger", Arguments: map[string]any{"text": "rm"}})
+		Expect(err).NotTo(HaveOccurred(), "a denial is a result, never a protocol error")
+		Expect(res.IsError).To(BeTrue())
+		Expect(res.Meta).To(HaveKeyWithValue(agent.MetaCode, "policy_denied"))
+		Expect(res.Meta).To(HaveKeyWithValue(agent.MetaOutcome, "Denied"))
+		Expect(text(res)).To(HavePrefix("policy_denied: "))
+
+		hidden, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "secret", Arguments: map[string]any{"text": "x"}})
+		Expect(err).NotTo(HaveOccurred())
+		unknown, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "nothing", Arguments: map[string]any{"text": "x"}})
+		Expect(err).NotTo(HaveOccurred())
+		for _, r := range []*mcp.CallToolResult{hidden, unknown} {
+			Expect(r.IsError).To(BeTrue())
+			Expect(r.Meta).To(HaveKeyWithValue(agent.MetaCode, "unknown_tool"))
+		}
+		Expect(text(hidden)).To(Equal(strings.Replace(text(unknown), `"nothing"`, `"secret"`, 1)))
+	})
+
+	It("reports the pending ApprovalRequest as progress, then returns the result once a second identity approves", func() {
+		progress := make(chan *mcp.ProgressNotificationParams, 16)
+		cs := connect(ns, tok, progress)
+		params := &mcp.CallToolParams{Name: "write", Arguments: map[string]any{"text": "x"}}
+		params.SetProgressToken("write-1")
+		type outcome struct {
+			res *mcp.CallToolResult
+			err error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			res, err := cs.CallTool(ctx, params)
+			done <- outcome{res, err}
+		}()
+
+		var request string
+		Eventually(progress, 60*time.Second).Should(Receive(Satisfy(func(p *mcp.ProgressNotificationParams) bool {
+			request, _ = p.Meta[agent.MetaApprovalRequest].(string)
+			return request != ""
+		})))
+		Expect(done).NotTo(Receive(), "the call waits for a person")
+
+		ar := &toolgatev1alpha1.ApprovalRequest{}
+		Eventually(func() error { return as("alice").Get(ctx, client.ObjectKey{Namespace: ns, Name: request}, ar) }).Should(Succeed())
+		Expect(ar.Spec.Requester).To(Equal(user))
+		base := ar.DeepCopy()
+		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+		Expect(as("alice").Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
+
+		var got outcome
+		Eventually(done, 60*time.Second).Should(Receive(&got))
+		Expect(got.err).NotTo(HaveOccurred())
+		Expect(got.res.IsError).To(BeFalse(), text(got.res))
+		Expect(text(got.res)).To(Equal("written"))
+	})
+
+	It("cancels the ToolCall when the client cancels the request", func() {
+		progress := make(chan *mcp.ProgressNotificationParams, 16)
+		cs := connect(ns, tok, progress)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"text": "x"}}
+		params.SetProgressToken("slow-1")
+		errs := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(cctx, params)
+			errs <- err
+		}()
+		var name string
+		Eventually(progress, 60*time.Second).Should(Receive(Satisfy(func(p *mcp.ProgressNotificationParams) bool {
+			name, _ = p.Meta[agent.MetaToolCall].(string)
+			return strings.HasSuffix(p.Message, string(toolgatev1alpha1.PhaseRunning))
+		})))
+		cancel()
+		Eventually(errs).Should(Receive(HaveOccurred()))
+		Eventually(func(g Gomega) {
+			tc := &toolgatev1alpha1.ToolCall{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tc)).To(Succeed())
+			g.Expect(tc.Spec.CancelRequested).To(BeTrue())
+			g.Expect(tc.Status.Result).NotTo(BeNil())
+			g.Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
+		}, 60*time.Second).Should(Succeed())
+	})
+
+	It("answers 401 and creates nothing without a valid token for its audience", func() {
+		before := calls(ns)
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`
+		for what, header := range map[string]string{
+			"no token":            "",
+			"a made-up token":     "Bearer not-a-token",
+			"a token for the API": "Bearer " + token(ns, "agent"),
+			"another audience":    "Bearer " + token(ns, "agent", "someone-else"),
+			"not a bearer token":  "Basic YWdlbnQ6cGFzcw==",
+		} {
+			req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), strings.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if header != "" {
+				req.Header.Set("Authorization", header)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(resp.Body.Close()).To(Succeed())
+			Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized), what)
+		}
+		Expect(calls(ns)).To(Equal(before))
+	})
+})

@@ -1,0 +1,209 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/gateway"
+	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+// audience is the audience callers' tokens are issued for in these specs.
+const audience = "toolgate-gateway-test"
+
+var (
+	env          *testenv.Env
+	k8s          client.Client
+	clientset    *kubernetes.Clientset
+	ctx          = context.Background()
+	workspaceDir string
+	stop         context.CancelFunc
+	managerDone  chan struct{}
+	server       *httptest.Server
+)
+
+func TestGateway(t *testing.T) {
+	RegisterFailHandler(Fail)
+	// Eventually bounds liveness, not speed.
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	RunSpecs(t, "Gateway (real kube-apiserver, manager with the process sandbox, go-sdk MCP client over HTTP)")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	env, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s = env.Client
+	clientset, err = kubernetes.NewForConfig(env.Config)
+	Expect(err).NotTo(HaveOccurred())
+	workspaceDir, err = os.MkdirTemp("", "toolgate-gw-")
+	Expect(err).NotTo(HaveOccurred())
+	installObjects(
+		filepath.Join("config", "admission", "approval_policy.yaml"),
+		filepath.Join("config", "admission", "approver_role.yaml"),
+		filepath.Join("config", "rbac", "user_roles.yaml"),
+		filepath.Join("config", "gateway", "role.yaml"),
+	)
+
+	var sctx context.Context
+	sctx, stop = context.WithCancel(ctx)
+	startManager(sctx)
+	server = startGateway(sctx)
+})
+
+var _ = AfterSuite(func() {
+	if server != nil {
+		server.Close()
+	}
+	if stop != nil {
+		stop()
+		<-managerDone
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+	_ = os.RemoveAll(workspaceDir)
+})
+
+// installObjects creates the objects of the repository's YAML files as
+// shipped (cluster-scoped roles and policies keep their unprefixed names).
+func installObjects(files ...string) {
+	for i := range files {
+		files[i] = filepath.Join(testenv.RepoRoot(), files[i])
+	}
+	objs, err := testenv.ReadObjects(files...)
+	Expect(err).NotTo(HaveOccurred())
+	for _, u := range objs {
+		Expect(k8s.Create(ctx, u)).To(Succeed(), u.GetKind()+" "+u.GetName())
+	}
+}
+
+// startManager runs toolgate's controllers as cmd/manager composes them,
+// with the APIServer approval provider and the Process sandbox.
+func startManager(sctx context.Context) {
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	scope := lifecycle.NewScope()
+	cfg := controller.Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(1024), PollInterval: 500 * time.Millisecond}
+	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}))).To(Succeed())
+	box := process.New(workspaceDir, cfg.Wake.Notify)
+	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)).To(Succeed())
+	Expect(controller.Setup(mgr, cfg)).To(Succeed())
+	managerDone = make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(managerDone)
+		defer scope.Dispose()
+		Expect(mgr.Start(sctx)).To(Succeed())
+	}()
+}
+
+// startGateway serves the gateway over HTTP as its own ServiceAccount,
+// holding only the roles config/gateway ships: tokenreviews cluster-wide,
+// impersonation in the namespaces bound per spec.
+func startGateway(sctx context.Context) *httptest.Server {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "toolgate-system"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "gateway"}})).To(Succeed())
+	Expect(k8s.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gateway"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gateway"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns.Name, Name: "gateway"}},
+	})).To(Succeed())
+	cfg := &rest.Config{
+		Host:            env.Config.Host,
+		TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData},
+		BearerToken:     token(ns.Name, "gateway"),
+	}
+	gw, err := gateway.Build(sctx, cfg, audience, gateway.DefaultReviewTTL, gateway.Options{Log: ctrl.Log.WithName("gateway")})
+	Expect(err).NotTo(HaveOccurred())
+	return httptest.NewServer(gw.Handler())
+}
+
+// token issues a ServiceAccount token; audiences default to the API
+// server's own.
+func token(ns, sa string, audiences ...string) string {
+	tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return tr.Status.Token
+}
+
+// as returns a client acting as user.
+func as(user string) client.Client {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+func bind(ns string, subject rbacv1.Subject, clusterRole string) {
+	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: clusterRole + "-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{subject},
+	})).To(Succeed())
+}
+
+// agentNamespace makes a namespace with a ServiceAccount "agent" holding
+// the shipped agent role, a user "alice" holding the approver role, and the
+// gateway allowed to act as the namespace's ServiceAccounts. It returns the
+// namespace and the agent's username.
+func agentNamespace() (string, string) {
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gw-"}}
+	Expect(k8s.Create(ctx, n)).To(Succeed())
+	Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: n.Name, Name: "agent"}})).To(Succeed())
+	bind(n.Name, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: n.Name, Name: "agent"}, "agent")
+	bind(n.Name, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}, "approver")
+	bind(n.Name, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "toolgate-system", Name: "gateway"}, "gateway-impersonator")
+	return n.Name, fmt.Sprintf("system:serviceaccount:%s:agent", n.Name)
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}

@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
+// Keys of the MCP _meta objects the gateway reads and writes. A tools/call
+// request may carry MetaTurn, MetaIndex, MetaTurnSize and MetaCallID; a
+// result carries MetaToolCall, MetaOutcome, MetaCode, MetaCommitSequence and
+// MetaContexts; an approval progress notification carries
+// MetaApprovalRequest.
+const (
+	// MetaTurn is the model turn of the call (an integer ≥ 0).
+	MetaTurn = "toolgate.dev/turn"
+	// MetaIndex is the call's position within its turn (0 … turnSize-1).
+	MetaIndex = "toolgate.dev/index"
+	// MetaTurnSize is the number of calls of the turn (default 1).
+	MetaTurnSize = "toolgate.dev/turnSize"
+	// MetaCallID is the model's identifier of the call.
+	MetaCallID = "toolgate.dev/callID"
+
+	// MetaToolCall is the name of the ToolCall that carried the call.
+	MetaToolCall = "toolgate.dev/toolCall"
+	// MetaOutcome is the result's outcome (Succeeded, Failed, Denied,
+	// Cancelled, TimedOut).
+	MetaOutcome = "toolgate.dev/outcome"
+	// MetaCode is the stable error code of a non-success outcome.
+	MetaCode = "toolgate.dev/code"
+	// MetaCommitSequence is the call's position in the session's log.
+	MetaCommitSequence = "toolgate.dev/commitSequence"
+	// MetaContexts are the contexts the call deferred to the model's next
+	// step (delivered after the whole turn commits).
+	MetaContexts = "toolgate.dev/contexts"
+	// MetaApprovalRequest names the ApprovalRequest a call waits on.
+	MetaApprovalRequest = "toolgate.dev/approvalRequest"
+)
+
+// maxNameLength is the longest object name the API server accepts (a DNS
+// subdomain).
+const maxNameLength = 253
+
+// CallName is the deterministic name of the ToolCall at (turn, index) of a
+// session: a resubmitted call finds the one already created instead of
+// making a second. A session name too long to fit is cut and completed with
+// a digest of the whole, so two sessions never share names.
+func CallName(session string, turn int64, index int32) string {
+	suffix := fmt.Sprintf("-t%d-i%d", turn, index)
+	if len(session)+len(suffix) <= maxNameLength {
+		return session + suffix
+	}
+	sum := sha256.Sum256([]byte(session))
+	digest := hex.EncodeToString(sum[:])[:16]
+	keep := maxNameLength - len(suffix) - len(digest) - 1
+	return session[:keep] + "-" + digest + suffix
+}
+
+// CallID is the callID given to a call whose client sent none: unique in
+// its session, as (turn, index) is.
+func CallID(turn int64, index int32) string {
+	return fmt.Sprintf("t%d-i%d", turn, index)
+}
