@@ -109,7 +109,9 @@ type ToolCallStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// phase is the call's place in the pipeline.
+	// phase is the call's place in the pipeline. It is empty while the
+	// call waits for its session to admit it: nothing has happened to it
+	// yet, and toolgate spends no write on saying so.
 	// +optional
 	// +kubebuilder:validation:Enum=Pending;AwaitingApproval;Running;Settled;Committed
 	Phase ToolCallPhase `json:"phase,omitempty"`
@@ -270,7 +272,8 @@ type ToolCallPhase string
 
 // ToolCall phases.
 const (
-	// PhasePending: recorded, waiting for pre-execute policy.
+	// PhasePending: admitted, waiting for pre-execute policy (written only
+	// when that wait outlives a reconcile).
 	PhasePending ToolCallPhase = "Pending"
 	// PhaseAwaitingApproval: policy asked; a person has not answered.
 	PhaseAwaitingApproval ToolCallPhase = "AwaitingApproval"

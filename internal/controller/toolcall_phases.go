@@ -316,6 +316,17 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 			}
 		}
 	}
+	if !s.st.Done() && s.st.Next == pipeline.StageCall && len(s.st.Records) == 0 {
+		// Not admitted yet: nothing has happened to the call to write.
+		return ctrl.Result{RequeueAfter: requeue}, true, nil
+	}
+	if !s.st.Done() && pipeline.BodyDone(s.st.Next) && !gateOpen(s.tc, s.st) {
+		// The body is done and the call waits for its turn: its output
+		// stays in the sandbox and is collected again once the call is
+		// released. The boundary before the body is durable; nothing
+		// since is worth a write.
+		return ctrl.Result{RequeueAfter: requeue}, true, nil
+	}
 	if err := r.persist(ctx, s); err != nil {
 		return ctrl.Result{}, true, err
 	}

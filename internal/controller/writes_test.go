@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -101,6 +102,10 @@ var _ = Describe("API writes", Ordered, func() {
 		defer mu.Unlock()
 		for _, name := range []string{"c0", "c1", "c2"} {
 			Expect(scheduleOnlyWrites(versions[name])).To(Equal(1), "writes by the session to %s", name)
+			// Its creation, the session as owner with the finalizer, its
+			// admission, the boundary before the body, the result: a body
+			// done early waits for its turn without a write.
+			Expect(len(versions[name])).To(BeNumerically("<=", 5), "versions of %s: %s", name, stageTraces(versions[name]))
 		}
 	})
 })
@@ -120,6 +125,16 @@ func scheduleOnlyWrites(versions []*toolgatev1alpha1.ToolCall) int {
 		}
 	}
 	return n
+}
+
+// stageTraces renders each version's next stage and schedule, to explain
+// a failure.
+func stageTraces(versions []*toolgatev1alpha1.ToolCall) []string {
+	var out []string
+	for _, v := range versions {
+		out = append(out, fmt.Sprintf("next=%s mode=%s released=%t phase=%s finalizers=%d", nextStage(v), v.Status.Schedule.ExecutionMode, v.Status.Schedule.Released, v.Status.Phase, len(v.Finalizers)))
+	}
+	return out
 }
 
 // reconcileCount is how many reconciles the named controller finished, in
