@@ -209,10 +209,7 @@ func metaInt(m mcp.Meta, key string, lo, hi int64) (int64, bool, error) {
 func (g *Gateway) submit(ctx context.Context, c *caller, s *toolgatev1alpha1.AgentSession, pos position, tool, args string) (*toolgatev1alpha1.ToolCall, *mcp.CallToolResult) {
 	turn := pos.turn
 	if pos.auto {
-		turn = s.Status.CurrentTurn
-		if s.Status.CommitCursor != nil || s.Status.CommittedCalls > 0 {
-			turn++
-		}
+		turn = agent.StartTurn(s)
 	}
 	for range maxTurnProbes {
 		tc := &toolgatev1alpha1.ToolCall{

@@ -18,23 +18,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/gateway"
-	"github.com/toolgate/toolgate/internal/lifecycle"
-	"github.com/toolgate/toolgate/internal/providers/approval"
-	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
-	"github.com/toolgate/toolgate/internal/providers/sandbox"
-	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
 	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/testmanager"
 )
 
 // audience is the audience callers' tokens are issued for in these specs.
@@ -47,7 +38,7 @@ var (
 	ctx          = context.Background()
 	workspaceDir string
 	stop         context.CancelFunc
-	managerDone  chan struct{}
+	managerDone  <-chan error
 	server       *httptest.Server
 )
 
@@ -77,7 +68,8 @@ var _ = BeforeSuite(func() {
 
 	var sctx context.Context
 	sctx, stop = context.WithCancel(ctx)
-	startManager(sctx)
+	managerDone, err = testmanager.Start(sctx, env, workspaceDir)
+	Expect(err).NotTo(HaveOccurred())
 	server = startGateway(sctx)
 })
 
@@ -87,7 +79,7 @@ var _ = AfterSuite(func() {
 	}
 	if stop != nil {
 		stop()
-		<-managerDone
+		Expect(<-managerDone).NotTo(HaveOccurred())
 	}
 	if env != nil {
 		Expect(env.Stop()).To(Succeed())
@@ -106,31 +98,6 @@ func installObjects(files ...string) {
 	for _, u := range objs {
 		Expect(k8s.Create(ctx, u)).To(Succeed(), u.GetKind()+" "+u.GetName())
 	}
-}
-
-// startManager runs toolgate's controllers as cmd/manager composes them,
-// with the APIServer approval provider and the Process sandbox.
-func startManager(sctx context.Context) {
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	scope := lifecycle.NewScope()
-	cfg := controller.Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(1024), PollInterval: 500 * time.Millisecond}
-	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}))).To(Succeed())
-	box := process.New(workspaceDir, cfg.Wake.Notify)
-	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)).To(Succeed())
-	Expect(controller.Setup(mgr, cfg)).To(Succeed())
-	managerDone = make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(managerDone)
-		defer scope.Dispose()
-		Expect(mgr.Start(sctx)).To(Succeed())
-	}()
 }
 
 // startGateway serves the gateway over HTTP as its own ServiceAccount,

@@ -1,0 +1,255 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/testmanager"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/pkg/agent"
+)
+
+var (
+	env          *testenv.Env
+	k8s          client.Client
+	ctx          = context.Background()
+	workspaceDir string
+	stop         context.CancelFunc
+	managerDone  <-chan error
+)
+
+func TestAgent(t *testing.T) {
+	RegisterFailHandler(Fail)
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	RunSpecs(t, "Agent client (real kube-apiserver, manager with the process sandbox)")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	env, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s = env.Client
+	workspaceDir, err = os.MkdirTemp("", "toolgate-agent-")
+	Expect(err).NotTo(HaveOccurred())
+	root := testenv.RepoRoot()
+	objs, err := testenv.ReadObjects(
+		filepath.Join(root, "config", "admission", "approval_policy.yaml"),
+		filepath.Join(root, "config", "admission", "approver_role.yaml"),
+		filepath.Join(root, "config", "rbac", "user_roles.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	for _, u := range objs {
+		Expect(k8s.Create(ctx, u)).To(Succeed())
+	}
+	var sctx context.Context
+	sctx, stop = context.WithCancel(ctx)
+	managerDone, err = testmanager.Start(sctx, env, workspaceDir)
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if stop != nil {
+		stop()
+		Expect(<-managerDone).NotTo(HaveOccurred())
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+	_ = os.RemoveAll(workspaceDir)
+})
+
+// as returns a REST config acting as user.
+func as(user string) *rest.Config {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
+}
+
+func bind(ns string, subject rbacv1.Subject, clusterRole string) {
+	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: clusterRole + "-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{subject},
+	})).To(Succeed())
+}
+
+func shTool(name, script string) toolgatev1alpha1.ToolDefinition {
+	w := tu.MakeTool(name)
+	w.Container.Command = []string{"/bin/sh", "-c", script}
+	w.Output = toolgatev1alpha1.OutputDeclaration{Schema: tu.JSON(`{"type":"string"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}}
+	return w.Obj()
+}
+
+var _ = Describe("the agent client", func() {
+	var ns, user string
+	var c *agent.Client
+
+	BeforeEach(func() {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "agent-"}}
+		Expect(k8s.Create(ctx, n)).To(Succeed())
+		ns = n.Name
+		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent"}})).To(Succeed())
+		bind(ns, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "agent"}, "agent")
+		bind(ns, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}, "approver")
+		user = fmt.Sprintf("system:serviceaccount:%s:agent", ns)
+		read := shTool("read", `printf "read %s" "$(cat)"`)
+		read.IsConcurrencySafe = "true"
+		p := tu.MakeToolProfile(ns, "p").Tools(read, shTool("write", "printf written"), shTool("slow", "sleep 60")).
+			Preset(toolgatev1alpha1.PresetTrusted).
+			PreRule("ask-writes", toolgatev1alpha1.ActionAsk, "", "write").
+			PostRule(toolgatev1alpha1.PostRule{Name: "remind", Tools: []string{"write"}, Action: toolgatev1alpha1.PostAccept, Contexts: []string{"the file changed"}}).
+			Sandbox(func(s *toolgatev1alpha1.SandboxPolicy) {
+				s.Provider = toolgatev1alpha1.SandboxProviderProcess
+				s.Mode = toolgatev1alpha1.SandboxWorkspaceWrite
+			}).
+			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.Provider = toolgatev1alpha1.ApprovalProviderAPIServer }).Obj()
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := &toolgatev1alpha1.ToolProfile{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+			g.Expect(got.Status.Conditions).To(ContainElement(And(HaveField("Type", toolgatev1alpha1.ConditionReady), HaveField("Status", metav1.ConditionTrue))))
+		}).Should(Succeed())
+		var err error
+		c, err = agent.New(ctx, as(user))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.User()).To(Equal(user), "the client acts as its credentials' identity")
+	})
+
+	It("opens a session and delivers a turn's results in model order as they commit, then its deferred contexts", func() {
+		s, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
+		Expect(err).NotTo(HaveOccurred())
+		turn, err := s.Submit(ctx, []agent.Call{
+			{Tool: "read", Arguments: json.RawMessage(`{"text":"a"}`)},
+			{Tool: "read", Arguments: json.RawMessage(`{"text":"b"}`)},
+			{Tool: "write", Arguments: json.RawMessage(`{"text":"c"}`)},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(turn.Number).To(BeEquivalentTo(0))
+
+		results := make(chan agent.Result, 3)
+		errs := make(chan error, 1)
+		go func() {
+			defer GinkgoRecover()
+			for r, err := range turn.Results(ctx) {
+				if err != nil {
+					errs <- err
+					return
+				}
+				results <- r
+			}
+			close(results)
+		}()
+		// The reads arrive while the write still waits for a person.
+		var got []agent.Result
+		for range 2 {
+			var r agent.Result
+			Eventually(results, 60*time.Second).Should(Receive(&r))
+			got = append(got, r)
+		}
+		Expect(results).NotTo(Receive())
+		ar := &toolgatev1alpha1.ApprovalRequest{}
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: turn.Names[2]}, ar) }).Should(Succeed())
+		base := ar.DeepCopy()
+		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+		alice, err := client.New(as("alice"), client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(alice.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
+		var last agent.Result
+		Eventually(results, 60*time.Second).Should(Receive(&last))
+		got = append(got, last)
+		Eventually(results).Should(BeClosed())
+		Expect(errs).NotTo(Receive())
+
+		for i, r := range got {
+			Expect(r.Index).To(BeEquivalentTo(i))
+			Expect(r.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), r.Message)
+			Expect(r.Committed).To(BeTrue())
+			Expect(*r.CommitSequence).To(BeEquivalentTo(i))
+		}
+		Expect(got[0].Content).To(Equal(`read {"text":"a"}`))
+		Expect(got[2].Content).To(Equal("written"))
+
+		Eventually(func(g Gomega) {
+			contexts, committed, err := s.DeferredContexts(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(committed).To(BeEquivalentTo(0))
+			g.Expect(contexts).To(ConsistOf(HaveField("AdditionalContext.Message", "the file changed")))
+		}).Should(Succeed())
+
+		next, err := s.Submit(ctx, []agent.Call{{Tool: "read", Arguments: json.RawMessage(`{"text":"d"}`)}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(next.Number).To(BeEquivalentTo(1), "the next turn follows the last")
+		res, err := next.Wait(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res).To(HaveLen(1))
+		Expect(res[0].Content).To(Equal(`read {"text":"d"}`))
+	})
+
+	It("completes an interrupted submission without a second call, and refuses a different call in a taken place", func() {
+		s, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
+		Expect(err).NotTo(HaveOccurred())
+		calls := []agent.Call{{Tool: "read", Arguments: json.RawMessage(`{"text":"a"}`)}, {Tool: "read", Arguments: json.RawMessage(`{"text":"b"}`)}}
+		first, err := s.SubmitAt(ctx, 0, calls)
+		Expect(err).NotTo(HaveOccurred())
+		again, err := s.SubmitAt(ctx, 0, calls)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(again.Names).To(Equal(first.Names))
+		_, err = s.SubmitAt(ctx, 0, []agent.Call{{Tool: "write", Arguments: json.RawMessage(`{"text":"x"}`)}, calls[1]})
+		Expect(err).To(MatchError(ContainSubstring("already holds another call")))
+		list := &toolgatev1alpha1.ToolCallList{}
+		Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		Expect(list.Items).To(HaveLen(2))
+		res, err := first.Wait(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res).To(HaveLen(2))
+	})
+
+	It("cancels a turn: the running call settles as cancelled", func() {
+		s, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
+		Expect(err).NotTo(HaveOccurred())
+		turn, err := s.Submit(ctx, []agent.Call{{Tool: "slow", Arguments: json.RawMessage(`{"text":"x"}`)}})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			tc := &toolgatev1alpha1.ToolCall{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: turn.Names[0]}, tc)).To(Succeed())
+			g.Expect(tc.Status.Phase).To(Equal(toolgatev1alpha1.PhaseRunning))
+		}).Should(Succeed())
+		Expect(turn.Cancel(ctx)).To(Succeed())
+		res, err := turn.Wait(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res[0].Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
+	})
+
+	It("attaches only to the identity's own session", func() {
+		_, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
+		Expect(err).NotTo(HaveOccurred())
+		other, err := agent.New(ctx, as("someone-else"))
+		Expect(err).NotTo(HaveOccurred())
+		_, err = other.Attach(ctx, ns, "s")
+		Expect(err).To(HaveOccurred(), "someone-else may not even read the session")
+		bind(ns, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "someone-else"}, "agent")
+		Eventually(func() error { _, err := other.Attach(ctx, ns, "s"); return err }).Should(MatchError(agent.ErrNotOwner))
+		_, err = c.Attach(ctx, ns, "missing")
+		Expect(err).To(HaveOccurred())
+		_, err = c.Open(ctx, ns, "missing", agent.SessionOptions{})
+		Expect(err).To(MatchError(ContainSubstring("needs a profile")))
+	})
+})

@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"iter"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// Turn is one model turn submitted to a session.
+type Turn struct {
+	s *Session
+	// Number is the turn's number in its session.
+	Number int64
+	// Names are the turn's ToolCalls, in model order.
+	Names []string
+}
+
+// Result is the final result of one call of a turn.
+type Result struct {
+	// Index is the call's place in its turn.
+	Index int32
+	// Name is the ToolCall's name.
+	Name string
+	// CallID and Tool repeat the call.
+	CallID, Tool string
+	// Committed is true when the result is in the session's log; false when
+	// the call settled outside it (refused by the session).
+	Committed bool
+	// CommitSequence is the call's place in the session's log, when
+	// committed.
+	CommitSequence *int64
+	// ToolCallResult is the result itself: outcome, error code and message,
+	// value, content and the contexts it defers to the model's next step.
+	toolgatev1alpha1.ToolCallResult
+}
+
+// ErrDeleted says a call of the turn was deleted before its result was
+// final.
+var ErrDeleted = errors.New("a call of the turn was deleted before it committed")
+
+// final returns the call's result once it is final: committed to the log,
+// or settled outside it.
+func final(tc *toolgatev1alpha1.ToolCall) (Result, bool) {
+	if tc.Status.Result == nil {
+		return Result{}, false
+	}
+	committed := tc.Status.Phase == toolgatev1alpha1.PhaseCommitted
+	if !committed {
+		cond := apimeta.FindStatusCondition(tc.Status.Conditions, toolgatev1alpha1.ToolCallConditionCommitted)
+		if cond == nil || cond.Status != metav1.ConditionFalse {
+			return Result{}, false
+		}
+	}
+	return Result{
+		Index: tc.Spec.Index, Name: tc.Name, CallID: tc.Spec.CallID, Tool: tc.Spec.Tool,
+		Committed: committed, CommitSequence: tc.Status.Schedule.CommitSequence,
+		ToolCallResult: *tc.Status.Result,
+	}, true
+}
+
+// Results yields the turn's results in model order, each as soon as it and
+// every earlier call of the turn are final (toolgate commits in that order,
+// so this is the order they commit in). It watches the session's calls;
+// it never polls. It stops at the first error (the context's, or
+// ErrDeleted).
+func (t *Turn) Results(ctx context.Context) iter.Seq2[Result, error] {
+	return func(yield func(Result, error) bool) {
+		done := make([]*Result, len(t.Names))
+		next := 0
+		// record keeps a final call of this turn; emit yields the ready
+		// prefix, false when the consumer stopped.
+		record := func(tc *toolgatev1alpha1.ToolCall) {
+			if !t.owns(tc) {
+				return
+			}
+			if r, ok := final(tc); ok {
+				done[tc.Spec.Index] = &r
+			}
+		}
+		emit := func() bool {
+			for next < len(done) && done[next] != nil {
+				if !yield(*done[next], nil) {
+					return false
+				}
+				next++
+			}
+			return true
+		}
+		selector := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.sessionRef.name", t.s.Name)}
+		for next < len(done) {
+			list := &toolgatev1alpha1.ToolCallList{}
+			if err := t.s.c.c.List(ctx, list, client.InNamespace(t.s.Namespace), selector); err != nil {
+				yield(Result{}, err)
+				return
+			}
+			present := map[string]bool{}
+			for i := range list.Items {
+				present[list.Items[i].Name] = true
+				record(&list.Items[i])
+			}
+			if !emit() {
+				return
+			}
+			for i := next; i < len(done); i++ {
+				if done[i] == nil && !present[t.Names[i]] {
+					yield(Result{}, ErrDeleted)
+					return
+				}
+			}
+			if next == len(done) {
+				return
+			}
+			w, err := t.s.c.c.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(t.s.Namespace), selector,
+				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+			if err != nil {
+				yield(Result{}, err)
+				return
+			}
+			stop, err := t.follow(ctx, w, record, emit, len(done), &next)
+			w.Stop()
+			if err != nil {
+				yield(Result{}, err)
+				return
+			}
+			if stop {
+				return
+			}
+			// The watch ended: list again and watch from there.
+		}
+	}
+}
+
+// follow reads one watch until every result is out or the consumer stopped
+// (true), the watch ends (false, nil), or an error.
+func (t *Turn) follow(ctx context.Context, w watch.Interface, record func(*toolgatev1alpha1.ToolCall), emit func() bool, total int, next *int) (bool, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				return false, nil
+			}
+			tc, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
+			if !isCall {
+				continue
+			}
+			record(tc)
+			if ev.Type == watch.Deleted && t.owns(tc) && int(tc.Spec.Index) >= *next {
+				if _, ok := final(tc); !ok {
+					return false, ErrDeleted
+				}
+			}
+			if !emit() {
+				return true, nil
+			}
+			if *next == total {
+				return true, nil
+			}
+		}
+	}
+}
+
+// owns reports whether tc is a call of the turn.
+func (t *Turn) owns(tc *toolgatev1alpha1.ToolCall) bool {
+	return tc.Spec.Turn == t.Number && int(tc.Spec.Index) < len(t.Names) && tc.Name == t.Names[tc.Spec.Index]
+}
+
+// Wait returns every result of the turn, in model order.
+func (t *Turn) Wait(ctx context.Context) ([]Result, error) {
+	var out []Result
+	for r, err := range t.Results(ctx) {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Cancel asks toolgate to cancel every call of the turn; calls already
+// settled keep their results.
+func (t *Turn) Cancel(ctx context.Context) error {
+	var errs []error
+	for _, name := range t.Names {
+		errs = append(errs, t.s.Cancel(ctx, name))
+	}
+	return errors.Join(errs...)
+}
