@@ -30,6 +30,7 @@ manifests: ## Generate CRDs and RBAC (and the namespaced install's Roles from th
 	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	go run ./hack/namespacedroles
+	go run ./hack/chartsync
 
 .PHONY: fmt
 fmt: ## Run gofmt.
@@ -55,8 +56,22 @@ verify: generate manifests fmt ## Regenerate and fail on drift (diff or new untr
 envtest-bins: ## Build kube-apiserver, etcd and kubectl from source (cached).
 	hack/build-k8s.sh kube-apiserver etcd kubectl
 
+.PHONY: helm
+helm: ## Build helm from source into the cache (once; hack/build-helm.sh).
+	hack/build-helm.sh
+
+HELM_CHECK_VALUES := --set rbac.scope=namespaced --set 'rbac.watchNamespaces={agents,team-b}' --set metrics.serviceMonitor.enabled=true
+
+.PHONY: helm-check
+helm-check: helm ## helm lint and helm template charts/toolgate in both scopes (test/chart compares it with config/).
+	h=$$(hack/build-helm.sh | tail -1); \
+	  $$h lint --strict charts/toolgate; \
+	  $$h lint --strict charts/toolgate $(HELM_CHECK_VALUES); \
+	  $$h template toolgate charts/toolgate --namespace toolgate-system >/dev/null; \
+	  $$h template toolgate charts/toolgate --namespace toolgate-system $(HELM_CHECK_VALUES) >/dev/null
+
 .PHONY: test
-test: envtest-bins ## Run every test: unit and envtest (real kube-apiserver).
+test: envtest-bins helm ## Run every test: unit and envtest (real kube-apiserver).
 	go test ./... -count=1 -v
 
 ##@ Local cluster and demo

@@ -8,3 +8,5 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 
 k8s_cache_root() { echo "${TOOLGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/toolgate}"; }
 k8s_bin_dir() { echo "$(k8s_cache_root)/k8s/$K8S_VERSION"; }
+# helm builds from source as a Go module (hack/build-helm.sh).
+HELM_VERSION=${HELM_VERSION:-v4.3.1}

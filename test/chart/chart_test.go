@@ -1,0 +1,330 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+const release, releaseNamespace = "toolgate", "toolgate-system"
+
+var chartDir = filepath.Join(testenv.RepoRoot(), "charts", "toolgate")
+
+// TestChartMatchesConfig: the chart installs what config/ installs, in
+// both scopes.
+func TestChartMatchesConfig(t *testing.T) {
+	cluster := kustomize(t, "default")
+	compare(t, cluster, helmTemplate(t))
+
+	namespaced := kustomize(t, "namespaced")
+	watch := watchNamespaces(t, namespaced)
+	compare(t, namespaced, helmTemplate(t, "--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={"+strings.Join(watch, ",")+"}"))
+}
+
+// TestChartDryRun: a real API server accepts every object the chart
+// renders (server-side apply, dry run), in both scopes.
+func TestChartDryRun(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	ctx := context.Background()
+	for _, ns := range []string{releaseNamespace, "agents"} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renders := [][]*unstructured.Unstructured{
+		helmTemplate(t, "--set", "replicas=2", "--set", "runnerImage=example.com/runner:1", "--set", "networkPolicyEnforced=true"),
+		helmTemplate(t, "--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={agents}", "--set", "crds.keep=true"),
+	}
+	for _, objs := range renders {
+		if len(objs) == 0 {
+			t.Fatal("the chart rendered nothing")
+		}
+		for _, u := range objs {
+			err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.DryRunAll, client.FieldOwner("helm"), client.ForceOwnership)
+			if err != nil {
+				t.Errorf("%s: %v", key(u), err)
+			}
+		}
+	}
+}
+
+// TestServiceMonitor: the optional ServiceMonitor selects the metrics
+// Service. (Its kind is the Prometheus Operator's, unknown to envtest.)
+func TestServiceMonitor(t *testing.T) {
+	objs := helmTemplate(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prom")
+	var svc, sm *unstructured.Unstructured
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "Service":
+			svc = u
+		case "ServiceMonitor":
+			sm = u
+		}
+	}
+	if svc == nil || sm == nil {
+		t.Fatalf("want a Service and a ServiceMonitor, got %v", keys(objs))
+	}
+	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	for k, v := range selector {
+		if svc.GetLabels()[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s; the Service's labels are %v", k, v, svc.GetLabels())
+		}
+	}
+	if sm.GetLabels()["release"] != "prom" {
+		t.Errorf("ServiceMonitor labels %v lack release=prom", sm.GetLabels())
+	}
+	if none := helmTemplate(t); len(kinds(none, "ServiceMonitor")) != 0 {
+		t.Error("a ServiceMonitor is rendered by default")
+	}
+}
+
+func compare(t *testing.T, config, chart []*unstructured.Unstructured) {
+	t.Helper()
+	want := map[string]*unstructured.Unstructured{}
+	for _, u := range config {
+		if u.GetKind() != "Namespace" {
+			want[key(u)] = u
+		}
+	}
+	got := map[string]*unstructured.Unstructured{}
+	for _, u := range chart {
+		if u.GetKind() == "Service" && u.GetName() == "toolgate-controller-manager-metrics" {
+			continue
+		}
+		got[key(u)] = u
+	}
+	for k := range want {
+		if got[k] == nil {
+			t.Errorf("config/ installs %s; the chart does not", k)
+		}
+	}
+	for k, g := range got {
+		w := want[k]
+		if w == nil {
+			t.Errorf("the chart installs %s; config/ does not", k)
+			continue
+		}
+		for _, field := range fields(g.GetKind()) {
+			if d := cmp.Diff(field(w), field(g)); d != "" {
+				t.Errorf("%s differs (-config +chart):\n%s", k, d)
+			}
+		}
+	}
+}
+
+type field func(*unstructured.Unstructured) any
+
+func path(p ...string) field {
+	return func(u *unstructured.Unstructured) any {
+		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, p...)
+		return v
+	}
+}
+
+// ownLabels are the labels that mean something to the cluster (not the
+// chart's bookkeeping).
+func ownLabels(u *unstructured.Unstructured) any {
+	out := map[string]string{}
+	for k, v := range u.GetLabels() {
+		if !strings.HasPrefix(k, "app.kubernetes.io/") && !strings.HasPrefix(k, "helm.sh/") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func container(p ...string) field {
+	return func(u *unstructured.Unstructured) any {
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		if len(cs) != 1 {
+			return fmt.Sprintf("%d containers", len(cs))
+		}
+		v, _, _ := unstructured.NestedFieldNoCopy(cs[0].(map[string]any), p...)
+		return v
+	}
+}
+
+// argSet is the manager's arguments in order of their text: their order
+// means nothing to its flag parser.
+func argSet(u *unstructured.Unstructured) any {
+	args, _ := container("args")(u).([]any)
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		out = append(out, fmt.Sprint(a))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// labelsIncluded is config/'s labels of the path that the chart's lack.
+func labelsIncluded(p ...string) field {
+	return func(u *unstructured.Unstructured) any {
+		m, _, _ := unstructured.NestedStringMap(u.Object, p...)
+		return m
+	}
+}
+
+func fields(kind string) []field {
+	switch kind {
+	case "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+		"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
+		return []field{path("spec")}
+	case "ClusterRole", "Role":
+		return []field{path("rules"), path("aggregationRule"), ownLabels}
+	case "ClusterRoleBinding", "RoleBinding":
+		return []field{path("roleRef"), path("subjects")}
+	case "ServiceAccount":
+		return []field{path("automountServiceAccountToken")}
+	case "Deployment":
+		pod := []string{"spec", "template", "spec"}
+		return []field{
+			path("spec", "replicas"),
+			path(append(pod, "serviceAccountName")...), path(append(pod, "securityContext")...),
+			path(append(pod, "hostNetwork")...), path(append(pod, "terminationGracePeriodSeconds")...),
+			container("image"), container("imagePullPolicy"), container("command"), argSet, container("env"),
+			container("securityContext"), container("livenessProbe"), container("readinessProbe"), container("resources"),
+		}
+	}
+	return nil
+}
+
+// TestDeploymentLabelsIncludeConfig: the chart's selector and pod labels
+// include config/'s, so tool pods' NetworkPolicies (which admit the
+// manager's pods by label) and an install moved from config/ keep working.
+func TestDeploymentLabelsIncludeConfig(t *testing.T) {
+	w := kinds(kustomize(t, "default"), "Deployment")
+	g := kinds(helmTemplate(t), "Deployment")
+	if len(w) != 1 || len(g) != 1 {
+		t.Fatalf("deployments: config %d, chart %d", len(w), len(g))
+	}
+	for _, p := range [][]string{{"spec", "selector", "matchLabels"}, {"spec", "template", "metadata", "labels"}} {
+		want, got := labelsIncluded(p...)(w[0]).(map[string]string), labelsIncluded(p...)(g[0]).(map[string]string)
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: the chart lacks %s=%s (has %v)", strings.Join(p, "."), k, v, got)
+			}
+		}
+	}
+}
+
+func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	kubectl, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return render(t, kubectl, "kustomize", filepath.Join(testenv.RepoRoot(), "config", dir))
+}
+
+func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	return render(t, helm(t), append([]string{"template", release, chartDir, "--namespace", releaseNamespace}, args...)...)
+}
+
+func render(t *testing.T, bin string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v: %s", filepath.Base(bin), strings.Join(args, " "), err, errb.String())
+	}
+	file := filepath.Join(t.TempDir(), "rendered.yaml")
+	if err := os.WriteFile(file, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := testenv.ReadObjects(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// helm is the binary hack/build-helm.sh builds into the cache (make helm),
+// at the version hack/versions.sh pins.
+func helm(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "hack", "versions.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`HELM_VERSION=\$\{HELM_VERSION:-(v[0-9.]+)\}`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("hack/versions.sh pins no HELM_VERSION")
+	}
+	k8s, err := testenv.BinaryAssetsDir() // <cache>/k8s/<version>
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(filepath.Dir(k8s)), "helm-"+string(m[1]))
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("helm not found at %s: run `make helm` (hack/build-helm.sh) first", bin)
+	}
+	return bin
+}
+
+func watchNamespaces(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	for _, u := range kinds(objs, "Deployment") {
+		for _, a := range argSet(u).([]string) {
+			if v, ok := strings.CutPrefix(a, "--watch-namespaces="); ok {
+				return strings.Split(v, ",")
+			}
+		}
+	}
+	t.Fatal("config/namespaced starts the manager without --watch-namespaces")
+	return nil
+}
+
+func kinds(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, u := range objs {
+		if u.GetKind() == kind {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// clusterScoped kinds have no namespace; kustomize sets one on the
+// admission policies anyway (it does not know their scope), which the API
+// server ignores.
+var clusterScoped = map[string]bool{
+	"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+	"MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true,
+}
+
+func key(u *unstructured.Unstructured) string {
+	if clusterScoped[u.GetKind()] {
+		return u.GetKind() + " " + u.GetName()
+	}
+	return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+}
+
+func keys(objs []*unstructured.Unstructured) []string {
+	out := make([]string, 0, len(objs))
+	for _, u := range objs {
+		out = append(out, key(u))
+	}
+	return out
+}

@@ -1,0 +1,27 @@
+// Package chart checks the Helm chart (charts/toolgate) against the
+// kustomize configuration (config/): the chart's hand-written templates
+// must install what config/ installs, and its rendered objects must be
+// accepted by a real API server.
+//
+// The chart is rendered with the cached helm (`make helm`) in both scopes
+// (cluster-wide with the default values; namespaced with the watched
+// namespaces of config/namespaced) and compared with config/default and
+// config/namespaced, rendered by kubectl kustomize, object by object (kind,
+// namespace, name). Both sides must hold the same objects, except the
+// Namespace (Helm installs into a namespace it does not own) and the
+// chart's metrics Service (config/ has none). For each pair it compares:
+//
+//   - CustomResourceDefinitions, ValidatingAdmissionPolicies and their
+//     bindings: the whole spec;
+//   - ClusterRoles and Roles: rules, aggregationRule and the labels outside
+//     the app.kubernetes.io/ and helm.sh/ prefixes (aggregate-to-view);
+//   - RoleBindings and ClusterRoleBindings: roleRef and subjects;
+//   - ServiceAccounts: automountServiceAccountToken;
+//   - the Deployment: replicas, image and pull policy, the selector and pod
+//     labels (the chart's include config/'s), service account, pod and
+//     container security contexts, command, args (as a set), env, probes,
+//     resources, hostNetwork and the termination grace period.
+//
+// Labels the chart adds (app.kubernetes.io/*, helm.sh/chart) and
+// annotations are not compared.
+package chart
