@@ -129,7 +129,16 @@ func writeAdmission(config, chart string) error {
 				return err
 			}
 			body = strings.Replace(body, "\nmetadata:\n", "\nmetadata:\n  labels:\n    {{- include \"toolgate.labels\" $ | nindent 4 }}\n", 1)
-			b.WriteString("---\n" + body)
+			// A cluster without MutatingAdmissionPolicy (younger than
+			// ValidatingAdmissionPolicy, which toolgate needs) installs
+			// without the mutating policies: each is an optimization the
+			// manager does itself when it is missing.
+			if !strings.HasPrefix(u.GetKind(), "Mutating") {
+				b.WriteString("---\n" + body)
+				continue
+			}
+			api := fmt.Sprintf("%s/%s", u.GetAPIVersion(), strings.TrimSuffix(u.GetKind(), "Binding"))
+			fmt.Fprintf(&b, "{{- if .Capabilities.APIVersions.Has %q }}\n---\n%s{{- end }}\n", api, body)
 		}
 	}
 	return write(filepath.Join(chart, "templates", "admission-policies.yaml"), b.Bytes())

@@ -23,6 +23,10 @@ import (
 
 const release, releaseNamespace = "toolgate", "toolgate-system"
 
+// mutatingAdmissionPolicy is the API the chart's mutating policies need:
+// helm template (no cluster) is told the cluster serves it.
+const mutatingAdmissionPolicy = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
 var chartDir = filepath.Join(testenv.RepoRoot(), "charts", "toolgate")
 
 // TestChartMatchesConfig: the chart installs what config/ installs, in
@@ -237,7 +241,8 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 
 func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	return render(t, helm(t), append([]string{"template", release, chartDir, "--namespace", releaseNamespace}, args...)...)
+	return render(t, helm(t), append([]string{"template", release, chartDir, "--namespace", releaseNamespace,
+		"--api-versions", mutatingAdmissionPolicy}, args...)...)
 }
 
 func render(t *testing.T, bin string, args ...string) []*unstructured.Unstructured {
@@ -327,4 +332,22 @@ func keys(objs []*unstructured.Unstructured) []string {
 		out = append(out, key(u))
 	}
 	return out
+}
+
+// TestMutatingPoliciesNeedTheirAPI: on a cluster that does not serve
+// MutatingAdmissionPolicy the chart installs without the mutating policies
+// (the manager does their work itself) but with every validating one.
+func TestMutatingPoliciesNeedTheirAPI(t *testing.T) {
+	without := render(t, helm(t), "template", release, chartDir, "--namespace", releaseNamespace)
+	with := helmTemplate(t)
+	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
+		if n := len(kinds(without, kind)); n != 0 {
+			t.Errorf("%d %s rendered for a cluster without the API", n, kind)
+		}
+	}
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if a, b := len(kinds(without, kind)), len(kinds(with, kind)); a != b || a == 0 {
+			t.Errorf("%s: %d without the mutating API, %d with it", kind, a, b)
+		}
+	}
 }
