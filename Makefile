@@ -86,6 +86,12 @@ test-e2e: ## Run the e2e suite and the short chaos run on the local cluster (rea
 	  go run ./hack/chaos -short || rc=$$?; \
 	  hack/cluster-down.sh; exit $$rc
 
+.PHONY: test-quickstart
+test-quickstart: ## Run docs/quickstart.md as written on the local cluster (helm install, an upgrade, helm uninstall leaves nothing), then remove the cluster.
+	hack/cluster-up.sh
+	hack/images.sh
+	rc=0; go test -tags e2e ./test/quickstart/ -count=1 -timeout 20m -v || rc=$$?; hack/cluster-down.sh; exit $$rc
+
 .PHONY: chaos
 chaos: ## Faults on the local cluster under load (at least 200 calls, 20 manager SIGKILLs, restarts of every component); prints figures.
 	hack/cluster-up.sh

@@ -30,7 +30,7 @@ const mutatingAdmissionPolicy = "admissionregistration.k8s.io/v1/MutatingAdmissi
 var chartDir = filepath.Join(testenv.RepoRoot(), "charts", "toolgate")
 
 // TestChartMatchesConfig: the chart installs what config/ installs, in
-// both scopes.
+// both scopes, and with hack/local-values.yaml what config/local does.
 func TestChartMatchesConfig(t *testing.T) {
 	cluster := kustomize(t, "default")
 	compare(t, cluster, helmTemplate(t))
@@ -38,6 +38,10 @@ func TestChartMatchesConfig(t *testing.T) {
 	namespaced := kustomize(t, "namespaced")
 	watch := watchNamespaces(t, namespaced)
 	compare(t, namespaced, helmTemplate(t, "--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={"+strings.Join(watch, ",")+"}"))
+
+	// The local cluster's values (docs/quickstart.md on the local cluster)
+	// and config/local.
+	compare(t, kustomize(t, "local"), helmTemplate(t, "-f", filepath.Join(testenv.RepoRoot(), "hack", "local-values.yaml")))
 }
 
 // TestChartDryRun: a real API server accepts every object the chart
@@ -179,6 +183,18 @@ func argSet(u *unstructured.Unstructured) any {
 	return out
 }
 
+// envByName is the manager's environment keyed by name: its order
+// means nothing unless one variable refers to another, which none does.
+func envByName(u *unstructured.Unstructured) any {
+	env, _ := container("env")(u).([]any)
+	out := map[string]any{}
+	for _, e := range env {
+		m, _ := e.(map[string]any)
+		out[fmt.Sprint(m["name"])] = m
+	}
+	return out
+}
+
 // labelsIncluded is config/'s labels of the path that the chart's lack.
 func labelsIncluded(p ...string) field {
 	return func(u *unstructured.Unstructured) any {
@@ -204,7 +220,7 @@ func fields(kind string) []field {
 			path("spec", "replicas"),
 			path(append(pod, "serviceAccountName")...), path(append(pod, "securityContext")...),
 			path(append(pod, "hostNetwork")...), path(append(pod, "terminationGracePeriodSeconds")...),
-			container("image"), container("imagePullPolicy"), container("command"), argSet, container("env"),
+			container("image"), container("imagePullPolicy"), container("command"), argSet, envByName,
 			container("securityContext"), container("livenessProbe"), container("readinessProbe"), container("resources"),
 		}
 	}

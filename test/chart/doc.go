@@ -5,8 +5,9 @@
 //
 // The chart is rendered with the cached helm (`make helm`) in both scopes
 // (cluster-wide with the default values; namespaced with the watched
-// namespaces of config/namespaced) and compared with config/default and
-// config/namespaced, rendered by kubectl kustomize, object by object (kind,
+// namespaces of config/namespaced) and with hack/local-values.yaml, and
+// compared with config/default, config/namespaced and config/local,
+// rendered by kubectl kustomize, object by object (kind,
 // namespace, name). Both sides must hold the same objects, except the
 // Namespace (Helm installs into a namespace it does not own) and the
 // chart's metrics Service (config/ has none). For each pair it compares:
@@ -20,7 +21,8 @@
 //   - the Deployment: replicas, image and pull policy, the selector and pod
 //     labels (the chart's include config/'s), service account, pod and
 //     container security contexts, command, args (as a set), env, probes,
-//     resources, hostNetwork and the termination grace period.
+//     resources, hostNetwork and the termination grace period; args and env
+//     compared regardless of order.
 //
 // Labels the chart adds (app.kubernetes.io/*, helm.sh/chart) and
 // annotations are not compared.
