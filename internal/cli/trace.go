@@ -72,7 +72,14 @@ func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, wide bool) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	sched := tc.Status.Schedule
 	switch {
+	case sched.Refusal != "" && tc.Status.Result == nil:
+		fmt.Fprintf(out, "refused by session %s: %s (the call settles with that code)\n", tc.Spec.SessionRef.Name, sched.Refusal)
+	case len(tc.Status.Stages) == 0 && sched.ExecutionMode == "" && tc.Status.Result == nil:
+		// The session starts a call only in model order: the call waits
+		// for earlier ones, or for the session itself.
+		fmt.Fprintf(out, "waiting: session %s has not started the call (earlier calls first; check the session is Ready)\n", tc.Spec.SessionRef.Name)
 	case diverged >= 0:
 		s := tc.Status.Stages[diverged]
 		fmt.Fprintf(out, "first divergence: %s (%s %s)\n", s.Stage, s.Verdict, s.Reason)
