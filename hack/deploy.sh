@@ -1,9 +1,30 @@
 #!/usr/bin/env bash
-# Installs (or upgrades) toolgate on the local cluster from config/local and
-# waits for the manager to be running the freshly imported image.
+# Installs (or upgrades) toolgate on the local cluster and waits for the
+# manager to be running the freshly imported image.
+#
+# TOOLGATE_INSTALL selects how: "kustomize" (default) applies config/local;
+# "chart" installs charts/toolgate with hack/local-values.yaml (the same
+# objects; test/chart compares them), with helm built into the cache.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/cluster-env.sh"
-kubectl kustomize "$root/config/local" | kubectl apply --server-side --force-conflicts -f - >/dev/null
+case "${TOOLGATE_INSTALL:-kustomize}" in
+  kustomize)
+    kubectl kustomize "$root/config/local" | kubectl apply --server-side --force-conflicts -f - >/dev/null
+    ;;
+  chart)
+    helm=$("$root/hack/build-helm.sh" | tail -1)
+    # The manager uses the host's network there, which Pod Security
+    # "restricted" forbids (as config/local does).
+    kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    kubectl label namespace toolgate-system pod-security.kubernetes.io/enforce=privileged --overwrite >/dev/null
+    "$helm" upgrade --install toolgate "$root/charts/toolgate" --kubeconfig "$KUBECONFIG_ADMIN" \
+      --namespace toolgate-system -f "$root/hack/local-values.yaml" --wait --timeout 5m >/dev/null
+    ;;
+  *)
+    echo "deploy: TOOLGATE_INSTALL must be kustomize or chart, not ${TOOLGATE_INSTALL}" >&2
+    exit 2
+    ;;
+esac
 kubectl -n toolgate-system rollout restart deployment/toolgate-controller-manager >/dev/null
 kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s
