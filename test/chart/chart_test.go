@@ -367,3 +367,27 @@ func TestMutatingPoliciesNeedTheirAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestBadValuesAreRefused: a mistyped key, an unknown scope or a
+// namespaced install watching nothing fails the render with a message
+// naming the value, instead of installing something else.
+func TestBadValuesAreRefused(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"a mistyped key":         {[]string{"--set", "replica=2"}, "additional properties 'replica' not allowed"},
+		"an unknown scope":       {[]string{"--set", "rbac.scope=everywhere"}, "/rbac/scope"},
+		"a namespaced, no list":  {[]string{"--set", "rbac.scope=namespaced"}, "rbac.scope=namespaced needs rbac.watchNamespaces"},
+		"a bad namespace name":   {[]string{"--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={Agents}"}, "/rbac/watchNamespaces/0"},
+		"a bad image pull value": {[]string{"--set", "image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
+	}
+	for name, c := range cases {
+		var errb bytes.Buffer
+		cmd := exec.Command(helm(t), append([]string{"template", release, chartDir, "--namespace", releaseNamespace}, c.args...)...)
+		cmd.Stderr = &errb
+		if err := cmd.Run(); err == nil || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%s: err %v, stderr %q; want it to name %q", name, err, errb.String(), c.want)
+		}
+	}
+}
