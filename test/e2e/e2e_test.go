@@ -248,8 +248,23 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 			_, err := kubectl("demo-approver", "", "-n", ns, "get", "approvalrequest", "plugin")
 			return err
 		}, 30*time.Second).Should(Succeed())
-		out, err := kubectl("demo-approver", "", "toolgate", "--kubeconfig", filepath.Join(clusterDir, "kubeconfig", "demo-approver.kubeconfig"),
-			"-n", ns, "approve", "plugin", "-m", "from the plugin")
+		// As cluster admin impersonating each identity (--as), the way an
+		// operator checks a user's view: what waits, as JSON; the requester
+		// refused by the admission policy (demo-agent may approve in this
+		// namespace, so RBAC alone would let it); the approver admitted.
+		admin := filepath.Join(clusterDir, "kubeconfig", "admin.kubeconfig")
+		out, err := kubectl("admin", "", "toolgate", "--kubeconfig", admin, "--as", "demo-approver", "-n", ns, "pending", "-o", "json")
+		Expect(err).NotTo(HaveOccurred())
+		var waiting struct {
+			Items []struct {
+				Metadata struct{ Name string } `json:"metadata"`
+			} `json:"items"`
+		}
+		Expect(json.Unmarshal([]byte(out), &waiting)).To(Succeed(), out)
+		Expect(waiting.Items).To(ContainElement(HaveField("Metadata.Name", "plugin")))
+		_, err = kubectl("admin", "", "toolgate", "--kubeconfig", admin, "--as", "demo-agent", "-n", ns, "approve", "plugin")
+		Expect(err).To(MatchError(ContainSubstring("the requester of a call may not decide its approval")))
+		out, err = kubectl("admin", "", "toolgate", "--kubeconfig", admin, "--as", "demo-approver", "-n", ns, "approve", "plugin", "-m", "from the plugin")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("Approve by demo-approver"))
 		Expect(committed("plugin").Status.Result.Outcome).To(Equal("Succeeded"))
