@@ -59,7 +59,8 @@ func TestChartDryRun(t *testing.T) {
 		}
 	}
 	renders := [][]*unstructured.Unstructured{
-		helmTemplate(t, "--set", "replicas=2", "--set", "runnerImage=example.com/runner:1", "--set", "networkPolicyEnforced=true"),
+		helmTemplate(t, "--set", "replicas=2", "--set", "runnerImage=example.com/runner:1", "--set", "networkPolicyEnforced=true",
+			"--set", "podDisruptionBudget.enabled=true"),
 		helmTemplate(t, "--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={agents}", "--set", "crds.keep=true"),
 	}
 	for _, objs := range renders {
@@ -105,6 +106,13 @@ func TestServiceMonitor(t *testing.T) {
 	}
 }
 
+// chartOnly are the chart's objects config/ has no counterpart of.
+var chartOnly = map[string]bool{
+	"Service toolgate-system/toolgate-controller-manager-metrics":     true,
+	"PodDisruptionBudget toolgate-system/toolgate-controller-manager": true,
+	"ServiceMonitor toolgate-system/toolgate-controller-manager":      true,
+}
+
 func compare(t *testing.T, config, chart []*unstructured.Unstructured) {
 	t.Helper()
 	want := map[string]*unstructured.Unstructured{}
@@ -115,7 +123,7 @@ func compare(t *testing.T, config, chart []*unstructured.Unstructured) {
 	}
 	got := map[string]*unstructured.Unstructured{}
 	for _, u := range chart {
-		if u.GetKind() == "Service" && u.GetName() == "toolgate-controller-manager-metrics" {
+		if chartOnly[key(u)] {
 			continue
 		}
 		got[key(u)] = u

@@ -10,7 +10,8 @@
 // rendered by kubectl kustomize, object by object (kind,
 // namespace, name). Both sides must hold the same objects, except the
 // Namespace (Helm installs into a namespace it does not own) and the
-// chart's metrics Service (config/ has none). For each pair it compares:
+// chart's metrics Service, ServiceMonitor and PodDisruptionBudget (config/
+// has none). For each pair it compares:
 //
 //   - CustomResourceDefinitions, ValidatingAdmissionPolicies and their
 //     bindings: the whole spec;
