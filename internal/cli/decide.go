@@ -19,7 +19,7 @@ func decideCommand(o *Options, action toolgatev1alpha1.DecisionAction) *cobra.Co
 	cmd := &cobra.Command{
 		Use:   verb + " NAME",
 		Short: verb + " a call's ApprovalRequest as the current user",
-		Long: verb + ` the ApprovalRequest NAME (it has its call's name) as the current user,
+		Long: string(action) + ` the ApprovalRequest NAME (it has its call's name) as the current user,
 once. The API server's admission policy decides who may: never the call's
 requester, only a user allowed the verb approve on approvalrequests. A
 request already decided, expired or cancelled is refused.`,
