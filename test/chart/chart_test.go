@@ -16,7 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolgate/toolgate/internal/testenv"
 )
@@ -398,4 +402,117 @@ func TestBadValuesAreRefused(t *testing.T) {
 			t.Errorf("%s: err %v, stderr %q; want it to name %q", name, err, errb.String(), c.want)
 		}
 	}
+}
+
+// TestInstallUpgradeUninstall: helm installs the chart on a real API
+// server, upgrades it with a changed value, and uninstalls it leaving no
+// object of toolgate's. (No pods run here: the lifecycle of the objects
+// is what is checked; test/quickstart runs the manager on the local
+// cluster.)
+func TestInstallUpgradeUninstall(t *testing.T) {
+	dir, err := testenv.BinaryAssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No CRDs installed beforehand: the chart installs its own.
+	env := &envtest.Environment{BinaryAssetsDirectory: dir}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := writeKubeconfig(t, cfg)
+	h := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(helm(t), append(args, "--kubeconfig", kubeconfig, "--namespace", releaseNamespace)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	h("install", release, chartDir)
+	if left := leftovers(t, c); len(left) == 0 {
+		t.Fatal("helm install created nothing of toolgate's")
+	}
+	dep := &unstructured.Unstructured{}
+	dep.SetAPIVersion("apps/v1")
+	dep.SetKind("Deployment")
+	get := func() int64 {
+		t.Helper()
+		if err := c.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "toolgate-controller-manager"}, dep); err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas")
+		return n
+	}
+	if n := get(); n != 1 {
+		t.Fatalf("replicas after install: %d", n)
+	}
+	h("upgrade", release, chartDir, "--reuse-values", "--set", "replicas=2")
+	if n := get(); n != 2 {
+		t.Fatalf("replicas after the upgrade: %d", n)
+	}
+	h("uninstall", release, "--wait", "--timeout", "2m")
+	if left := leftovers(t, c); len(left) > 0 {
+		t.Fatalf("left behind after helm uninstall: %v", left)
+	}
+}
+
+// leftovers lists the objects of toolgate's kinds and names that exist.
+func leftovers(t *testing.T, c client.Client) []string {
+	t.Helper()
+	kinds := []struct {
+		gv, kind, ns string
+	}{
+		{"apiextensions.k8s.io/v1", "CustomResourceDefinition", ""},
+		{"rbac.authorization.k8s.io/v1", "ClusterRole", ""},
+		{"rbac.authorization.k8s.io/v1", "ClusterRoleBinding", ""},
+		{"admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", ""},
+		{"admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", ""},
+		{"rbac.authorization.k8s.io/v1", "Role", releaseNamespace},
+		{"rbac.authorization.k8s.io/v1", "RoleBinding", releaseNamespace},
+		{"rbac.authorization.k8s.io/v1", "Role", "default"},
+		{"rbac.authorization.k8s.io/v1", "RoleBinding", "default"},
+		{"apps/v1", "Deployment", releaseNamespace},
+		{"v1", "ServiceAccount", releaseNamespace},
+		{"v1", "Service", releaseNamespace},
+	}
+	var out []string
+	for _, k := range kinds {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion(k.gv)
+		list.SetKind(k.kind + "List")
+		if err := c.List(context.Background(), list, client.InNamespace(k.ns)); err != nil {
+			t.Fatalf("listing %s: %v", k.kind, err)
+		}
+		for _, u := range list.Items {
+			if strings.HasPrefix(u.GetName(), "toolgate") || strings.HasSuffix(u.GetName(), ".toolgate.dev") {
+				out = append(out, key(&u))
+			}
+		}
+	}
+	return out
+}
+
+func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, file); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
