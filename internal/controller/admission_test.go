@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -29,15 +30,21 @@ func as(user string) client.Client {
 	return c
 }
 
-// installAdmission creates the objects of config/admission, with the
-// bindings narrowed to namespaces labelled for this spec (the policy is
-// cluster-wide; other specs run beside this one).
-func installAdmission(label string) {
+// installAdmission creates the objects of config/admission (of files, when
+// given), with the bindings narrowed to namespaces labelled for this spec
+// (the policy is cluster-wide; other specs run beside this one).
+func installAdmission(label string, files ...string) {
 	dir := filepath.Join(testenv.RepoRoot(), "config", "admission")
-	objs, err := testenv.ReadObjects(filepath.Join(dir, "approval_policy.yaml"), filepath.Join(dir, "approver_role.yaml"))
+	if len(files) == 0 {
+		files = []string{"approval_policy.yaml", "approver_role.yaml", "toolcall_defaults.yaml"}
+	}
+	for i, f := range files {
+		files[i] = filepath.Join(dir, f)
+	}
+	objs, err := testenv.ReadObjects(files...)
 	Expect(err).NotTo(HaveOccurred())
 	for _, u := range objs {
-		if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
+		if u.GetKind() == "ValidatingAdmissionPolicyBinding" || u.GetKind() == "MutatingAdmissionPolicyBinding" {
 			Expect(unstructured.SetNestedField(u.Object, map[string]any{
 				"namespaceSelector": map[string]any{"matchLabels": map[string]any{label: "true"}},
 			}, "spec", "matchResources")).To(Succeed())
@@ -99,6 +106,22 @@ var _ = Describe("admission", Ordered, func() {
 		got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: decidedBy}
 		return c.Update(ctx, got)
 	}
+
+	It("gives every new call the stop-work finalizer at its creation (no write by the manager)", func() {
+		// The mutating policy is live once the API server has loaded it.
+		n := 0
+		Eventually(func(g Gomega) {
+			n++
+			c := tu.MakeToolCall(ns, fmt.Sprintf("finalized-%d", n), "s").Requester("agent").Obj()
+			g.Expect(as("agent").Create(ctx, c)).To(Succeed())
+			g.Expect(c.Finalizers).To(ConsistOf("toolgate.dev/stop-work"))
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+		// A creator that set it already gets it once.
+		c := tu.MakeToolCall(ns, "finalized-by-creator", "s").Requester("agent").Obj()
+		c.Finalizers = []string{"toolgate.dev/stop-work"}
+		Expect(as("agent").Create(ctx, c)).To(Succeed())
+		Expect(c.Finalizers).To(ConsistOf("toolgate.dev/stop-work"))
+	})
 
 	It("refuses the requester's own approval", func() {
 		err := decideAs("agent", request("own"), "agent")

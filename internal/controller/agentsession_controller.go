@@ -143,6 +143,14 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 		_, err := r.schedule(ctx, s, calls)
 		return err
 	}
+	// Every call committed: they go with the session (a call holds no
+	// owner reference to it, which saves each call a write). One request,
+	// by the selectable field; each call's finalizer lets it go at once.
+	if len(calls) > 0 {
+		if err := r.Client.DeleteAllOf(ctx, &toolgatev1alpha1.ToolCall{}, client.InNamespace(s.Namespace), client.MatchingFields{indexCallSession: s.Name}); err != nil {
+			return fmt.Errorf("deleting the session's calls: %w", err)
+		}
+	}
 	base := s.DeepCopy()
 	controllerutil.RemoveFinalizer(s, sessionFinalizer)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, s, client.MergeFrom(base)))

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -403,6 +404,34 @@ func deleteSession(ns string) {
 	ExpectWithOffset(1, k8s.Delete(ctx, s)).To(Succeed())
 }
 
+// keepFinalizer is the spec's own finalizer, holding deleted calls to read.
+const keepFinalizer = "example.com/keep"
+
+// keep adds keepFinalizer to the calls; release removes it after checking
+// that someone deleted them.
+func keep(ns string, names ...string) {
+	for _, name := range names {
+		c := &toolgatev1alpha1.ToolCall{}
+		ExpectWithOffset(1, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)).To(Succeed())
+		patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		c.Finalizers = append(c.Finalizers, keepFinalizer)
+		ExpectWithOffset(1, k8s.Patch(ctx, c, patch)).To(Succeed())
+	}
+}
+
+func release(ns string, names ...string) {
+	for _, name := range names {
+		EventuallyWithOffset(1, func(g Gomega) {
+			c := &toolgatev1alpha1.ToolCall{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)).To(Succeed())
+			g.Expect(c.DeletionTimestamp).NotTo(BeNil(), "call %s was not deleted", name)
+			patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == keepFinalizer })
+			g.Expect(k8s.Patch(ctx, c, patch)).To(Succeed())
+		}).Should(Succeed())
+	}
+}
+
 // expectSessionGone waits until session "s" of ns is gone (its finalizer
 // removed).
 func expectSessionGone(ns string) {
@@ -418,6 +447,9 @@ var _ = Describe("deleting a session", func() {
 		submit(ns, "running", "sleep", `{}`, 0, 0, 2)
 		submit(ns, "waiting", "echo", `{"text":"later"}`, 0, 1, 2)
 		Eventually(func() int { return bodyRuns(ns, "runs") }, 30*time.Second, 20*time.Millisecond).Should(Equal(1))
+		// The session deletes its calls once they committed: the spec keeps
+		// them a while to read their results.
+		keep(ns, "running", "waiting")
 
 		deleteSession(ns)
 
@@ -427,6 +459,11 @@ var _ = Describe("deleting a session", func() {
 		Expect(stageTrace(waiting)).To(Equal("Call:Cancelled " + settledTail + "Cancelled"))
 		Expect([]int64{*running.Status.Schedule.CommitSequence, *waiting.Status.Schedule.CommitSequence}).To(Equal([]int64{0, 1}))
 		expectSessionGone(ns)
+		// Its calls go with it: the session deleted them (a call holds no
+		// owner reference, and envtest runs no garbage collector anyway).
+		release(ns, "running", "waiting")
+		Eventually(callGone(ns, "running")).Should(BeTrue())
+		Eventually(callGone(ns, "waiting")).Should(BeTrue())
 		Consistently(func() string { return workspaceFile(ns, "finished") }, 2500*time.Millisecond).Should(BeEmpty())
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 	})
@@ -439,6 +476,7 @@ var _ = Describe("deleting a session", func() {
 		submit(ns, "third", "echo", `{"text":"third"}`, 0, 2, 3)
 		submit(ns, "next", "echo", `{"text":"next"}`, 1, 0)
 		committedCall(ns, "first")
+		keep(ns, "first", "third", "next")
 
 		deleteSession(ns)
 
@@ -447,6 +485,7 @@ var _ = Describe("deleting a session", func() {
 		Expect(next.Status.Result.ErrorCode).To(Equal("cancelled"))
 		Expect([]int64{*third.Status.Schedule.CommitSequence, *next.Status.Schedule.CommitSequence}).To(Equal([]int64{1, 2}))
 		expectSessionGone(ns)
+		release(ns, "first", "third", "next")
 		Expect(bodyRuns(ns, "runs")).To(Equal(1), "only the first call's body ran")
 	})
 })

@@ -193,7 +193,7 @@ func committedCall(ns, name string, timeout ...time.Duration) *toolgatev1alpha1.
 	got := &toolgatev1alpha1.ToolCall{}
 	Eventually(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got)).To(Succeed())
-		g.Expect(got.Status.Phase).To(Equal(toolgatev1alpha1.PhaseCommitted))
+		g.Expect(got.Status.Phase).To(Equal(toolgatev1alpha1.PhaseCommitted), "call %s: %s; schedule %+v; finalizers %v", name, stageTrace(got), got.Status.Schedule, got.Finalizers)
 	}, wait, 50*time.Millisecond).Should(Succeed())
 	return got
 }

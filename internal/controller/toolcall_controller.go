@@ -122,7 +122,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	phases := []callPhase{
 		r.reconcileSettled,
 		r.reconcileSession,
-		r.reconcileOwner,
+		r.reconcileFinalizer,
 		r.reconcileProfile,
 		r.reconcileRefusal,
 		r.reconcileSteps,

@@ -175,29 +175,22 @@ func (r *ToolCallReconciler) loadParent(ctx context.Context, s *callScope) error
 	return nil
 }
 
-// reconcileOwner makes the session own the call, so deleting the session
-// deletes its calls (after the session's finalizer has settled them), and
-// gives the call its finalizer in the same write, before any work can
-// start: deleting the call then stops its work first (letGo).
-func (r *ToolCallReconciler) reconcileOwner(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
-	owned := slices.ContainsFunc(s.tc.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == s.session.UID })
+// reconcileFinalizer gives the call its finalizer before any work can
+// start: deleting the call then stops its work first and still commits its
+// result (letGo). The admission policy toolcall-stop-work sets it at
+// creation, which saves this write; without the policy it is added here.
+// The session deletes its calls when it goes (reconcileDelete), so a call
+// needs no owner reference, and none is written.
+func (r *ToolCallReconciler) reconcileFinalizer(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
 	// A call being deleted takes no new finalizer (the API server refuses
 	// it); it is cancelled instead, and nothing more starts.
-	guarded := controllerutil.ContainsFinalizer(s.tc, callFinalizer) || deleting(s.tc)
-	if owned && guarded {
+	if controllerutil.ContainsFinalizer(s.tc, callFinalizer) || deleting(s.tc) {
 		return ctrl.Result{}, false, nil
 	}
 	base := s.tc.DeepCopy()
-	if !owned {
-		if err := controllerutil.SetOwnerReference(s.session, s.tc, r.Client.Scheme()); err != nil {
-			return ctrl.Result{}, true, err
-		}
-	}
-	if !guarded {
-		controllerutil.AddFinalizer(s.tc, callFinalizer)
-	}
+	controllerutil.AddFinalizer(s.tc, callFinalizer)
 	if err := r.Client.Patch(ctx, s.tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("setting the session as owner and the finalizer: %w", err)
+		return ctrl.Result{}, true, fmt.Errorf("setting the finalizer: %w", err)
 	}
 	s.base = s.tc.DeepCopy()
 	return ctrl.Result{}, false, nil

@@ -8,8 +8,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
 // API writes are toolgate's cost: the API server, not toolgate's CPU, bounds
@@ -30,7 +33,13 @@ var _ = Describe("API writes", Ordered, func() {
 
 	BeforeAll(func() {
 		stopRunningManager()
-		ns = newNamespace()
+		// The shipped mutating policy applies here: it gives each call its
+		// finalizer at creation.
+		const label = "writes-spec"
+		installAdmission(label, "toolcall_defaults.yaml")
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "writes-", Labels: map[string]string{label: "true"}}}
+		Expect(k8s.Create(ctx, n)).To(Succeed())
+		ns = n.Name
 		startManager(env.Config, func(o *ctrl.Options) {
 			o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
 				c, err := client.NewWithWatch(cfg, opts)
@@ -51,10 +60,10 @@ var _ = Describe("API writes", Ordered, func() {
 			stopRunningManager()
 			startManager(env.Config)
 		})
+		setup(processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj(), shTool("slow", "sleep 1; cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 	})
 
 	It("a session reconcile that changes nothing sends no patch", func() {
-		setup(processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj(), shTool("slow", "sleep 1; cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 		s := &toolgatev1alpha1.AgentSession{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
@@ -88,6 +97,12 @@ var _ = Describe("API writes", Ordered, func() {
 				}
 			}
 		}()
+		// The mutating policy is live once the API server has loaded it.
+		Eventually(func(g Gomega) {
+			probe := tu.MakeToolCall(ns, "probe-"+string(uuid.NewUUID()), "none").Obj()
+			g.Expect(k8s.Create(ctx, probe)).To(Succeed())
+			g.Expect(probe.Finalizers).To(ContainElement(callFinalizer))
+		}).Should(Succeed())
 		// The first call is slow: the other two finish first and wait for
 		// their turn.
 		submit(ns, "c0", "slow", `{"text":"first"}`, 0, 0, 3)
@@ -102,10 +117,11 @@ var _ = Describe("API writes", Ordered, func() {
 		defer mu.Unlock()
 		for _, name := range []string{"c0", "c1", "c2"} {
 			Expect(scheduleOnlyWrites(versions[name])).To(Equal(1), "writes by the session to %s", name)
-			// Its creation, the session as owner with the finalizer, its
-			// admission, the boundary before the body, the result: a body
-			// done early waits for its turn without a write.
-			Expect(len(versions[name])).To(BeNumerically("<=", 5), "versions of %s: %s", name, stageTraces(versions[name]))
+			// Its creation (with the finalizer), its admission, the
+			// boundary before the body, the result: a body done early waits
+			// for its turn without a write.
+			Expect(versions[name][0].Finalizers).To(ConsistOf(callFinalizer))
+			Expect(len(versions[name])).To(BeNumerically("<=", 4), "versions of %s: %s", name, stageTraces(versions[name]))
 		}
 	})
 })
