@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -130,6 +131,19 @@ func run(oneSession, sessions, long, workers int) error {
 	}
 	fmt.Printf("limit: %.0f status patches/s (8 writers, 10 s, a settled call's status)\n", limit)
 
+	// The shipped mutating policy: a call is created with its finalizer.
+	objs, err := testenv.ReadObjects(filepath.Join(testenv.RepoRoot(), "config", "admission", "toolcall_defaults.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	if err := b.policyLive(); err != nil {
+		return err
+	}
 	if err := b.watch(); err != nil {
 		return err
 	}
@@ -194,6 +208,25 @@ func run(oneSession, sessions, long, workers int) error {
 		return b.sustained(long)
 	}
 	return nil
+}
+
+// policyLive waits until the API server applies the mutating policy.
+func (b *bench) policyLive() error {
+	ns, err := b.namespace("probe")
+	if err != nil {
+		return err
+	}
+	for i := range 300 {
+		tc := tu.MakeToolCall(ns, fmt.Sprintf("probe-%d", i), "none").Obj()
+		if err := b.c.Create(b.ctx, tc); err != nil {
+			return err
+		}
+		if len(tc.Finalizers) > 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("the mutating admission policy toolcall-stop-work is not applied after 30 s")
 }
 
 type discard struct{}

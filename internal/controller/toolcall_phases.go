@@ -313,11 +313,13 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		// Not admitted yet: nothing has happened to the call to write.
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
-	if !s.st.Done() && pipeline.BodyDone(s.st.Next) && !gateOpen(s.tc, s.st) {
+	if !s.st.Done() && pipeline.BodyDone(s.st.Next) && !gateOpen(s.tc, s.st) && pipeline.PastPreExecute(nextStage(s.base)) {
 		// The body is done and the call waits for its turn: its output
 		// stays in the sandbox and is collected again once the call is
 		// released. The boundary before the body is durable; nothing
-		// since is worth a write.
+		// since is worth a write. (A call that got here without a body —
+		// denied, say — writes its decision: the session admits the next
+		// call only once it is durable.)
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
 	if err := r.persist(ctx, s); err != nil {

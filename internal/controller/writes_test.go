@@ -173,3 +173,22 @@ func reconcileCount(name string) float64 {
 	}
 	return total
 }
+
+var _ = Describe("a call denied in the middle of a turn", func() {
+	// Its decision must be durable for the session to admit the next call,
+	// although the denied call waits for its turn to settle.
+	It("does not hold back the admission of the calls after it", func() {
+		ns := newNamespace()
+		setup(processProfile(ns,
+			shTool("slow", "sleep 2; if [ -f next-ran ]; then echo overlapped; else echo alone; fi").ConcurrencySafe("true").Obj(),
+			shTool("nope", "cat").ConcurrencySafe("true").Obj(),
+			shTool("next", "touch next-ran; cat").ConcurrencySafe("true").Obj(),
+		).PreRule("no-nope", toolgatev1alpha1.ActionDeny, "call.tool == 'nope'").PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c0", "slow", `{}`, 0, 0, 3)
+		submit(ns, "c1", "nope", `{}`, 0, 1, 3)
+		submit(ns, "c2", "next", `{}`, 0, 2, 3)
+		Expect(committedCall(ns, "c0").Status.Result.Content).To(Equal("overlapped\n"), "the call after the denied one ran only after the first committed")
+		Expect(committedCall(ns, "c1").Status.Result.ErrorCode).To(Equal("policy_denied"))
+		Expect(*committedCall(ns, "c2").Status.Schedule.CommitSequence).To(Equal(int64(2)))
+	})
+})
