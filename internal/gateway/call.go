@@ -50,6 +50,8 @@ const cancelTimeout = 10 * time.Second
 // until it commits.
 func (g *Gateway) call(ctx context.Context, c *caller, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	start := time.Now()
+	ctx, gone := requestGone(ctx)
+	defer gone()
 	name := r.Params.Name
 	release, ok := g.limiter.acquire(c.user)
 	if !ok {

@@ -32,9 +32,6 @@ const (
 	// DefaultMaxRequestBytes bounds an HTTP request body: room for the
 	// largest arguments a ToolCall holds (200 KiB) and the JSON-RPC envelope.
 	DefaultMaxRequestBytes = 256 << 10
-	// DefaultSessionIdleTimeout closes an MCP session (of the protocol
-	// revisions that have them) idle that long.
-	DefaultSessionIdleTimeout = 30 * time.Minute
 )
 
 // headerSession carries the AgentSession a request is bound to (from its
@@ -109,10 +106,13 @@ func New(shutdown context.Context, authn *Authenticator, clients *Clients, opts 
 func (g *Gateway) Handler() http.Handler {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
 		MaxRequestBodyBytes: g.opts.MaxRequestBytes,
-		// Under the newest revision a request's POST is its whole life: a
-		// client that aborts it has cancelled the call.
+		// Stateless: every request stands alone, so any replica answers any
+		// request, and the newest revision (2026-07-28, which has no MCP
+		// sessions) is served; older revisions work request by request.
+		Stateless: true,
+		// A request's POST is its whole life: a client that aborts it has
+		// cancelled the call.
 		PropagateRequestCancellation: true,
-		SessionTimeout:               DefaultSessionIdleTimeout,
 	})
 	verify := func(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
 		info, err := g.auth.Verify(ctx, token, r)
@@ -137,9 +137,32 @@ func (g *Gateway) Handler() http.Handler {
 			g.metrics.rejected.WithLabelValues("unauthenticated").Inc()
 		}
 		r.Header.Set(headerSession, ns+"/"+session)
+		// The SDK detaches a request's handlers from its HTTP request under
+		// revisions before 2026-07-28; the request's end still reaches
+		// tools/call through this value (values survive the detach).
+		r = r.WithContext(context.WithValue(r.Context(), requestDoneKey{}, r.Context().Done()))
 		authed.ServeHTTP(w, r)
 	}))
 	return mux
+}
+
+// requestDoneKey carries the Done channel of a request's HTTP request.
+type requestDoneKey struct{}
+
+// requestGone returns a context ended when ctx ends or the HTTP request
+// that carried it does (the client went away).
+func requestGone(ctx context.Context) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancel(ctx)
+	if done, ok := ctx.Value(requestDoneKey{}).(<-chan struct{}); ok && done != nil {
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-gctx.Done():
+			}
+		}()
+	}
+	return gctx, cancel
 }
 
 // caller is who a request acts as, and the session it is bound to.

@@ -68,7 +68,7 @@ func session(ns, user string) {
 // connect opens an MCP client session to the gateway, bound to session "s"
 // of ns, authenticated with tok; progress receives the progress
 // notifications.
-func connect(ns, tok string, progress chan<- *mcp.ProgressNotificationParams) *mcp.ClientSession {
+func connect(ns, tok string, progress chan<- *mcp.ProgressNotificationParams, revision ...string) *mcp.ClientSession {
 	c := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "v0"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			if progress != nil {
@@ -80,9 +80,16 @@ func connect(ns, tok string, progress chan<- *mcp.ProgressNotificationParams) *m
 		Endpoint:   fmt.Sprintf("%s/mcp/%s/s", server.URL, ns),
 		HTTPClient: &http.Client{Transport: bearer{token: tok, next: http.DefaultTransport}},
 	}
-	cs, err := c.Connect(ctx, t, nil)
+	opts := &mcp.ClientSessionOptions{}
+	if len(revision) > 0 {
+		opts.ProtocolVersion = revision[0]
+	}
+	cs, err := c.Connect(ctx, t, opts)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(cs.Close)
+	if len(revision) > 0 {
+		Expect(cs.InitializeResult().ProtocolVersion).To(Equal(revision[0]))
+	}
 	return cs
 }
 
@@ -205,9 +212,55 @@ var _ = Describe("the MCP gateway", func() {
 		Expect(text(got.res)).To(Equal("written"))
 	})
 
-	It("cancels the ToolCall when the client cancels the request", func() {
+	It("runs one model turn sent as parallel requests with _meta, committing in model order", func() {
+		cs := connect(ns, tok, nil)
+		type answer struct {
+			index int
+			res   *mcp.CallToolResult
+			err   error
+		}
+		answers := make(chan answer, 3)
+		calls := []*mcp.CallToolParams{
+			{Name: "echo", Arguments: map[string]any{"text": "a"}},
+			{Name: "echo", Arguments: map[string]any{"text": "b"}},
+			{Name: "write", Arguments: map[string]any{"text": "c"}},
+		}
+		for i, p := range calls {
+			p.Meta = mcp.Meta{agent.MetaTurn: 0, agent.MetaIndex: i, agent.MetaTurnSize: len(calls), agent.MetaCallID: fmt.Sprintf("call_%d", i)}
+			go func() {
+				res, err := cs.CallTool(ctx, p)
+				answers <- answer{i, res, err}
+			}()
+		}
+		// The write waits for a person; approve it once it asks.
+		ar := &toolgatev1alpha1.ApprovalRequest{}
+		name := agent.CallName("s", 0, 2)
+		Eventually(func() error { return as("alice").Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ar) }).Should(Succeed())
+		base := ar.DeepCopy()
+		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+		Expect(as("alice").Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
+
+		got := map[int]*mcp.CallToolResult{}
+		for range calls {
+			var a answer
+			Eventually(answers, 60*time.Second).Should(Receive(&a))
+			Expect(a.err).NotTo(HaveOccurred())
+			Expect(a.res.IsError).To(BeFalse(), text(a.res))
+			got[a.index] = a.res
+		}
+		for i := range calls {
+			Expect(got[i].Meta).To(HaveKeyWithValue(agent.MetaCommitSequence, BeEquivalentTo(i)), "model order")
+			Expect(got[i].Meta).To(HaveKeyWithValue(agent.MetaToolCall, agent.CallName("s", 0, int32(i))))
+		}
+		tc := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", 0, 1)}, tc)).To(Succeed())
+		Expect(tc.Spec.CallID).To(Equal("call_1"))
+		Expect(tc.Spec.TurnSize).To(BeEquivalentTo(3))
+	})
+
+	DescribeTable("cancels the ToolCall when the client cancels the request", func(revision string) {
 		progress := make(chan *mcp.ProgressNotificationParams, 16)
-		cs := connect(ns, tok, progress)
+		cs := connect(ns, tok, progress, revision)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"text": "x"}}
@@ -231,7 +284,10 @@ var _ = Describe("the MCP gateway", func() {
 			g.Expect(tc.Status.Result).NotTo(BeNil())
 			g.Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
 		}, 60*time.Second).Should(Succeed())
-	})
+	},
+		Entry("2026-07-28: the client aborts the request", "2026-07-28"),
+		Entry("2025-11-25: the client sends notifications/cancelled in its MCP session", "2025-11-25"),
+	)
 
 	It("answers 401 and creates nothing without a valid token for its audience", func() {
 		before := calls(ns)

@@ -75,6 +75,8 @@ var _ = BeforeSuite(func() {
 
 var _ = AfterSuite(func() {
 	if server != nil {
+		// Streams a failed spec left open must not hold Close.
+		server.CloseClientConnections()
 		server.Close()
 	}
 	if stop != nil {
