@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -47,5 +48,23 @@ func TestProcessSandboxOnlyWhenAsked(t *testing.T) {
 			}
 		}
 		scope.Dispose()
+	}
+}
+
+// The manager's cache holds no managed fields: on a busy cluster they are
+// a large share of every cached call.
+func TestCacheStripsManagedFields(t *testing.T) {
+	transform := cacheOptions(options{}).DefaultTransform
+	if transform == nil {
+		t.Fatal("the cache keeps managed fields: no default transform")
+	}
+	tc := &toolgatev1alpha1.ToolCall{}
+	tc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}
+	out, err := transform(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*toolgatev1alpha1.ToolCall).ManagedFields; got != nil {
+		t.Fatalf("managed fields kept in the cache: %v", got)
 	}
 }

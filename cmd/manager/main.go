@@ -139,9 +139,14 @@ const leaderElectionID = "toolgate-manager.toolgate.dev"
 // Roles in those namespaces suffice, and no object elsewhere ever reaches a
 // reconciler.
 func cacheOptions(o options) cache.Options {
-	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelSandbox: "true"})},
-	}}
+	opts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelSandbox: "true"})},
+		},
+		// Managed fields are a large share of every cached call and session,
+		// and toolgate never reads them: memory follows the objects.
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
 	if len(o.watchNamespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.watchNamespaces {
