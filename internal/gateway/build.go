@@ -30,6 +30,11 @@ func Build(shutdown context.Context, cfg *rest.Config, audience string, reviewTT
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(toolgatev1alpha1.AddToScheme(scheme))
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		// TokenReviews and discovery, for every caller.
+		cfg.QPS, cfg.Burst = identityQPS, identityBurst
+	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// Client-side bounds on one identity's API requests through the gateway
+// (client-go's defaults, 5 per second, would queue a single agent's calls:
+// each tools/call makes four or five requests).
+const (
+	identityQPS   = 50
+	identityBurst = 100
+)
+
 // maxCachedClients bounds the impersonating clients kept; a full cache is
 // emptied rather than grown (a client is cheap to rebuild: the transport
 // underneath is shared).
@@ -43,6 +51,7 @@ func (c *Clients) As(user string) (client.WithWatch, error) {
 	}
 	cfg := rest.CopyConfig(c.base)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cfg.QPS, cfg.Burst = identityQPS, identityBurst
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building a client for %s: %w", user, err)

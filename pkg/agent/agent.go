@@ -29,9 +29,20 @@ type Client struct {
 	user string
 }
 
+// Client-side bounds on the Client's API requests when cfg sets none
+// (client-go's default, 5 per second, would queue a turn of a few calls).
+const (
+	defaultQPS   = 50
+	defaultBurst = 100
+)
+
 // New returns a Client acting with cfg; it asks the API server who cfg's
 // credentials are (the identity its sessions and calls are made as).
 func New(ctx context.Context, cfg *rest.Config) (*Client, error) {
+	if cfg.QPS == 0 {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = defaultQPS, defaultBurst
+	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(toolgatev1alpha1.AddToScheme(scheme))
