@@ -88,7 +88,12 @@ func run(n, warmup int) error {
 	if err != nil {
 		return err
 	}
-	defer func() { cancel(); _ = <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "gatewaybench: the manager failed:", err)
+		}
+	}()
 	if err := profileReady(ctx, env.Client); err != nil {
 		return err
 	}
