@@ -68,7 +68,9 @@ func usable(p *toolgatev1alpha1.ToolProfile, tool string) bool {
 		}
 		return r.Action != toolgatev1alpha1.ActionDeny
 	}
-	return p.Spec.PermissionPreset != toolgatev1alpha1.PresetRestricted
+	// An unset preset is the API's default, Restricted.
+	preset := p.Spec.PermissionPreset
+	return preset != "" && preset != toolgatev1alpha1.PresetRestricted
 }
 
 // objectSchema reports whether a JSON Schema declares type "object".

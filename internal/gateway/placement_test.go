@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/pkg/agent"
+)
+
+// meta decodes _meta as the SDK does (JSON numbers become float64).
+func decodeMeta(t *testing.T, text string) mcp.Meta {
+	t.Helper()
+	m := mcp.Meta{}
+	if err := json.Unmarshal([]byte(text), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		name, meta string
+		want       position
+		err        string
+	}{
+		{name: "none: a turn of its own", meta: `{}`, want: position{turnSize: 1, auto: true}},
+		{name: "a place in a turn", meta: `{"toolgate.dev/turn":7,"toolgate.dev/index":2,"toolgate.dev/turnSize":3,"toolgate.dev/callID":"call_9"}`,
+			want: position{turn: 7, index: 2, turnSize: 3, callID: "call_9"}},
+		{name: "turn alone", meta: `{"toolgate.dev/turn":0}`, want: position{turnSize: 1}},
+		{name: "index without turn", meta: `{"toolgate.dev/index":1,"toolgate.dev/turnSize":2}`, err: "need"},
+		{name: "index past the turn", meta: `{"toolgate.dev/turn":1,"toolgate.dev/index":2,"toolgate.dev/turnSize":2}`, err: "must be below"},
+		{name: "fractional turn", meta: `{"toolgate.dev/turn":1.5}`, err: "must be an integer"},
+		{name: "negative turn", meta: `{"toolgate.dev/turn":-1}`, err: "must be an integer from 0"},
+		{name: "turn as text", meta: `{"toolgate.dev/turn":"1"}`, err: "must be an integer"},
+		{name: "turn too large", meta: `{"toolgate.dev/turn":1e12}`, err: "must be an integer from 0"},
+		{name: "size too large", meta: `{"toolgate.dev/turn":1,"toolgate.dev/turnSize":2000}`, err: "from 1 to 1024"},
+		{name: "empty callID", meta: `{"toolgate.dev/callID":""}`, err: "non-empty string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := placement(decodeMeta(t, tc.meta))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUsable(t *testing.T) {
+	base := func() *tu.ToolProfileWrapper {
+		return tu.MakeToolProfile("ns", "p").Tools(tu.MakeTool("a").Obj(), tu.MakeTool("b").Obj())
+	}
+	for _, tc := range []struct {
+		name    string
+		profile *toolgatev1alpha1.ToolProfile
+		listed  []string
+	}{
+		{name: "Restricted and no rule: nothing", profile: base().Obj(), listed: nil},
+		{name: "Trusted: everything", profile: base().Preset(toolgatev1alpha1.PresetTrusted).Obj(), listed: []string{"a", "b"}},
+		{name: "an allow rule lists its tool", profile: base().PreRule("r", toolgatev1alpha1.ActionAllow, "", "a").Obj(), listed: []string{"a"}},
+		{name: "an ask rule lists its tool", profile: base().PreRule("r", toolgatev1alpha1.ActionAsk, "", "b").Obj(), listed: []string{"b"}},
+		{name: "an unconditional deny hides", profile: base().Preset(toolgatev1alpha1.PresetTrusted).PreRule("r", toolgatev1alpha1.ActionDeny, "", "a").Obj(), listed: []string{"b"}},
+		{name: "a conditional deny does not", profile: base().Preset(toolgatev1alpha1.PresetTrusted).PreRule("r", toolgatev1alpha1.ActionDeny, "call.args.text == 'x'", "a").Obj(), listed: []string{"a", "b"}},
+		{name: "the first applying rule decides", profile: base().PreRule("allow", toolgatev1alpha1.ActionAllow, "", "a").PreRule("deny", toolgatev1alpha1.ActionDeny, "").Obj(), listed: []string{"a"}},
+		{name: "a guard denying true hides", profile: base().Preset(toolgatev1alpha1.PresetTrusted).Guard("g", "true", "never", "b").Obj(), listed: []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := listTools(tc.profile)
+			var names []string
+			for _, tool := range l.tools {
+				names = append(names, tool.Name)
+			}
+			if strings.Join(names, ",") != strings.Join(tc.listed, ",") {
+				t.Fatalf("listed %v, want %v", names, tc.listed)
+			}
+		})
+	}
+}
+
+func TestToResultMasksUnlistedTools(t *testing.T) {
+	l := listTools(tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Obj()) // lists "echo"
+	call := func(tool, code string) *toolgatev1alpha1.ToolCall {
+		tc := tu.MakeToolCall("ns", "c", "s").Tool(tool, `{}`).Obj()
+		tc.Status.Result = &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeDenied, ErrorCode: code, Message: "rule hide-it denied"}
+		return tc
+	}
+	listed := toResult(call("echo", "policy_denied"), l)
+	if !listed.IsError || listed.Meta[agent.MetaCode] != "policy_denied" {
+		t.Fatalf("a listed tool's denial keeps its code: %+v", listed.Meta)
+	}
+	hidden := toResult(call("hidden", "policy_denied"), l)
+	unknown := toResult(call("hidden", "unknown_tool"), l)
+	if hidden.Meta[agent.MetaCode] != "unknown_tool" {
+		t.Fatalf("an unlisted tool's denial is answered as an unknown tool: %+v", hidden.Meta)
+	}
+	h, _ := json.Marshal(hidden)
+	u, _ := json.Marshal(unknown)
+	if string(h) != string(u) {
+		t.Fatalf("a hidden tool and an unknown one differ:\n%s\n%s", h, u)
+	}
+}
+
+func TestCallName(t *testing.T) {
+	if got := agent.CallName("s", 3, 1); got != "s-t3-i1" {
+		t.Fatalf("got %s", got)
+	}
+	long := strings.Repeat("a", 250)
+	a, b := agent.CallName(long, 1000000000, 1023), agent.CallName(long[:249]+"b", 1000000000, 1023)
+	if len(a) > 253 || a == b {
+		t.Fatalf("long names must fit and stay distinct: %d %s %s", len(a), a, b)
+	}
+}
