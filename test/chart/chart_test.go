@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -461,10 +462,25 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	if n := get(); n != 2 {
 		t.Fatalf("replicas after the upgrade: %d", n)
 	}
-	h("uninstall", release, "--wait", "--timeout", "2m")
-	if left := leftovers(t, c); len(left) > 0 {
-		t.Fatalf("left behind after helm uninstall: %v", left)
+	h("uninstall", release)
+	// What helm deletes goes at once, except the CRDs: the API server
+	// removes their objects first (a finalizer of its own).
+	var left []string
+	for start := time.Now(); time.Since(start) < 2*time.Minute; time.Sleep(200 * time.Millisecond) {
+		if left = leftovers(t, c); len(left) == 0 {
+			return
+		}
 	}
+	crds := &unstructured.UnstructuredList{}
+	crds.SetAPIVersion("apiextensions.k8s.io/v1")
+	crds.SetKind("CustomResourceDefinitionList")
+	if err := c.List(ctx, crds); err == nil {
+		for _, crd := range crds.Items {
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			t.Logf("%s: finalizers %v, conditions %v", crd.GetName(), crd.GetFinalizers(), conds)
+		}
+	}
+	t.Fatalf("left behind after helm uninstall: %v", left)
 }
 
 // leftovers lists the objects of toolgate's kinds and names that exist.
