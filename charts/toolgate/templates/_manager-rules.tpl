@@ -103,6 +103,7 @@ rules:
   - toolcalls
   verbs:
   - create
+  - deletecollection
   - get
   - list
   - manage
@@ -200,6 +201,7 @@ rules:
   - toolcalls
   verbs:
   - create
+  - deletecollection
   - get
   - list
   - manage
