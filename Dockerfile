@@ -9,12 +9,15 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
+COPY pkg/ pkg/
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags="-s -w" -o /out/manager ./cmd/manager && \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/toolgate-runner ./cmd/toolgate-runner
+    go build -trimpath -ldflags="-s -w" -o /out/toolgate-runner ./cmd/toolgate-runner && \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags="-s -w" -o /out/toolgate-gateway ./cmd/toolgate-gateway
 
 # The runner image (docker build --target runner): injected into tool pods.
 FROM scratch AS runner
@@ -25,6 +28,8 @@ ENTRYPOINT ["/toolgate-runner"]
 # The manager image (the default target).
 FROM scratch AS manager
 COPY --from=build /out/manager /manager
+# The MCP gateway (config/gateway runs it with command /toolgate-gateway).
+COPY --from=build /out/toolgate-gateway /toolgate-gateway
 # 65532 is the conventional "nonroot" user of distroless images.
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -8,9 +8,10 @@ cd "$root"
 mkdir -p _output/bin
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/toolgate-runner ./cmd/toolgate-runner
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/manager ./cmd/manager
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/toolgate-gateway ./cmd/toolgate-gateway
 # The kubectl plugin (kubectl toolgate ...), for the demo and e2e.
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/kubectl-toolgate ./cmd/kubectl-toolgate
-go run ./hack/images -out _output/images -runner _output/bin/toolgate-runner -manager _output/bin/manager >/dev/null
+go run ./hack/images -out _output/images -runner _output/bin/toolgate-runner -manager _output/bin/manager -gateway _output/bin/toolgate-gateway >/dev/null
 for f in _output/images/*.tar; do
   ctr_ images import "$f" >/dev/null
 done

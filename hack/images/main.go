@@ -86,15 +86,16 @@ func main() {
 	out := flag.String("out", "_output/images", "directory for the image tarballs")
 	runnerBin := flag.String("runner", "", "static toolgate-runner binary")
 	managerBin := flag.String("manager", "", "static manager binary")
+	gatewayBin := flag.String("gateway", "", "static toolgate-gateway binary, added to the operator image as /toolgate-gateway (optional)")
 	busybox := flag.String("busybox", "/bin/busybox", "busybox-static binary")
 	flag.Parse()
-	if err := build(*out, *runnerBin, *managerBin, *busybox); err != nil {
+	if err := build(*out, *runnerBin, *managerBin, *gatewayBin, *busybox); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func build(out, runnerBin, managerBin, busybox string) error {
+func build(out, runnerBin, managerBin, gatewayBin, busybox string) error {
 	read := func(p string) ([]byte, error) {
 		if p == "" {
 			return nil, fmt.Errorf("a binary path is missing")
@@ -113,6 +114,14 @@ func build(out, runnerBin, managerBin, busybox string) error {
 	if err != nil {
 		return err
 	}
+	operator := []file{{path: "/manager", mode: 0o755, data: manager}}
+	if gatewayBin != "" {
+		gateway, err := read(gatewayBin)
+		if err != nil {
+			return err
+		}
+		operator = append(operator, file{path: "/toolgate-gateway", mode: 0o755, data: gateway})
+	}
 	tools := []file{{path: "/bin/busybox", mode: 0o755, data: bb}}
 	for _, applet := range []string{"sh", "cat", "wc", "echo", "sleep", "ls", "printf", "head", "tail", "tr", "sed", "grep", "true", "false", "env", "id", "sort", "uniq", "date", "touch", "mkdir", "rm", "cp", "mv", "sha256sum"} {
 		tools = append(tools, file{path: "/bin/" + applet, link: "/bin/busybox", mode: 0o777})
@@ -123,7 +132,7 @@ func build(out, runnerBin, managerBin, busybox string) error {
 		files []file
 		cfg   v1.Config
 	}{
-		{"toolgate.dev/toolgate:dev", []file{{path: "/manager", mode: 0o755, data: manager}}, v1.Config{User: "65532:65532", Entrypoint: []string{"/manager"}}},
+		{"toolgate.dev/toolgate:dev", operator, v1.Config{User: "65532:65532", Entrypoint: []string{"/manager"}}},
 		{"toolgate.dev/runner:dev", []file{{path: "/toolgate-runner", mode: 0o755, data: runner}}, v1.Config{User: "65532:65532", Entrypoint: []string{"/toolgate-runner"}}},
 		{"toolgate.dev/tools:dev", tools, nonroot},
 		{"toolgate.dev/pause:dev", []file{{path: "/toolgate-runner", mode: 0o755, data: runner}}, v1.Config{User: "65535:65535", Entrypoint: []string{"/toolgate-runner", "pause"}}},
