@@ -23,14 +23,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
@@ -63,7 +66,19 @@ func main() {
 	sessions := flag.Int("sessions", 30, "sessions of the many-session run (20 calls each, turns of 10)")
 	long := flag.Int("long", 0, "calls of the sustained run (0 skips it)")
 	workers := flag.Int("session-workers", 0, "AgentSession workers (0: the manager's default)")
+	logFile := flag.String("log", "", "write the manager's log to this file")
 	flag.Parse()
+	var logTo io.Writer = discard{}
+	if *logFile != "" {
+		f, err := os.Create(*logFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "throughput:", err)
+			os.Exit(1)
+		}
+		defer func() { _ = f.Close() }()
+		logTo = f
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logTo)))
 	if err := run(*oneSession, *sessions, *long, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
@@ -104,14 +119,22 @@ type bench struct {
 }
 
 func run(oneSession, sessions, long, workers int) error {
-	ctrl.SetLogger(zap.New(zap.WriteTo(discard{})))
 	env, err := testenv.Start()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = env.Stop() }()
+	// Interrupted, it still stops the API server and etcd it started.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	interrupted := make(chan os.Signal, 1)
+	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-interrupted
+		cancel()
+		_ = env.Stop()
+		os.Exit(130)
+	}()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit: the API server is the limit
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: env.Scheme})
@@ -311,26 +334,47 @@ func (b *bench) watch() error {
 		if err != nil {
 			return err
 		}
-		go func() {
-			for ev := range w.ResultChan() {
-				if ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted {
-					continue
-				}
-				b.changes.Add(1)
-				kind := fmt.Sprintf("%T", ev.Object)
-				v, _ := b.byKind.LoadOrStore(kind[strings.LastIndex(kind, ".")+1:], &atomic.Int64{})
-				v.(*atomic.Int64).Add(1)
-				if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
-					b.mu.Lock()
-					if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
-						b.done[tc.Namespace+"/"+tc.Name] = time.Now()
-					}
-					b.mu.Unlock()
-				}
-			}
-		}()
+		go b.count(list, w)
 	}
 	return nil
+}
+
+// count consumes a watch, and watches again from the last version seen
+// when the API server ends it.
+func (b *bench) count(list client.ObjectList, w watch.Interface) {
+	rv := ""
+	for {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted {
+				continue
+			}
+			o, ok := ev.Object.(client.Object)
+			if !ok {
+				continue
+			}
+			rv = o.GetResourceVersion()
+			b.changes.Add(1)
+			kind := fmt.Sprintf("%T", ev.Object)
+			v, _ := b.byKind.LoadOrStore(kind[strings.LastIndex(kind, ".")+1:], &atomic.Int64{})
+			v.(*atomic.Int64).Add(1)
+			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+				b.mu.Lock()
+				if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
+					b.done[tc.Namespace+"/"+tc.Name] = time.Now()
+				}
+				b.mu.Unlock()
+			}
+		}
+		if b.ctx.Err() != nil {
+			return
+		}
+		var err error
+		for w, err = b.c.Watch(b.ctx, list, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}}); err != nil; {
+			fmt.Fprintln(os.Stderr, "throughput: watching again:", err)
+			time.Sleep(time.Second)
+			w, err = b.c.Watch(b.ctx, list, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		}
+	}
 }
 
 func (b *bench) startManager(cfg *rest.Config, env *testenv.Env, workers int) error {
@@ -498,9 +542,13 @@ func (b *bench) checkOutcomes(calls []*toolgatev1alpha1.ToolCall) error {
 	if err := b.c.List(b.ctx, list, client.InNamespace(ns)); err != nil {
 		return err
 	}
+	mine := map[string]bool{}
+	for _, tc := range calls {
+		mine[tc.Name] = true
+	}
 	var bad []string
 	for _, tc := range list.Items {
-		if r := tc.Status.Result; r == nil || r.Outcome != toolgatev1alpha1.OutcomeSucceeded {
+		if r := tc.Status.Result; mine[tc.Name] && (r == nil || r.Outcome != toolgatev1alpha1.OutcomeSucceeded) {
 			bad = append(bad, tc.Name)
 		}
 	}
@@ -586,8 +634,11 @@ func (b *bench) print(committed *atomic.Int64, stop chan struct{}) {
 		}
 		calls, w := committed.Load(), b.mgr.requests.Load()+b.created.Load()
 		heap, rss := memory()
-		fmt.Printf("  t=%4.0fs committed %6d  calls/s %5.1f  write requests/s %6.1f  heap %4.0f MiB  RSS %4.0f MiB\n",
-			time.Since(start).Seconds(), calls, float64(calls-lastCalls)/10, float64(w-lastWrites)/10, heap, rss)
+		b.mu.Lock()
+		seen := len(b.done)
+		b.mu.Unlock()
+		fmt.Printf("  t=%4.0fs seen %6d committed %6d  calls/s %5.1f  write requests/s %6.1f  heap %4.0f MiB  RSS %4.0f MiB\n",
+			time.Since(start).Seconds(), seen, calls, float64(calls-lastCalls)/10, float64(w-lastWrites)/10, heap, rss)
 		lastCalls, lastWrites = calls, w
 	}
 }
