@@ -11,10 +11,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/gateway"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 	"github.com/toolgate/toolgate/pkg/agent"
 )
@@ -69,6 +72,11 @@ func session(ns, user string) {
 // of ns, authenticated with tok; progress receives the progress
 // notifications.
 func connect(ns, tok string, progress chan<- *mcp.ProgressNotificationParams, revision ...string) *mcp.ClientSession {
+	return connectTo(server.URL, ns, tok, progress, revision...)
+}
+
+// connectTo is connect to the gateway at url.
+func connectTo(url, ns, tok string, progress chan<- *mcp.ProgressNotificationParams, revision ...string) *mcp.ClientSession {
 	c := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "v0"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			if progress != nil {
@@ -77,7 +85,7 @@ func connect(ns, tok string, progress chan<- *mcp.ProgressNotificationParams, re
 		},
 	})
 	t := &mcp.StreamableClientTransport{
-		Endpoint:   fmt.Sprintf("%s/mcp/%s/s", server.URL, ns),
+		Endpoint:   fmt.Sprintf("%s/mcp/%s/s", url, ns),
 		HTTPClient: &http.Client{Transport: bearer{token: tok, next: http.DefaultTransport}},
 	}
 	opts := &mcp.ClientSessionOptions{}
@@ -312,5 +320,69 @@ var _ = Describe("the MCP gateway", func() {
 			Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized), what)
 		}
 		Expect(calls(ns)).To(Equal(before))
+		Expect(counter("toolgate_gateway_requests_rejected_total", "unauthenticated")).To(BeNumerically(">=", 5))
+	})
+
+	It("leaves the decision to the API server: another identity's session, and a namespace the gateway may not act in", func() {
+		// Another ServiceAccount of the namespace, with the same role, at
+		// the agent's session.
+		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}})).To(Succeed())
+		bind(ns, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "other"}, "agent")
+		other := connect(ns, token(ns, "other", audience), nil)
+		_, err := other.ListTools(ctx, nil)
+		Expect(err).To(MatchError(ContainSubstring("belongs to another identity")))
+		_, err = other.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+		Expect(err).To(MatchError(ContainSubstring("belongs to another identity")))
+
+		// A namespace whose ServiceAccounts the gateway may not act as.
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gw-unbound-"}}
+		Expect(k8s.Create(ctx, n)).To(Succeed())
+		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: n.Name, Name: "agent"}})).To(Succeed())
+		bind(n.Name, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: n.Name, Name: "agent"}, "agent")
+		unbound := connect(n.Name, token(n.Name, "agent", audience), nil)
+		_, err = unbound.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+		Expect(err).To(HaveOccurred())
+		Expect(calls(n.Name)).To(BeZero())
+		Expect(calls(ns)).To(BeZero())
+	})
+
+	It("refuses calls beyond an identity's limit with a clear error, creating nothing for them", func() {
+		limited := startGateway(gatewayCtx, gateway.Options{MaxCallsPerIdentity: 1})
+		DeferCleanup(func() {
+			limited.CloseClientConnections()
+			limited.Close()
+		})
+		cs := connectTo(limited.URL, ns, tok, nil)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			_, _ = cs.CallTool(cctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"text": "x"}})
+		}()
+		Eventually(func() int { return calls(ns) }).Should(Equal(1))
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "y"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.IsError).To(BeTrue())
+		Expect(res.Meta).To(HaveKeyWithValue(agent.MetaCode, "concurrency_limit"))
+		Expect(text(res)).To(ContainSubstring("1 tools/call requests in flight"))
+		Expect(calls(ns)).To(Equal(1))
 	})
 })
+
+// counter reads a counter of the suite's gateway with one label value.
+func counter(name, label string) float64 {
+	families, err := metrics.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

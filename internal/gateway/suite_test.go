@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -40,6 +41,10 @@ var (
 	stop         context.CancelFunc
 	managerDone  <-chan error
 	server       *httptest.Server
+	// metrics holds the suite's gateway's metrics.
+	metrics = prometheus.NewRegistry()
+	// gatewayCtx lives as long as the suite's manager and gateway.
+	gatewayCtx context.Context
 )
 
 func TestGateway(t *testing.T) {
@@ -70,7 +75,9 @@ var _ = BeforeSuite(func() {
 	sctx, stop = context.WithCancel(ctx)
 	managerDone, err = testmanager.Start(sctx, env, workspaceDir)
 	Expect(err).NotTo(HaveOccurred())
-	server = startGateway(sctx)
+	installGatewayIdentity()
+	server = startGateway(sctx, gateway.Options{Registerer: metrics})
+	gatewayCtx = sctx
 })
 
 var _ = AfterSuite(func() {
@@ -102,10 +109,10 @@ func installObjects(files ...string) {
 	}
 }
 
-// startGateway serves the gateway over HTTP as its own ServiceAccount,
-// holding only the roles config/gateway ships: tokenreviews cluster-wide,
-// impersonation in the namespaces bound per spec.
-func startGateway(sctx context.Context) *httptest.Server {
+// installGatewayIdentity makes the gateway's ServiceAccount, holding only
+// the roles config/gateway ships: tokenreviews cluster-wide, impersonation
+// in the namespaces bound per spec.
+func installGatewayIdentity() {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "toolgate-system"}}
 	Expect(k8s.Create(ctx, ns)).To(Succeed())
 	Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "gateway"}})).To(Succeed())
@@ -114,12 +121,17 @@ func startGateway(sctx context.Context) *httptest.Server {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gateway"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns.Name, Name: "gateway"}},
 	})).To(Succeed())
+}
+
+// startGateway serves a gateway over HTTP as its own ServiceAccount.
+func startGateway(sctx context.Context, opts gateway.Options) *httptest.Server {
 	cfg := &rest.Config{
 		Host:            env.Config.Host,
 		TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData},
-		BearerToken:     token(ns.Name, "gateway"),
+		BearerToken:     token("toolgate-system", "gateway"),
 	}
-	gw, err := gateway.Build(sctx, cfg, audience, gateway.DefaultReviewTTL, gateway.Options{Log: ctrl.Log.WithName("gateway")})
+	opts.Log = ctrl.Log.WithName("gateway")
+	gw, err := gateway.Build(sctx, cfg, audience, gateway.DefaultReviewTTL, opts)
 	Expect(err).NotTo(HaveOccurred())
 	return httptest.NewServer(gw.Handler())
 }
