@@ -61,6 +61,9 @@ type ToolCallReconciler struct {
 	// announced remembers the settled calls whose Event and metrics this
 	// process emitted (or found emitted); an entry goes with its call.
 	announced sync.Map // types.NamespacedName -> types.UID
+	// own remembers the versions this process's writes replaced, so that a
+	// reconcile from a cache behind them waits for the watch instead.
+	own ownWrites
 }
 
 type attemptKey struct {
@@ -115,8 +118,14 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.announced.Delete(req.NamespacedName)
+			r.own.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.own.behind(req.NamespacedName, tc.ResourceVersion) {
+		// The write's watch event reconciles the call; the requeue is a
+		// safety net only.
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
 	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now()}
 	phases := []callPhase{

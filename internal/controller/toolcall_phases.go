@@ -87,6 +87,7 @@ func (r *ToolCallReconciler) letGo(ctx context.Context, s *callScope, workLeft b
 	if err := r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
+	r.own.wrote(client.ObjectKeyFromObject(tc), base.ResourceVersion)
 	log.FromContext(ctx).Info("deleted call let go", "call", tc.Name, "token", tc.Status.Token)
 	return ctrl.Result{}, true, nil
 }
@@ -192,6 +193,7 @@ func (r *ToolCallReconciler) reconcileFinalizer(ctx context.Context, s *callScop
 	if err := r.Client.Patch(ctx, s.tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, true, fmt.Errorf("setting the finalizer: %w", err)
 	}
+	r.own.wrote(client.ObjectKeyFromObject(s.tc), base.ResourceVersion)
 	s.base = s.tc.DeepCopy()
 	return ctrl.Result{}, false, nil
 }
@@ -478,6 +480,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	if err := r.Client.Status().Patch(ctx, tc, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing the call's status: %w", err)
 	}
+	r.own.wrote(client.ObjectKeyFromObject(tc), s.base.ResourceVersion)
 	statusWrites.WithLabelValues("toolcall").Inc()
 	for _, st := range tc.Status.Stages[min(before, len(tc.Status.Stages)):] {
 		stageBoundaries.WithLabelValues(st.Stage, st.Verdict).Inc()

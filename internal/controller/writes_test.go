@@ -103,6 +103,7 @@ var _ = Describe("API writes", Ordered, func() {
 			g.Expect(k8s.Create(ctx, probe)).To(Succeed())
 			g.Expect(probe.Finalizers).To(ContainElement(callFinalizer))
 		}).Should(Succeed())
+		errorsBefore := controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")
 		// The first call is slow: the other two finish first and wait for
 		// their turn.
 		submit(ns, "c0", "slow", `{"text":"first"}`, 0, 0, 3)
@@ -113,6 +114,10 @@ var _ = Describe("API writes", Ordered, func() {
 			Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
 			Expect(*c.Status.Schedule.CommitSequence).To(Equal(int64(i)))
 		}
+		// No reconcile stepped a call from a cache behind the call's own
+		// write (a body done within milliseconds wakes its call before the
+		// watch delivers the dispatch write): no conflict, no retry.
+		Expect(controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")).To(Equal(errorsBefore))
 		mu.Lock()
 		defer mu.Unlock()
 		for _, name := range []string{"c0", "c1", "c2"} {
@@ -156,11 +161,17 @@ func stageTraces(versions []*toolgatev1alpha1.ToolCall) []string {
 // reconcileCount is how many reconciles the named controller finished, in
 // every manager this process ran.
 func reconcileCount(name string) float64 {
+	return controllerCounter("controller_runtime_reconcile_total", name)
+}
+
+// controllerCounter sums a controller-runtime counter of the named
+// controller.
+func controllerCounter(metric, name string) float64 {
 	families, err := metrics.Registry.Gather()
 	Expect(err).NotTo(HaveOccurred())
 	total := 0.0
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
+		if f.GetName() != metric {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -190,5 +201,86 @@ var _ = Describe("a call denied in the middle of a turn", func() {
 		Expect(committedCall(ns, "c0").Status.Result.Content).To(Equal("overlapped\n"), "the call after the denied one ran only after the first committed")
 		Expect(committedCall(ns, "c1").Status.Result.ErrorCode).To(Equal("policy_denied"))
 		Expect(*committedCall(ns, "c2").Status.Schedule.CommitSequence).To(Equal(int64(2)))
+	})
+})
+
+var _ = Describe("a cache behind the manager's own write", Ordered, func() {
+	var ns string
+
+	BeforeAll(func() {
+		stopRunningManager()
+		// With the shipped mutating policy (no finalizer write by the
+		// manager to race the session's admission).
+		const label = "stale-spec"
+		installAdmission(label, "toolcall_defaults.yaml")
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "stale-", Labels: map[string]string{label: "true"}}}
+		Expect(k8s.Create(ctx, n)).To(Succeed())
+		ns = n.Name
+		// After each status write of a call by its own controller, the
+		// next read of that call returns the version the write replaced,
+		// once: a cache the watch has not yet brought the write to.
+		var mu sync.Mutex
+		stale := map[client.ObjectKey]*toolgatev1alpha1.ToolCall{}
+		startManager(env.Config, func(o *ctrl.Options) {
+			o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+				c, err := client.NewWithWatch(cfg, opts)
+				if err != nil {
+					return nil, err
+				}
+				return interceptor.NewClient(c, interceptor.Funcs{
+					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+						mu.Lock()
+						old, ok := stale[key]
+						delete(stale, key)
+						mu.Unlock()
+						if tc, isCall := obj.(*toolgatev1alpha1.ToolCall); ok && isCall {
+							old.DeepCopyInto(tc)
+							return nil
+						}
+						return c.Get(ctx, key, obj, opts...)
+					},
+					SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+						tc, isCall := obj.(*toolgatev1alpha1.ToolCall)
+						before := &toolgatev1alpha1.ToolCall{}
+						if isCall && obj.GetNamespace() == ns {
+							if err := c.Get(ctx, client.ObjectKeyFromObject(obj), before); err != nil {
+								return err
+							}
+						}
+						if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+							return err
+						}
+						// Only the call's own writes (the session's change
+						// nothing but the schedule).
+						if isCall && tc.Namespace == ns && scheduleOnlyWrites([]*toolgatev1alpha1.ToolCall{before, tc}) == 0 {
+							mu.Lock()
+							stale[client.ObjectKeyFromObject(tc)] = before
+							mu.Unlock()
+						}
+						return nil
+					},
+				}), nil
+			}
+		})
+		DeferCleanup(func() {
+			stopRunningManager()
+			startManager(env.Config)
+		})
+		setup(processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+	})
+
+	It("is not stepped from: the call waits for the watch, with no conflict and no retry", func() {
+		Eventually(func(g Gomega) {
+			probe := tu.MakeToolCall(ns, "probe-"+string(uuid.NewUUID()), "none").Obj()
+			g.Expect(k8s.Create(ctx, probe)).To(Succeed())
+			g.Expect(probe.Finalizers).To(ContainElement(callFinalizer))
+		}).Should(Succeed())
+		errorsBefore := controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")
+		submit(ns, "c0", "echo", `{"text":"a"}`, 0, 0, 2)
+		submit(ns, "c1", "echo", `{"text":"b"}`, 0, 1, 2)
+		for _, name := range []string{"c0", "c1"} {
+			Expect(committedCall(ns, name).Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		}
+		Expect(controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")).To(Equal(errorsBefore))
 	})
 })
