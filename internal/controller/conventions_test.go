@@ -3,6 +3,9 @@ package controller
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -89,6 +92,10 @@ var _ = Describe("observedGeneration and Ready on every reconcile", func() {
 		c := profileReady(p, metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonSchemaInvalid)
 		Expect(c.Message).To(ContainSubstring("tool echo: parameters"))
 		Expect(p.Status.ObservedGeneration).To(Equal(int64(2)))
+		// An operator is told, once for this generation.
+		Eventually(func() []eventsv1.Event { return eventsAbout(ns, "ToolProfile", p.Name) }).Should(ConsistOf(And(
+			HaveField("Reason", EventProfileInvalid), HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Note", ContainSubstring("SchemaInvalid: tool echo: parameters")))))
 	})
 
 	It("stamps the generation of a session it cannot make Ready", func() {

@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	eventsv1 "k8s.io/api/events/v1"
@@ -270,6 +273,27 @@ var _ = Describe("live result before the durable one", Ordered, func() {
 		stopRunningManager()
 	})
 })
+
+// eventsAbout lists the Events in ns regarding the object of kind and name.
+func eventsAbout(ns, kind, name string) []eventsv1.Event {
+	list := &eventsv1.EventList{}
+	Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// histogramCount is how many observations a histogram of vec holds under
+// label.
+func histogramCount(vec *prometheus.HistogramVec, label string) uint64 {
+	m := &dto.Metric{}
+	Expect(vec.WithLabelValues(label).(prometheus.Metric).Write(m)).To(Succeed())
+	return m.GetHistogram().GetSampleCount()
+}
 
 // settledEvents counts the Settled Events in ns by the call they regard.
 func settledEvents(ns string) map[string]int {

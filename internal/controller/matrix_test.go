@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
@@ -99,8 +100,9 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 				HaveField("Reason", "Settled"), HaveField("Note", "outcome Succeeded, code none"),
 				HaveField("Regarding.Name", "c1"))))
 		}).Should(Succeed())
-		Expect(promtestutil.ToFloat64(callsSettled.WithLabelValues("Succeeded", ""))).To(BeNumerically(">=", 1))
+		Expect(promtestutil.ToFloat64(callsSettled.WithLabelValues("echo", "Succeeded", "none"))).To(BeNumerically(">=", 1))
 		Expect(promtestutil.ToFloat64(stageBoundaries.WithLabelValues("Dispatch", "Dispatched"))).To(BeNumerically(">=", 1))
+		Expect(histogramCount(stageSeconds, "Execute")).To(BeNumerically(">=", 1))
 		s := &toolgatev1alpha1.AgentSession{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, s)).To(Succeed())
@@ -125,8 +127,12 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(ar.Spec.Requester).To(Equal("agent"))
 		Expect(ar.OwnerReferences).To(HaveLen(1))
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+		Eventually(func() []eventsv1.Event { return eventsAbout(ns, "ToolCall", "c1") }).Should(ContainElement(And(
+			HaveField("Reason", EventApprovalRequested), HaveField("Note", ContainSubstring("kubectl toolgate pending")))))
+		waits := histogramCount(approvalWait, pipeline.VerdictAllowedOnce)
 		decide(ar, toolgatev1alpha1.DecisionApprove)
 		c := committedCall(ns, "c1")
+		Expect(histogramCount(approvalWait, pipeline.VerdictAllowedOnce)).To(Equal(waits + 1))
 		expectResult(c, toolgatev1alpha1.OutcomeSucceeded, "",
 			"Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept "+settledTail+"Succeeded")
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
@@ -160,8 +166,12 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 			return c.Status.Result
 		}, 2*time.Second, 100*time.Millisecond).Should(BeNil(), "the open question must stay open")
 
+		Eventually(func() []eventsv1.Event { return eventsAbout(ns, "ToolCall", "c1") }).Should(ContainElement(And(
+			HaveField("Reason", EventApprovalRequested), HaveField("Note", ContainSubstring("kubectl toolgate pending")))))
+		waits := histogramCount(approvalWait, pipeline.VerdictAllowedOnce)
 		decide(ar, toolgatev1alpha1.DecisionApprove)
 		c := committedCall(ns, "c1")
+		Expect(histogramCount(approvalWait, pipeline.VerdictAllowedOnce)).To(Equal(waits + 1))
 		expectResult(c, toolgatev1alpha1.OutcomeSucceeded, "",
 			"Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept "+settledTail+"Succeeded")
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))

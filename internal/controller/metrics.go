@@ -3,31 +3,61 @@ package controller
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
-// Prometheus metrics, served by the manager's metrics endpoint. Labels are
-// stable, bounded values only (outcomes, codes, stages, verdicts), never
-// arguments, content, names or paths.
+// Prometheus metrics, served by the manager's metrics endpoint, under the
+// namespace toolgate (docs/operations.md lists them with what to alert
+// on). Labels are stable, bounded values only (tools of a profile,
+// outcomes, codes, stages, verdicts), never arguments, content, call names
+// or paths.
 var (
 	callsSettled = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolgate_calls_settled_total",
-		Help: "Calls that reached their one result, by outcome and error code.",
-	}, []string{"outcome", "code"})
+		Namespace: "toolgate", Subsystem: "toolcall", Name: "settled_total",
+		Help: "Calls that reached their one result, by tool, outcome and error code (none on success).",
+	}, []string{"tool", "outcome", "code"})
 	callDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "toolgate_call_duration_seconds",
+		Namespace: "toolgate", Subsystem: "toolcall", Name: "duration_seconds",
 		Help:    "From a call's creation to its result, by outcome.",
-		Buckets: []float64{0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 300, 1800},
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 300, 1800},
 	}, []string{"outcome"})
 	stageBoundaries = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolgate_stage_boundaries_total",
+		Namespace: "toolgate", Subsystem: "toolcall", Name: "stage_boundaries_total",
 		Help: "Pipeline boundaries crossed, by stage and verdict.",
 	}, []string{"stage", "verdict"})
+	stageSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "toolgate", Subsystem: "toolcall", Name: "stage_seconds",
+		Help:    "From a call's previous boundary to this one, by stage: where calls spend their time.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+	}, []string{"stage"})
+	approvalWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "toolgate", Subsystem: "approval", Name: "wait_seconds",
+		Help:    "From the question to a person's answer (or its absence), by the approval stage's verdict.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 14400, 86400},
+	}, []string{"verdict"})
 	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolgate_toolcall_status_writes_total",
+		Namespace: "toolgate", Subsystem: "toolcall", Name: "status_writes_total",
 		Help: "ToolCall status writes, by the controller that made them (API cost per call).",
 	}, []string{"controller"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(callsSettled, callDuration, stageBoundaries, statusWrites)
+	metrics.Registry.MustRegister(callsSettled, callDuration, stageBoundaries, stageSeconds, approvalWait, statusWrites)
+}
+
+// toolLabel is the tool label of a call's metrics: its tool once the
+// profile knew it (a call that passed its Call stage), otherwise "unknown",
+// so that an agent cannot mint label values.
+func toolLabel(tc *toolgatev1alpha1.ToolCall) string {
+	for _, r := range tc.Status.Stages {
+		if r.Stage == string(pipeline.StageCall) {
+			if r.Verdict == pipeline.VerdictAdmitted {
+				return tc.Spec.Tool
+			}
+			break
+		}
+	}
+	return "unknown"
 }

@@ -9,10 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -309,6 +307,10 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 			if err := r.persist(ctx, s); err != nil {
 				return ctrl.Result{}, true, err
 			}
+			if s.st.Next == pipeline.StageApproval {
+				emit(ctx, r.Client, r.Clock.Now(), regardingCall(s.tc), eventName(s.tc, "approval-requested"), corev1.EventTypeNormal,
+					EventApprovalRequested, "Ask", "waiting for a person's approval: kubectl toolgate pending lists the request, kubectl toolgate approve or deny decides it")
+			}
 		}
 	}
 	if !s.st.Done() && s.st.Next == pipeline.StageCall && len(s.st.Records) == 0 {
@@ -482,11 +484,25 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	}
 	r.own.wrote(client.ObjectKeyFromObject(tc), s.base.ResourceVersion)
 	statusWrites.WithLabelValues("toolcall").Inc()
-	for _, st := range tc.Status.Stages[min(before, len(tc.Status.Stages)):] {
-		stageBoundaries.WithLabelValues(st.Stage, st.Verdict).Inc()
-	}
+	r.observeStages(s, before)
 	s.base = tc.DeepCopy()
 	return nil
+}
+
+// observeStages counts the boundaries a write made durable, from the
+// state's records (precise times; the status keeps whole seconds).
+func (r *ToolCallReconciler) observeStages(s *callScope, before int) {
+	recs := s.st.Records
+	for i := min(before, len(recs)); i < len(recs); i++ {
+		rec := recs[i]
+		stageBoundaries.WithLabelValues(string(rec.Stage), rec.Verdict).Inc()
+		if i > 0 && !rec.Time.Before(recs[i-1].Time) {
+			stageSeconds.WithLabelValues(string(rec.Stage)).Observe(rec.Time.Sub(recs[i-1].Time).Seconds())
+		}
+		if rec.Stage == pipeline.StageApproval && !s.st.AskedAt.IsZero() {
+			approvalWait.WithLabelValues(rec.Verdict).Observe(rec.Time.Sub(s.st.AskedAt).Seconds())
+		}
+	}
 }
 
 // reader reads from the API server itself when one is configured.
@@ -589,35 +605,13 @@ func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.
 	if res.outcome != toolgatev1alpha1.OutcomeSucceeded {
 		kind = corev1.EventTypeWarning
 	}
-	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name + "." + string(tc.UID) + "." + strings.ToLower(string(res.outcome))},
-		EventTime:           metav1.NewMicroTime(r.Clock.Now()),
-		ReportingController: reportingController,
-		ReportingInstance:   reportingController,
-		Action:              "Settle",
-		Reason:              "Settled",
-		Type:                kind,
-		Note:                fmt.Sprintf("outcome %s, code %s", res.outcome, orNone(res.code)),
-		Regarding: corev1.ObjectReference{
-			APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall",
-			Namespace: tc.Namespace, Name: tc.Name, UID: tc.UID,
-		},
-	}
-	err := r.Client.Create(ctx, ev)
-	switch {
-	case apierrors.IsAlreadyExists(err):
-	case err != nil:
-		log.FromContext(ctx).Error(err, "settled event not created", "call", tc.Name)
-		fallthrough
-	default:
-		callsSettled.WithLabelValues(string(res.outcome), res.code).Inc()
+	if emit(ctx, r.Client, r.Clock.Now(), regardingCall(tc), eventName(tc, strings.ToLower(string(res.outcome))), kind, EventSettled, "Settle",
+		fmt.Sprintf("outcome %s, code %s", res.outcome, orNone(res.code))) {
+		callsSettled.WithLabelValues(toolLabel(tc), string(res.outcome), orNone(res.code)).Inc()
 		callDuration.WithLabelValues(string(res.outcome)).Observe(res.at.Sub(tc.CreationTimestamp.Time).Seconds())
 	}
 	r.announced.Store(key, tc.UID)
 }
-
-// reportingController names toolgate in the Events it emits.
-const reportingController = "toolgate.dev/manager"
 
 func orNone(s string) string {
 	if s == "" {

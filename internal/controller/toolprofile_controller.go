@@ -2,7 +2,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +38,9 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	base := obj.DeepCopy()
 	defer func() {
+		if equality.Semantic.DeepEqual(base.Status, obj.Status) {
+			return // nothing new: no API write
+		}
 		if err := r.Client.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil && retErr == nil {
 			retErr = client.IgnoreNotFound(err)
 		}
@@ -66,6 +73,8 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	if cond.Status != metav1.ConditionTrue {
 		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
+		emit(ctx, r.Client, r.Clock.Now(), regardingProfile(obj), eventName(obj, fmt.Sprintf("g%d", obj.Generation), "invalid"),
+			corev1.EventTypeWarning, EventProfileInvalid, "Compile", cond.Reason+": "+cond.Message)
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
 	return ctrl.Result{}, nil

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -228,6 +230,10 @@ func TestWarmPods(t *testing.T) {
 	p.Dial = net.dial
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 
+	// The metrics count what happens below.
+	hits, misses := promtestutil.ToFloat64(warmClaims.WithLabelValues("hit")), promtestutil.ToFloat64(warmClaims.WithLabelValues("miss"))
+	coldPods, warmCreated := promtestutil.ToFloat64(podsCreated.WithLabelValues("cold")), promtestutil.ToFloat64(podsCreated.WithLabelValues("warm"))
+
 	// The first call starts cold, and a warm pod is started beside it.
 	if _, err := p.Run(ctx, job(0)); !errors.Is(err, sandbox.ErrPending) {
 		t.Fatalf("start: %v", err)
@@ -259,6 +265,18 @@ func TestWarmPods(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(calls[1].UID), 1)}, &corev1.Pod{}); err == nil {
 		t.Fatal("the warm call also got a cold pod")
+	}
+	if got := promtestutil.ToFloat64(warmClaims.WithLabelValues("miss")) - misses; got != 1 {
+		t.Fatalf("warm claims missed: %v, want 1 (the first call)", got)
+	}
+	if got := promtestutil.ToFloat64(warmClaims.WithLabelValues("hit")) - hits; got != 1 {
+		t.Fatalf("warm claims hit: %v, want 1 (the second call)", got)
+	}
+	if got := promtestutil.ToFloat64(podsCreated.WithLabelValues("cold")) - coldPods; got != 1 {
+		t.Fatalf("cold pods created: %v, want 1", got)
+	}
+	if got := promtestutil.ToFloat64(podsCreated.WithLabelValues("warm")) - warmCreated; got < 1 {
+		t.Fatalf("warm pods created: %v, want at least 1", got)
 	}
 
 	// A replacement starts; make it look like someone else's, keeping its
@@ -354,6 +372,9 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	p.sweep(ctx)
 	if n := warm(); n != 1 {
 		t.Fatalf("a session in use lost its warm pod: %d left", n)
+	}
+	if g := promtestutil.ToFloat64(warmPods); g < 1 {
+		t.Fatalf("the warm pods gauge says %v with a warm pod waiting", g)
 	}
 	now.SetTime(now.Now().Add(WarmIdle + time.Minute))
 	p.sweep(ctx)

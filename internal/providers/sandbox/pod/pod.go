@@ -268,10 +268,13 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) erro
 	template := templateOf(pod)
 	defer p.replenish(job, template)
 	if warm := p.claim(ctx, job, template); warm != nil {
+		warmClaims.WithLabelValues("hit").Inc()
 		if follow {
 			p.adopt(job, warm)
 		}
 		return sandbox.ErrPending
+	} else if job.WarmPods > 0 {
+		warmClaims.WithLabelValues("miss").Inc()
 	}
 	pod.Labels[LabelCallUID] = string(job.OwnerUID)
 	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
@@ -283,6 +286,7 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) erro
 		// phantom attempt that a later poll would report lost.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod could not be created: "+err.Error())
 	}
+	podsCreated.WithLabelValues("cold").Inc()
 	if follow {
 		p.adopt(job, pod)
 	}

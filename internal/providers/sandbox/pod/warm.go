@@ -220,6 +220,7 @@ func (p *Provider) fill(ctx context.Context, job sandbox.Job, template string, s
 		if err := p.Client.Create(ctx, pod); err != nil {
 			return err
 		}
+		podsCreated.WithLabelValues("warm").Inc()
 	}
 	return nil
 }
@@ -285,6 +286,13 @@ func (p *Provider) sweep(ctx context.Context) {
 		return
 	}
 	now := p.now()
+	waiting := 0
+	for i := range list.Items {
+		if pod := &list.Items[i]; pod.DeletionTimestamp.IsZero() && !terminated(pod) {
+			waiting++
+		}
+	}
+	warmPods.Set(float64(waiting))
 	p.warm.mu.Lock()
 	active := map[string]*pool{}
 	for key, pl := range p.warm.byKey {
