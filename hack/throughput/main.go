@@ -105,6 +105,12 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// commit is when the bench saw a call committed, and its outcome.
+type commit struct {
+	at      time.Time
+	outcome toolgatev1alpha1.Outcome
+}
+
 // bench holds what the runs share.
 type bench struct {
 	ctx     context.Context
@@ -114,7 +120,7 @@ type bench struct {
 	changes atomic.Int64 // watch events: effective writes
 	byKind  sync.Map     // kind → *atomic.Int64, the same by kind
 	mu      sync.Mutex
-	done    map[string]time.Time // namespace/name → committed (first seen)
+	done    map[string]commit // namespace/name → its commit, first seen
 	work    string
 }
 
@@ -146,7 +152,7 @@ func run(oneSession, sessions, long, workers int) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(work) }()
-	b := &bench{ctx: ctx, c: c, mgr: &writes{}, done: map[string]time.Time{}, work: work}
+	b := &bench{ctx: ctx, c: c, mgr: &writes{}, done: map[string]commit{}, work: work}
 	fmt.Printf("machine: %d CPUs, %s; envtest (kube-apiserver and etcd from ~/.cache/toolgate), manager in process, process sandbox\n", runtime.NumCPU(), runtime.Version())
 
 	limit, err := b.limit(8, 10*time.Second)
@@ -360,7 +366,7 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
 				b.mu.Lock()
 				if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
-					b.done[tc.Namespace+"/"+tc.Name] = time.Now()
+					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome}
 				}
 				b.mu.Unlock()
 			}
@@ -514,13 +520,13 @@ func (b *bench) waitCommitted(calls []*toolgatev1alpha1.ToolCall, start time.Tim
 		missing := 0
 		b.mu.Lock()
 		for _, tc := range calls {
-			at, ok := b.done[tc.Namespace+"/"+tc.Name]
+			c, ok := b.done[tc.Namespace+"/"+tc.Name]
 			if !ok {
 				missing++
 				continue
 			}
-			if at.After(last) {
-				last = at
+			if c.at.After(last) {
+				last = c.at
 			}
 		}
 		b.mu.Unlock()
@@ -537,24 +543,17 @@ func (b *bench) waitCommitted(calls []*toolgatev1alpha1.ToolCall, start time.Tim
 // checkOutcomes fails the run when a call did not succeed: a figure for
 // calls that failed would measure nothing.
 func (b *bench) checkOutcomes(calls []*toolgatev1alpha1.ToolCall) error {
-	ns := calls[0].Namespace
-	list := &toolgatev1alpha1.ToolCallList{}
-	if err := b.c.List(b.ctx, list, client.InNamespace(ns)); err != nil {
-		return err
-	}
-	mine := map[string]bool{}
-	for _, tc := range calls {
-		mine[tc.Name] = true
-	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var bad []string
-	for _, tc := range list.Items {
-		if r := tc.Status.Result; mine[tc.Name] && (r == nil || r.Outcome != toolgatev1alpha1.OutcomeSucceeded) {
-			bad = append(bad, tc.Name)
+	for _, tc := range calls {
+		if c := b.done[tc.Namespace+"/"+tc.Name]; c.outcome != toolgatev1alpha1.OutcomeSucceeded {
+			bad = append(bad, tc.Name+" ("+string(c.outcome)+")")
 		}
 	}
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return fmt.Errorf("calls that did not succeed in %s: %s", ns, strings.Join(bad[:min(len(bad), 10)], ", "))
+		return fmt.Errorf("calls that did not succeed in %s: %s", calls[0].Namespace, strings.Join(bad[:min(len(bad), 10)], ", "))
 	}
 	return nil
 }
