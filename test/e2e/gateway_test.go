@@ -90,7 +90,7 @@ spec:
 			HTTPClient: &http.Client{Transport: bearerToken(token)},
 		}, nil)
 		Expect(err).NotTo(HaveOccurred())
-		defer cs.Close()
+		defer func() { _ = cs.Close() }()
 
 		calls := []*mcp.CallToolParams{
 			{Name: "read", Arguments: map[string]any{"n": 1}},
