@@ -187,6 +187,11 @@ func TestPlugin(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.out, "wrote write-notes") || strings.Contains(r.out, "elsewhere") {
 			t.Fatalf("transcript: exit %d, out %q, err %q", r.code, r.out, r.err)
 		}
+		// -o name: one name per committed call, in commit order.
+		r = p.run(with(agent, "transcript", "s", "-o", "name")...)
+		if r.code != 0 || strings.TrimSpace(r.out) != "toolcall.toolgate.dev/write-notes" {
+			t.Fatalf("transcript -o name: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
 	})
 
 	t.Run("trace and profile", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -132,6 +133,20 @@ func (p *output) print(obj runtime.Object, o *Options) error {
 	pr, err := p.flags.ToPrinter()
 	if err != nil {
 		return err
+	}
+	if *p.flags.OutputFormat == "name" && meta.IsListType(obj) {
+		// The name printer takes one object at a time: a name per item,
+		// in the list's order.
+		items, err := meta.ExtractList(obj)
+		if err != nil {
+			return err
+		}
+		for _, item := range items {
+			if err := pr.PrintObj(item, o.Out); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return pr.PrintObj(obj, o.Out)
 }
