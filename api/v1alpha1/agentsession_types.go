@@ -55,6 +55,19 @@ type AgentSessionSpec struct {
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=604800
 	ApprovalTimeoutSeconds *int32 `json:"approvalTimeoutSeconds,omitempty"`
+
+	// ttlSecondsAfterCommit, when set, is how long a committed call is kept
+	// once its turn is complete (status.committedTurn reached it), counted
+	// from its result: then the session deletes it, so that a long session
+	// holds only its recent calls. The session's committedTurn,
+	// nextSequence, commitCursor and deferredContexts keep what deleted
+	// calls contributed; committedCalls and counts are of the calls
+	// present. Unset keeps every call until the session is deleted; 0
+	// deletes each as soon as its turn is complete.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2592000
+	TTLSecondsAfterCommit *int32 `json:"ttlSecondsAfterCommit,omitempty"`
 }
 
 // LocalObjectReference names an object in the same namespace.
@@ -122,8 +135,9 @@ type AgentSessionStatus struct {
 	// +optional
 	CommittedTurn int64 `json:"committedTurn"`
 
-	// committedCalls is the number of the session's calls that have
-	// committed (the sum of counts). Always written.
+	// committedCalls is the number of the session's calls present that
+	// have committed (the sum of counts): a deleted call, expired ones
+	// included, is no longer counted. Always written.
 	// +optional
 	CommittedCalls int64 `json:"committedCalls"`
 

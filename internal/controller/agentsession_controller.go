@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -97,6 +98,10 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	setSessionStatus(s, logged)
+	expireIn, err := r.expire(ctx, base, logged)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
 	if c := r.isolationCondition(ctx, s, profile); c != nil {
 		meta.SetStatusCondition(&s.Status.Conditions, *c)
@@ -104,7 +109,40 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	// Stamped whatever Ready says, so that Ready=False at the current
 	// generation means rejected, not yet seen.
 	s.Status.ObservedGeneration = s.Generation
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: expireIn}, nil
+}
+
+// expire deletes the committed calls whose time is up
+// (spec.ttlSecondsAfterCommit after their result, once their turn is
+// complete) and returns when the next one is due (0: none). Completeness is
+// read from the status as written (persisted), never from this reconcile's
+// unwritten one: a turn whose calls are gone must already be recorded
+// complete, or its size would hold the session back for good.
+func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) (time.Duration, error) {
+	ttl := persisted.Spec.TTLSecondsAfterCommit
+	if ttl == nil {
+		return 0, nil
+	}
+	through, now := completeThrough(persisted), r.Clock.Now()
+	var next time.Duration
+	for _, c := range calls {
+		if !committed(c) || c.Spec.Turn > through || deleting(c) {
+			continue
+		}
+		left := c.Status.Result.SettledAt.Add(time.Duration(*ttl) * time.Second).Sub(now)
+		if left > 0 {
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		uid := c.UID
+		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("deleting an expired call: %w", err)
+		}
+		log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
+	}
+	return next, nil
 }
 
 // sessionCalls lists the session's calls, in model order.

@@ -159,15 +159,20 @@ func TestSessionLogHead(t *testing.T) {
 }
 
 // TestCompleteTurnOutlivesItsCalls: a turn recorded complete stays
-// complete once every committed call of the session is deleted, however
-// many times the status is derived again.
+// complete once every committed call of the session is deleted (by hand,
+// or expired by ttlSecondsAfterCommit), and the cursor stays where it was,
+// however many times the status is derived again.
 func TestCompleteTurnOutlivesItsCalls(t *testing.T) {
 	s := tu.MakeAgentSession("ns", "s", "p").Obj()
 	setSessionStatus(s, []*toolgatev1alpha1.ToolCall{tu.MakeToolCall("ns", "a", "s").At(0, 0).Committed(0).Obj()})
 	for range 2 {
 		setSessionStatus(s, nil)
-		if st := s.Status; st.CommittedTurn != 0 || st.NextSequence != 1 || st.CommittedCalls != 0 {
+		st := s.Status
+		if st.CommittedTurn != 0 || st.NextSequence != 1 || st.CommittedCalls != 0 {
 			t.Fatalf("committed turn %d, next sequence %d, committed calls %d; want 0, 1, 0", st.CommittedTurn, st.NextSequence, st.CommittedCalls)
+		}
+		if st.CommitCursor == nil || *st.CommitCursor != (toolgatev1alpha1.CallPosition{Turn: 0, Index: 0}) {
+			t.Fatalf("commit cursor %+v, want turn 0 index 0", st.CommitCursor)
 		}
 	}
 }

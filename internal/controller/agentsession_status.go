@@ -11,10 +11,8 @@ import (
 func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) {
 	st := &s.Status
 	through := completeThrough(s)
-	st.Counts = toolgatev1alpha1.OutcomeCounts{}
-	st.CommittedCalls = 0
+	st.Counts, st.CommittedCalls = toolgatev1alpha1.OutcomeCounts{}, 0
 	st.NextSequence = max(nextSequence(calls), st.NextSequence)
-	st.CommitCursor = nil
 	st.CommittedTurn = -1
 	st.CurrentTurn = 0
 	var last *toolgatev1alpha1.ToolCall
@@ -24,20 +22,11 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 		}
 		last = c
 		st.CommittedCalls++
-		switch c.Status.Result.Outcome {
-		case toolgatev1alpha1.OutcomeSucceeded:
-			st.Counts.Succeeded++
-		case toolgatev1alpha1.OutcomeFailed:
-			st.Counts.Failed++
-		case toolgatev1alpha1.OutcomeDenied:
-			st.Counts.Denied++
-		case toolgatev1alpha1.OutcomeCancelled:
-			st.Counts.Cancelled++
-		case toolgatev1alpha1.OutcomeTimedOut:
-			st.Counts.TimedOut++
-		}
+		countOutcome(&st.Counts, c.Status.Result.Outcome)
 	}
-	if last != nil {
+	// The cursor never goes back: commits follow model order, and a
+	// committed call deleted (by hand, or expired) leaves it where it was.
+	if last != nil && (st.CommitCursor == nil || !before(last.Spec.Turn, last.Spec.Index, *st.CommitCursor)) {
 		st.CommitCursor = &toolgatev1alpha1.CallPosition{Turn: last.Spec.Turn, Index: last.Spec.Index}
 	}
 	if start, _ := pipeline.CurrentTurn(planView(calls, through)); start >= 0 {
@@ -46,7 +35,10 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 		st.CurrentTurn = calls[len(calls)-1].Spec.Turn
 	}
 	// The last complete turn (as many calls as it declared, all committed)
-	// releases its contexts. A closed turn contributes nothing.
+	// releases its contexts. A closed turn contributes nothing. When the
+	// calls of the turn recorded complete are gone (deleted, or expired:
+	// ttlSecondsAfterCommit), its contexts stay as they were.
+	kept := st.DeferredContexts
 	st.DeferredContexts = nil
 	closed := closedTurns(calls)
 	for i := len(calls) - 1; i >= 0; i-- {
@@ -66,7 +58,32 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 		}
 		break
 	}
+	if st.CommittedTurn < through {
+		st.DeferredContexts = kept
+	}
 	st.CommittedTurn = max(st.CommittedTurn, through)
+}
+
+// before reports whether (turn, index) comes before position p in model
+// order.
+func before(turn int64, index int32, p toolgatev1alpha1.CallPosition) bool {
+	return turn < p.Turn || (turn == p.Turn && index < p.Index)
+}
+
+// countOutcome adds one call of outcome to counts.
+func countOutcome(counts *toolgatev1alpha1.OutcomeCounts, outcome toolgatev1alpha1.Outcome) {
+	switch outcome {
+	case toolgatev1alpha1.OutcomeSucceeded:
+		counts.Succeeded++
+	case toolgatev1alpha1.OutcomeFailed:
+		counts.Failed++
+	case toolgatev1alpha1.OutcomeDenied:
+		counts.Denied++
+	case toolgatev1alpha1.OutcomeCancelled:
+		counts.Cancelled++
+	case toolgatev1alpha1.OutcomeTimedOut:
+		counts.TimedOut++
+	}
 }
 
 // completeThrough is the last turn the session has recorded complete (-1

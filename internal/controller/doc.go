@@ -18,7 +18,7 @@ package controller
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/finalizers;agentsessions/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolgate.dev,resources=approvalrequests,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls;approvalrequests,verbs=manage
-// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=create;deletecollection
+// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=create;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -421,11 +421,14 @@ const keepFinalizer = "example.com/keep"
 // that someone deleted them.
 func keep(ns string, names ...string) {
 	for _, name := range names {
-		c := &toolgatev1alpha1.ToolCall{}
-		ExpectWithOffset(1, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)).To(Succeed())
-		patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		c.Finalizers = append(c.Finalizers, keepFinalizer)
-		ExpectWithOffset(1, k8s.Patch(ctx, c, patch)).To(Succeed())
+		// Retried: the call's controller may write it meanwhile.
+		EventuallyWithOffset(1, func(g Gomega) {
+			c := &toolgatev1alpha1.ToolCall{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)).To(Succeed())
+			patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			c.Finalizers = append(c.Finalizers, keepFinalizer)
+			g.Expect(k8s.Patch(ctx, c, patch)).To(Succeed())
+		}).Should(Succeed())
 	}
 }
 

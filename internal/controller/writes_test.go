@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -282,5 +283,33 @@ var _ = Describe("a cache behind the manager's own write", Ordered, func() {
 			Expect(committedCall(ns, name).Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
 		}
 		Expect(controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")).To(Equal(errorsBefore))
+	})
+})
+
+var _ = Describe("a session with ttlSecondsAfterCommit", func() {
+	It("deletes its committed calls once their turn is complete, and keeps its place in the log", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
+			func(s *tu.AgentSessionWrapper) { s.Spec.TTLSecondsAfterCommit = ptr.To[int32](0) })
+		submit(ns, "a", "echo", `{"text":"a"}`, 0, 0, 2)
+		submit(ns, "b", "echo", `{"text":"b"}`, 0, 1, 2)
+		keep(ns, "a", "b") // read their results before they go
+		for i, name := range []string{"a", "b"} {
+			Expect(*committedCall(ns, name).Status.Schedule.CommitSequence).To(Equal(int64(i)))
+		}
+		release(ns, "a", "b")
+		Eventually(callGone(ns, "a")).Should(BeTrue())
+		Eventually(callGone(ns, "b")).Should(BeTrue())
+
+		// The next turn goes on after a turn whose calls are gone.
+		submit(ns, "c", "echo", `{"text":"c"}`, 1, 0)
+		Eventually(callGone(ns, "c")).Should(BeTrue())
+		Eventually(func(g Gomega) {
+			st := session(ns).Status
+			g.Expect(st.CommittedTurn).To(Equal(int64(1)))
+			g.Expect(st.NextSequence).To(Equal(int64(3)))
+			g.Expect(st.CommittedCalls).To(BeZero(), "the counts are of the calls present")
+			g.Expect(st.CommitCursor).To(Equal(&toolgatev1alpha1.CallPosition{Turn: 1, Index: 0}))
+		}).Should(Succeed())
 	})
 })

@@ -103,6 +103,7 @@ rules:
   - toolcalls
   verbs:
   - create
+  - delete
   - deletecollection
   - get
   - list
@@ -201,6 +202,7 @@ rules:
   - toolcalls
   verbs:
   - create
+  - delete
   - deletecollection
   - get
   - list
