@@ -106,6 +106,10 @@ bench: ## Measure N sequential ToolCalls against N bare pods on the local cluste
 	hack/deploy.sh
 	go run ./hack/bench -kubeconfig $${TOOLGATE_CLUSTER_DIR:-/var/tmp/toolgate-cluster}/kubeconfig/admin.kubeconfig -n $${N:-20}
 
+.PHONY: throughput
+throughput: envtest-bins ## Throughput against the API server's write limit on envtest (limit, calls/s for one session and many, writes per call, 50-call makespan); LONG=10000 adds a sustained run with memory figures, TTL=0 with retention.
+	go run ./hack/throughput -long $${LONG:-0} -ttl $${TTL:--1}
+
 .PHONY: demo
 demo: ## Bring up the local cluster, install toolgate, run two turns of tool calls, print the transcript.
 	hack/demo.sh

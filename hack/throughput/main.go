@@ -67,6 +67,7 @@ func main() {
 	long := flag.Int("long", 0, "calls of the sustained run (0 skips it)")
 	workers := flag.Int("session-workers", 0, "AgentSession workers (0: the manager's default)")
 	logFile := flag.String("log", "", "write the manager's log to this file")
+	ttl := flag.Int("ttl", -1, "the sustained run's sessions delete committed calls this many seconds after their turn completes (spec.ttlSecondsAfterCommit; -1: keep them)")
 	flag.Parse()
 	var logTo io.Writer = discard{}
 	if *logFile != "" {
@@ -79,7 +80,7 @@ func main() {
 		logTo = f
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logTo)))
-	if err := run(*oneSession, *sessions, *long, *workers); err != nil {
+	if err := run(*oneSession, *sessions, *long, *workers, *ttl); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
@@ -124,7 +125,7 @@ type bench struct {
 	work    string
 }
 
-func run(oneSession, sessions, long, workers int) error {
+func run(oneSession, sessions, long, workers, ttl int) error {
 	env, err := testenv.Start()
 	if err != nil {
 		return err
@@ -235,7 +236,7 @@ func run(oneSession, sessions, long, workers int) error {
 	fmt.Printf("makespan: one turn of 50 calls of 200 ms at maxParallel 10: %.2f s (ideal 1.00 s; ratio %.2f)\n", took.Seconds(), took.Seconds())
 
 	if long > 0 {
-		return b.sustained(long)
+		return b.sustained(long, ttl)
 	}
 	return nil
 }
@@ -561,7 +562,7 @@ func (b *bench) checkOutcomes(calls []*toolgatev1alpha1.ToolCall) error {
 // sustained runs n calls over 50 sessions, each an agent that submits a
 // turn of 10 and waits for it to commit before the next, and prints the
 // figures every 10 s.
-func (b *bench) sustained(n int) error {
+func (b *bench) sustained(n, ttl int) error {
 	ns, err := b.namespace("long")
 	if err != nil {
 		return err
@@ -572,7 +573,11 @@ func (b *bench) sustained(n int) error {
 	const sessions, turn = 50, 10
 	turns := max(1, n/(sessions*turn))
 	for s := range sessions {
-		if err := b.c.Create(b.ctx, tu.MakeAgentSession(ns, fmt.Sprintf("s%d", s), "p").MaxParallel(10).Obj()); err != nil {
+		session := tu.MakeAgentSession(ns, fmt.Sprintf("s%d", s), "p").MaxParallel(10).Obj()
+		if ttl >= 0 {
+			session.Spec.TTLSecondsAfterCommit = ptr.To(int32(ttl))
+		}
+		if err := b.c.Create(b.ctx, session); err != nil {
 			return err
 		}
 	}
@@ -616,7 +621,11 @@ func (b *bench) sustained(n int) error {
 	}
 	took := time.Since(start)
 	heap, rss := memory()
-	fmt.Printf("sustained: %d calls in %.0f s = %.1f calls/s; after them: heap %.0f MiB, RSS %.0f MiB\n", committed.Load(), took.Seconds(), float64(committed.Load())/took.Seconds(), heap, rss)
+	retention := "calls kept"
+	if ttl >= 0 {
+		retention = fmt.Sprintf("ttlSecondsAfterCommit %d", ttl)
+	}
+	fmt.Printf("sustained (%s): %d calls in %.0f s = %.1f calls/s; after them: heap %.0f MiB, RSS %.0f MiB\n", retention, committed.Load(), took.Seconds(), float64(committed.Load())/took.Seconds(), heap, rss)
 	return nil
 }
 
