@@ -67,6 +67,7 @@ func main() {
 	long := flag.Int("long", 0, "calls of the sustained run (0 skips it)")
 	workers := flag.Int("session-workers", 0, "AgentSession workers (0: the manager's default)")
 	logFile := flag.String("log", "", "write the manager's log to this file")
+	restarts := flag.Int("restarts", 0, "the sustained run restarts the manager this many times, evenly through the run (a crash: the process sandbox's bodies die with it)")
 	ttl := flag.Int("ttl", -1, "the sustained run's sessions delete committed calls this many seconds after their turn completes (spec.ttlSecondsAfterCommit; -1: keep them)")
 	flag.Parse()
 	var logTo io.Writer = discard{}
@@ -80,7 +81,7 @@ func main() {
 		logTo = f
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logTo)))
-	if err := run(*oneSession, *sessions, *long, *workers, *ttl); err != nil {
+	if err := run(*oneSession, *sessions, *long, *workers, *ttl, *restarts); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
@@ -110,6 +111,7 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 type commit struct {
 	at      time.Time
 	outcome toolgatev1alpha1.Outcome
+	seq     int64
 }
 
 // bench holds what the runs share.
@@ -123,9 +125,12 @@ type bench struct {
 	mu      sync.Mutex
 	done    map[string]commit // namespace/name → its commit, first seen
 	work    string
+
+	stopManager func()
+	restartWith func() error
 }
 
-func run(oneSession, sessions, long, workers, ttl int) error {
+func run(oneSession, sessions, long, workers, ttl, restarts int) error {
 	env, err := testenv.Start()
 	if err != nil {
 		return err
@@ -236,7 +241,7 @@ func run(oneSession, sessions, long, workers, ttl int) error {
 	fmt.Printf("makespan: one turn of 50 calls of 200 ms at maxParallel 10: %.2f s (ideal 1.00 s; ratio %.2f)\n", took.Seconds(), took.Seconds())
 
 	if long > 0 {
-		return b.sustained(long, ttl)
+		return b.sustained(long, ttl, restarts)
 	}
 	return nil
 }
@@ -367,7 +372,7 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
 				b.mu.Lock()
 				if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
-					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome}
+					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome, seq: *tc.Status.Schedule.CommitSequence}
 				}
 				b.mu.Unlock()
 			}
@@ -384,7 +389,10 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 	}
 }
 
+// startManager starts the manager, and keeps what restart needs to start
+// it again.
 func (b *bench) startManager(cfg *rest.Config, env *testenv.Env, workers int) error {
+	b.restartWith = func() error { return b.startManager(cfg, env, workers) }
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -407,13 +415,28 @@ func (b *bench) startManager(cfg *rest.Config, env *testenv.Env, workers int) er
 	if err := controller.Setup(mgr, cc); err != nil {
 		return err
 	}
+	mctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	b.stopManager = func() {
+		cancel()
+		<-done
+		scope.Dispose()
+	}
 	go func() {
-		if err := mgr.Start(b.ctx); err != nil {
+		defer close(done)
+		if err := mgr.Start(mctx); err != nil {
 			fmt.Fprintln(os.Stderr, "throughput: manager:", err)
 			os.Exit(1)
 		}
 	}()
 	return nil
+}
+
+// restart stops the manager (its process-sandbox bodies die with it, as in
+// a crash) and starts another.
+func (b *bench) restart() error {
+	b.stopManager()
+	return b.restartWith()
 }
 
 // profile creates the profile every session uses: echo (cat) and nap
@@ -425,7 +448,11 @@ func (b *bench) profile(ns string) error {
 		w.Output = toolgatev1alpha1.OutputDeclaration{Schema: tu.JSON(`{"type":"string"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}}
 		return w.Obj()
 	}
-	p := tu.MakeToolProfile(ns, "p").Tools(tool("echo", "cat"), tool("nap", "sleep 0.2; echo ok")).
+	// echo is idempotent: a restart of the manager kills the process
+	// sandbox's bodies, and the call runs its body again.
+	echo := tool("echo", "cat")
+	echo.Idempotent = true
+	p := tu.MakeToolProfile(ns, "p").Tools(echo, tool("nap", "sleep 0.2; echo ok")).
 		PreRule("allow-all", toolgatev1alpha1.ActionAllow, "").
 		Sandbox(func(s *toolgatev1alpha1.SandboxPolicy) {
 			s.Provider = toolgatev1alpha1.SandboxProviderProcess
@@ -547,10 +574,18 @@ func (b *bench) checkOutcomes(calls []*toolgatev1alpha1.ToolCall) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var bad []string
+	last := map[string]commit{} // by session: the previous call's commit
 	for _, tc := range calls {
-		if c := b.done[tc.Namespace+"/"+tc.Name]; c.outcome != toolgatev1alpha1.OutcomeSucceeded {
+		c := b.done[tc.Namespace+"/"+tc.Name]
+		if c.outcome != toolgatev1alpha1.OutcomeSucceeded {
 			bad = append(bad, tc.Name+" ("+string(c.outcome)+")")
 		}
+		// The calls are given in model order per session: their places in
+		// the log must follow it.
+		if prev, ok := last[tc.Spec.SessionRef.Name]; ok && c.seq <= prev.seq {
+			bad = append(bad, fmt.Sprintf("%s (sequence %d after %d: out of model order)", tc.Name, c.seq, prev.seq))
+		}
+		last[tc.Spec.SessionRef.Name] = c
 	}
 	if len(bad) > 0 {
 		slices.Sort(bad)
@@ -562,7 +597,7 @@ func (b *bench) checkOutcomes(calls []*toolgatev1alpha1.ToolCall) error {
 // sustained runs n calls over 50 sessions, each an agent that submits a
 // turn of 10 and waits for it to commit before the next, and prints the
 // figures every 10 s.
-func (b *bench) sustained(n, ttl int) error {
+func (b *bench) sustained(n, ttl, restarts int) error {
 	ns, err := b.namespace("long")
 	if err != nil {
 		return err
@@ -587,6 +622,8 @@ func (b *bench) sustained(n, ttl int) error {
 	var committed atomic.Int64
 	stop := make(chan struct{})
 	go b.print(&committed, stop)
+	faults := make(chan error, 1)
+	go func() { faults <- b.faults(&committed, turns*sessions*turn, restarts, stop) }()
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, sessions)
@@ -619,13 +656,55 @@ func (b *bench) sustained(n, ttl int) error {
 	if err := <-errs; err != nil {
 		return err
 	}
+	if err := <-faults; err != nil {
+		return err
+	}
 	took := time.Since(start)
 	heap, rss := memory()
 	retention := "calls kept"
 	if ttl >= 0 {
 		retention = fmt.Sprintf("ttlSecondsAfterCommit %d", ttl)
 	}
-	fmt.Printf("sustained (%s): %d calls in %.0f s = %.1f calls/s; after them: heap %.0f MiB, RSS %.0f MiB\n", retention, committed.Load(), took.Seconds(), float64(committed.Load())/took.Seconds(), heap, rss)
+	fmt.Printf("sustained (%s, %d manager restarts; each call one result, succeeded, in model order): %d calls in %.0f s = %.1f calls/s; after them: heap %.0f MiB, RSS %.0f MiB\n", retention, restarts, committed.Load(), took.Seconds(), float64(committed.Load())/took.Seconds(), heap, rss)
+	return nil
+}
+
+// faults restarts the manager restarts times, evenly through a run of
+// total calls, and prints each restart and the time to the next commit.
+func (b *bench) faults(committed *atomic.Int64, total, restarts int, stop chan struct{}) error {
+	for i := 1; i <= restarts; i++ {
+		at := int64(total * i / (restarts + 1))
+		for committed.Load() < at {
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		b.mu.Lock()
+		seen := len(b.done)
+		b.mu.Unlock()
+		start := time.Now()
+		if err := b.restart(); err != nil {
+			return err
+		}
+		for {
+			b.mu.Lock()
+			more := len(b.done) > seen
+			b.mu.Unlock()
+			if more {
+				break
+			}
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		// The first commit seen may come from the old manager's last
+		// writes; the restart took what the stop took.
+		fmt.Printf("  fault: manager restarted at %d calls committed; next commit %.2f s after the stop began\n", at, time.Since(start).Seconds())
+	}
 	return nil
 }
 
