@@ -34,13 +34,7 @@ var _ = Describe("API writes", Ordered, func() {
 
 	BeforeAll(func() {
 		stopRunningManager()
-		// The shipped mutating policy applies here: it gives each call its
-		// finalizer at creation.
-		const label = "writes-spec"
-		installAdmission(label, "toolcall_defaults.yaml")
-		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "writes-", Labels: map[string]string{label: "true"}}}
-		Expect(k8s.Create(ctx, n)).To(Succeed())
-		ns = n.Name
+		ns = stopWorkNamespace("writes")
 		startManager(env.Config, func(o *ctrl.Options) {
 			o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
 				c, err := client.NewWithWatch(cfg, opts)
@@ -98,12 +92,6 @@ var _ = Describe("API writes", Ordered, func() {
 				}
 			}
 		}()
-		// The mutating policy is live once the API server has loaded it.
-		Eventually(func(g Gomega) {
-			probe := tu.MakeToolCall(ns, "probe-"+string(uuid.NewUUID()), "none").Obj()
-			g.Expect(k8s.Create(ctx, probe)).To(Succeed())
-			g.Expect(probe.Finalizers).To(ContainElement(callFinalizer))
-		}).Should(Succeed())
 		errorsBefore := controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")
 		// The first call is slow: the other two finish first and wait for
 		// their turn.
@@ -131,6 +119,23 @@ var _ = Describe("API writes", Ordered, func() {
 		}
 	})
 })
+
+// stopWorkNamespace creates a namespace where the shipped mutating policy
+// applies: each call is created with its finalizer, so the manager makes no
+// finalizer write (which would race the session's admission).
+func stopWorkNamespace(prefix string) string {
+	label := prefix + "-spec"
+	installAdmission(label, "toolcall_defaults.yaml")
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: map[string]string{label: "true"}}}
+	Expect(k8s.Create(ctx, n)).To(Succeed())
+	// The policy is live once the API server has loaded it.
+	Eventually(func(g Gomega) {
+		probe := tu.MakeToolCall(n.Name, "probe-"+string(uuid.NewUUID()), "none").Obj()
+		g.Expect(k8s.Create(ctx, probe)).To(Succeed())
+		g.Expect(probe.Finalizers).To(ContainElement(callFinalizer))
+	}).Should(Succeed())
+	return n.Name
+}
 
 // scheduleOnlyWrites counts the versions of a call that changed its
 // status.schedule and nothing else of its status: the session's writes.
@@ -210,13 +215,7 @@ var _ = Describe("a cache behind the manager's own write", Ordered, func() {
 
 	BeforeAll(func() {
 		stopRunningManager()
-		// With the shipped mutating policy (no finalizer write by the
-		// manager to race the session's admission).
-		const label = "stale-spec"
-		installAdmission(label, "toolcall_defaults.yaml")
-		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "stale-", Labels: map[string]string{label: "true"}}}
-		Expect(k8s.Create(ctx, n)).To(Succeed())
-		ns = n.Name
+		ns = stopWorkNamespace("stale")
 		// After each status write of a call by its own controller, the
 		// next read of that call returns the version the write replaced,
 		// once: a cache the watch has not yet brought the write to.
@@ -271,11 +270,6 @@ var _ = Describe("a cache behind the manager's own write", Ordered, func() {
 	})
 
 	It("is not stepped from: the call waits for the watch, with no conflict and no retry", func() {
-		Eventually(func(g Gomega) {
-			probe := tu.MakeToolCall(ns, "probe-"+string(uuid.NewUUID()), "none").Obj()
-			g.Expect(k8s.Create(ctx, probe)).To(Succeed())
-			g.Expect(probe.Finalizers).To(ContainElement(callFinalizer))
-		}).Should(Succeed())
 		errorsBefore := controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")
 		submit(ns, "c0", "echo", `{"text":"a"}`, 0, 0, 2)
 		submit(ns, "c1", "echo", `{"text":"b"}`, 0, 1, 2)
