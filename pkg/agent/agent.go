@@ -202,7 +202,7 @@ func (s *Session) create(ctx context.Context, turn int64, index int32, calls []C
 		args = "{}"
 	}
 	tc := &toolgatev1alpha1.ToolCall{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: CallName(s.Name, turn, index)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: CallName(s.Name, turn, index), Finalizers: []string{StopWorkFinalizer}},
 		Spec: toolgatev1alpha1.ToolCallSpec{
 			SessionRef: toolgatev1alpha1.LocalObjectReference{Name: s.Name},
 			Turn:       turn, Index: index, TurnSize: int32(len(calls)),

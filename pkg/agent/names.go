@@ -37,6 +37,12 @@ const (
 	MetaApprovalRequest = "toolgate.dev/approvalRequest"
 )
 
+// StopWorkFinalizer is toolgate's finalizer on a ToolCall: deleting the
+// call stops its work first and still commits its one result. A call is
+// created holding it, which saves the manager a write where the admission
+// policy that adds it (toolcall-stop-work) is not installed.
+const StopWorkFinalizer = "toolgate.dev/stop-work"
+
 // maxNameLength is the longest object name the API server accepts (a DNS
 // subdomain).
 const maxNameLength = 253
