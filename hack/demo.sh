@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The one-command demo: a real single-node cluster, toolgate installed in
-# it, a ToolProfile and an AgentSession, and two model turns of tool calls
-# submitted by the identity "demo-agent". One call needs approval; the
-# separate identity "demo-approver" approves it with kubectl. Prints the
-# committed transcript in model order. `make demo-down` removes everything.
+# it, a ToolProfile, and an agent written with pkg/agent (hack/demoagent)
+# that opens an AgentSession and submits two model turns of tool calls as
+# the identity "demo-agent", printing results in model order as they
+# commit. One call needs approval; the separate identity "demo-approver"
+# approves it with kubectl. Prints the committed transcript in model order. `make demo-down` removes everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/cluster-env.sh"
@@ -81,57 +82,34 @@ say "profile and session"
 kubectl -n "$ns" apply -f config/samples/toolgate_v1alpha1_toolprofile.yaml >/dev/null
 kubectl -n "$ns" wait --for=condition=Ready toolprofile/workspace-tools --timeout=60s >/dev/null
 kubectl -n "$ns" get toolprofile workspace-tools -o wide
-as_agent apply -f - >/dev/null <<YAML
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentSession
-metadata: {name: demo}
-spec:
-  owner: demo-agent
-  profileRef: {name: workspace-tools}
-  workspace: {existingClaim: demo-workspace}
-  maxParallel: 4
-YAML
-
-call() { # name turn index turnSize tool arguments
-  as_agent apply -f - >/dev/null <<YAML
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolCall
-metadata: {name: $1}
-spec:
-  sessionRef: {name: demo}
-  turn: $2
-  index: $3
-  turnSize: $4
-  callID: call_$1
-  tool: $5
-  arguments: '$6'
-  requester: demo-agent
-YAML
-}
-say "turn 0: the model writes a file (needs approval) and lists the workspace"
-call t0-write 0 0 2 write_file '{"path":"notes.md","content":"toolgate ran this write after a person approved it"}'
-call t0-list 0 1 2 list_files '{"path":""}'
-until as_approver get approvalrequest t0-write >/dev/null 2>&1; do sleep 0.2; done
-as_approver get approvalrequest t0-write -o custom-columns=CALL:.spec.toolCallRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
-say "demo-agent tries to approve its own call and is refused; demo-approver approves (kubectl toolgate approve)"
-plugin_as demo-agent approve t0-write 2>&1 | sed 's/^/  refused: /' || true
-plugin_as demo-approver approve t0-write -m "fine"
-
-say "turn 1: three parallel reads; a dotfile read the guard denies"
-call t1-read 1 0 4 read_file '{"path":"notes.md"}'
-call t1-count 1 1 4 word_count '{"text":"how many words are in this sentence"}'
-call t1-list 1 2 4 list_files '{"path":""}'
-call t1-secret 1 3 4 read_file '{"path":".ssh/id_rsa"}'
-
-for c in t0-write t0-list t1-read t1-count t1-list t1-secret; do
-  kubectl -n "$ns" wait --for=condition=Committed "toolcall/$c" --timeout=180s >/dev/null
+say "the agent (hack/demoagent, on pkg/agent) opens session demo and submits two turns as demo-agent"
+go build -o _output/bin/demoagent ./hack/demoagent
+agent_log=$CLUSTER_DIR/demoagent.log
+(_output/bin/demoagent -kubeconfig "$CLUSTER_DIR/kubeconfig/demo-agent.kubeconfig" -namespace "$ns" -session demo \
+  -profile workspace-tools -claim demo-workspace 2>&1 | tee "$agent_log") &
+agent_pid=$!
+# Turn 0's write waits for a person: the request is named after its call.
+request=""
+for _ in $(seq 600); do
+  request=$(plugin_as demo-approver pending -o name 2>/dev/null | head -n1 | sed 's|.*/||')
+  [ -n "$request" ] && break
+  kill -0 "$agent_pid" 2>/dev/null || { wait "$agent_pid"; exit 1; }
+  sleep 0.2
 done
+[ -n "$request" ] || { echo "no approval request appeared" >&2; exit 1; }
+as_approver get approvalrequest "$request" -o custom-columns=CALL:.spec.toolCallRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
+say "demo-agent tries to approve its own call and is refused; demo-approver approves (kubectl toolgate approve)"
+plugin_as demo-agent approve "$request" 2>&1 | sed 's/^/  refused: /' || true
+plugin_as demo-approver approve "$request" -m "fine"
+say "the agent receives each turn's results in model order as they commit (turn 1: three parallel reads and a dotfile read the guard denies)"
+wait "$agent_pid"
+turn1=$(sed -n 's/^agent: turn \([0-9]*\) submitted.*/\1/p' "$agent_log" | tail -n1)
 
 say "committed transcript (model order): kubectl toolgate transcript demo"
 plugin_as demo-agent transcript demo
 as_agent get toolcalls --sort-by=.status.schedule.commitSequence \
   -o custom-columns='NAME:.metadata.name,SEQ:.status.schedule.commitSequence,MODE:.status.schedule.executionMode,OUTCOME:.status.result.outcome,CODE:.status.result.errorCode'
-say "why was t1-secret refused? kubectl toolgate trace t1-secret"
-plugin_as demo-agent trace t1-secret
+say "why was the dotfile read refused? kubectl toolgate trace demo-t${turn1}-i3"
+plugin_as demo-agent trace "demo-t${turn1}-i3"
 say "session"
 as_agent get agentsession demo -o jsonpath='{"committed: "}{.status.committedCalls}{"  succeeded: "}{.status.counts.succeeded}{"  denied: "}{.status.counts.denied}{"  contexts for the next step: "}{.status.deferredContexts}{"\n"}'
