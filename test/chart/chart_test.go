@@ -50,7 +50,8 @@ func TestChartMatchesConfig(t *testing.T) {
 }
 
 // TestChartDryRun: a real API server accepts every object the chart
-// renders (server-side apply, dry run), in both scopes.
+// renders (server-side apply, dry run), in both scopes and with the
+// gateway.
 func TestChartDryRun(t *testing.T) {
 	env, err := testenv.Start()
 	if err != nil {
@@ -67,6 +68,9 @@ func TestChartDryRun(t *testing.T) {
 		helmTemplate(t, "--set", "replicas=2", "--set", "runnerImage=example.com/runner:1", "--set", "networkPolicyEnforced=true",
 			"--set", "podDisruptionBudget.enabled=true"),
 		helmTemplate(t, "--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={agents}", "--set", "crds.keep=true"),
+		// The gateway, impersonating in a namespace that exists.
+		helmTemplate(t, "--set", "gateway.enabled=true", "--set", "gateway.impersonateNamespaces={agents}", "--set", "gateway.replicas=3",
+			"--set", "gateway.audience=mcp.example.com"),
 	}
 	for _, objs := range renders {
 		if len(objs) == 0 {
@@ -227,6 +231,8 @@ func fields(kind string) []field {
 		return []field{path("roleRef"), path("subjects")}
 	case "ServiceAccount":
 		return []field{path("automountServiceAccountToken")}
+	case "Service":
+		return []field{path("spec", "ports")}
 	case "Deployment":
 		pod := []string{"spec", "template", "spec"}
 		return []field{
@@ -394,6 +400,10 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"a namespaced, no list":  {[]string{"--set", "rbac.scope=namespaced"}, "rbac.scope=namespaced needs rbac.watchNamespaces"},
 		"a bad namespace name":   {[]string{"--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={Agents}"}, "/rbac/watchNamespaces/0"},
 		"a bad image pull value": {[]string{"--set", "image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
+		"a mistyped gateway key": {[]string{"--set", "gateway.replica=2"}, "additional properties 'replica' not allowed"},
+		"a bad gateway namespace": {[]string{"--set", "gateway.enabled=true", "--set", "gateway.impersonateNamespaces={Team_A}"},
+			"/gateway/impersonateNamespaces/0"},
+		"an empty gateway audience": {[]string{"--set", "gateway.enabled=true", "--set", "gateway.audience="}, "/gateway/audience"},
 	}
 	for name, c := range cases {
 		var errb bytes.Buffer
@@ -447,20 +457,26 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	dep := &unstructured.Unstructured{}
 	dep.SetAPIVersion("apps/v1")
 	dep.SetKind("Deployment")
-	get := func() int64 {
+	get := func(name string) int64 {
 		t.Helper()
-		if err := c.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "toolgate-controller-manager"}, dep); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: name}, dep); err != nil {
 			t.Fatal(err)
 		}
 		n, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas")
 		return n
 	}
-	if n := get(); n != 1 {
+	if n := get("toolgate-controller-manager"); n != 1 {
 		t.Fatalf("replicas after install: %d", n)
 	}
-	h("upgrade", release, chartDir, "--reuse-values", "--set", "replicas=2")
-	if n := get(); n != 2 {
+	// The upgrade also turns the gateway on, so the uninstall must remove
+	// its objects too (its impersonator's RoleBinding among them).
+	h("upgrade", release, chartDir, "--reuse-values", "--set", "replicas=2",
+		"--set", "gateway.enabled=true", "--set", "gateway.impersonateNamespaces={"+releaseNamespace+"}")
+	if n := get("toolgate-controller-manager"); n != 2 {
 		t.Fatalf("replicas after the upgrade: %d", n)
+	}
+	if n := get("toolgate-gateway"); n != 2 {
+		t.Fatalf("the gateway's replicas after the upgrade: %d", n)
 	}
 	h("uninstall", release)
 	// What helm deletes goes at once, except the CRDs: the API server

@@ -5,13 +5,17 @@
 //
 // The chart is rendered with the cached helm (`make helm`) in both scopes
 // (cluster-wide with the default values; namespaced with the watched
-// namespaces of config/namespaced) and with hack/local-values.yaml, and
-// compared with config/default, config/namespaced and config/local,
-// rendered by kubectl kustomize, object by object (kind,
-// namespace, name). Both sides must hold the same objects, except the
-// Namespace (Helm installs into a namespace it does not own) and the
-// chart's metrics Service, ServiceMonitor and PodDisruptionBudget (config/
-// has none). For each pair it compares:
+// namespaces of config/namespaced), with hack/local-values.yaml and with
+// gateway.enabled, and compared with config/default, config/namespaced,
+// config/local and config/default with config/gateway, rendered by
+// kubectl kustomize, object by object (kind, namespace, name). Both sides
+// must hold the same objects, except the Namespace (Helm installs into a
+// namespace it does not own), the chart's metrics Service, ServiceMonitor
+// and PodDisruptionBudget (config/ has none) and the gateway's impersonator
+// RoleBindings, one per gateway.impersonateNamespaces (config/gateway
+// leaves them to kubectl; they are checked to bind that role to the
+// gateway in exactly those namespaces, and no ClusterRoleBinding to bind
+// it). For each pair it compares:
 //
 //   - CustomResourceDefinitions, ValidatingAdmissionPolicies and their
 //     bindings: the whole spec;
@@ -19,17 +23,22 @@
 //     the app.kubernetes.io/ and helm.sh/ prefixes (aggregate-to-view);
 //   - RoleBindings and ClusterRoleBindings: roleRef and subjects;
 //   - ServiceAccounts: automountServiceAccountToken;
-//   - the Deployment: replicas, image and pull policy, the selector and pod
+//   - Services: ports;
+//   - the Deployments (the manager's, the gateway's): replicas, image and pull policy, the selector and pod
 //     labels (the chart's include config/'s), service account, pod and
 //     container security contexts, command, args (as a set), env, probes,
 //     resources, hostNetwork and the termination grace period; args and env
-//     compared regardless of order.
+//     compared regardless of order; the gateway's container ports too.
 //
 // Labels the chart adds (app.kubernetes.io/*, helm.sh/chart) and
-// annotations are not compared.
+// annotations are not compared. Selectors and pod labels are the chart's
+// wider (app.kubernetes.io/name=toolgate): they must include config/'s, and
+// the manager's must not select the gateway's pods. With gateway.enabled
+// unset or false nothing of the gateway's is rendered.
 //
 // On a real API server (envtest, no pods) it creates every rendered object
-// with a server-side dry run, and runs helm install, helm upgrade with a
-// changed value and helm uninstall, after which no object of toolgate's
+// with a server-side dry run (the gateway's included), and runs helm
+// install, helm upgrade with changed values (the gateway turned on) and
+// helm uninstall, after which no object of toolgate's
 // may be left (seen failing with crds.keep=true).
 package chart

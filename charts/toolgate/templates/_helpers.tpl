@@ -40,3 +40,15 @@ true
 {{- fail (printf "rbac.scope must be cluster or namespaced, not %q" .Values.rbac.scope) -}}
 {{- end -}}
 {{- end }}
+
+{{/* The gateway's pods (gateway.enabled). No control-plane label: the
+manager's selector, its metrics Service and tool pods' NetworkPolicies
+must not take them in. */}}
+{{- define "toolgate.gateway.selectorLabels" -}}
+app.kubernetes.io/name: toolgate
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "toolgate.gateway.serviceAccount" -}}
+toolgate-gateway
+{{- end }}
