@@ -84,11 +84,13 @@ func run(ctx context.Context, kubeconfig, namespace, name, profile, claim string
 			}
 			printResult(r)
 		}
-		contexts, committed, err := session.DeferredContexts(ctx)
+		// The contexts the turn deferred to the model's next step,
+		// released once every call of the turn committed.
+		contexts, err := turn.Contexts(ctx)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("agent: turn %d committed; contexts for the next step: %d\n", committed, len(contexts))
+		fmt.Printf("agent: turn %d committed; contexts for the next step: %d\n", turn.Number, len(contexts))
 	}
 	// doc:end
 	return nil

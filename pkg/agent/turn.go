@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -194,4 +195,77 @@ func (t *Turn) Cancel(ctx context.Context) error {
 		errs = append(errs, t.s.Cancel(ctx, name))
 	}
 	return errors.Join(errs...)
+}
+
+// ErrContextsReplaced says a later turn of the session completed before
+// the turn's contexts were read: a session holds only its last complete
+// turn's.
+var ErrContextsReplaced = errors.New("a later turn completed first; the session holds only the last complete turn's contexts")
+
+// Contexts returns the contexts the session released for the model's next
+// step when the turn completed, in call order. The session records a turn
+// complete shortly after its last call commits, so right after Results it
+// may still hold the turn before: Contexts waits for it, by watch.
+func (t *Turn) Contexts(ctx context.Context) ([]toolgatev1alpha1.SessionContext, error) {
+	selector := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", t.s.Name)}
+	for {
+		list := &toolgatev1alpha1.AgentSessionList{}
+		if err := t.s.c.c.List(ctx, list, client.InNamespace(t.s.Namespace), selector); err != nil {
+			return nil, err
+		}
+		if len(list.Items) == 0 {
+			return nil, fmt.Errorf("agentsession %s/%s is gone", t.s.Namespace, t.s.Name)
+		}
+		if contexts, done, err := t.released(&list.Items[0]); done {
+			return contexts, err
+		}
+		w, err := t.s.c.c.Watch(ctx, &toolgatev1alpha1.AgentSessionList{}, client.InNamespace(t.s.Namespace), selector,
+			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+		if err != nil {
+			return nil, err
+		}
+		contexts, done, err := t.awaitRelease(ctx, w)
+		w.Stop()
+		if done {
+			return contexts, err
+		}
+		// The watch ended: list again and watch from there.
+	}
+}
+
+// awaitRelease reads one watch of the session until the turn's contexts
+// are out (done), or the watch ends (not done).
+func (t *Turn) awaitRelease(ctx context.Context, w watch.Interface) ([]toolgatev1alpha1.SessionContext, bool, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, true, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				return nil, false, nil
+			}
+			s, isSession := ev.Object.(*toolgatev1alpha1.AgentSession)
+			if !isSession {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				return nil, true, fmt.Errorf("agentsession %s/%s is gone", t.s.Namespace, t.s.Name)
+			}
+			if contexts, done, err := t.released(s); done {
+				return contexts, true, err
+			}
+		}
+	}
+}
+
+// released returns the turn's contexts once the session recorded the turn
+// complete.
+func (t *Turn) released(s *toolgatev1alpha1.AgentSession) ([]toolgatev1alpha1.SessionContext, bool, error) {
+	switch {
+	case s.Status.CommittedTurn < t.Number:
+		return nil, false, nil
+	case s.Status.CommittedTurn > t.Number:
+		return nil, true, fmt.Errorf("turn %d: %w (turn %d)", t.Number, ErrContextsReplaced, s.Status.CommittedTurn)
+	}
+	return s.Status.DeferredContexts, true, nil
 }
