@@ -31,6 +31,7 @@ manifests: ## Generate CRDs and RBAC (and the namespaced install's Roles from th
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	go run ./hack/namespacedroles
 	go run ./hack/chartsync
+	go run ./hack/apiref
 
 .PHONY: fmt
 fmt: ## Run gofmt.
