@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,6 +81,19 @@ func compose(mgr ctrl.Manager, scope *lifecycle.Scope, o options) (controller.Co
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key, Notify: cfg.Wake.Notify, NetworkPolicyEnforced: o.networkPolicyEnforced,
 			SubCalls: controller.SubCalls(mgr.GetClient()),
 			Config:   pod.Config{RunnerImage: o.runnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.namespace, ManagerLabels: o.managerLabels},
+		}
+		// A tool pod's change wakes its follower: a cold pod is handed its
+		// call as soon as its runner runs.
+		pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+		if err != nil {
+			return cfg, err
+		}
+		if _, err := pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    provider.PodChanged,
+			UpdateFunc: func(_, obj any) { provider.PodChanged(obj) },
+			DeleteFunc: provider.PodChanged,
+		}); err != nil {
+			return cfg, err
 		}
 		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderPod), provider)); err != nil {
 			return cfg, err

@@ -19,6 +19,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -36,14 +38,15 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "admin kubeconfig of the cluster")
 	n := flag.Int("n", 10, "samples of each kind")
 	ns := flag.String("namespace", "bench", "namespace to use (created)")
+	pvDir := flag.String("pv-dir", "/var/tmp/toolgate-cluster/pv/bench", "host directory of the built-in tool's workspace volume (hostPath, single node)")
 	flag.Parse()
-	if err := run(*kubeconfig, *ns, *n); err != nil {
+	if err := run(*kubeconfig, *ns, *pvDir, *n); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, ns string, n int) error {
+func run(kubeconfig, ns, pvDir string, n int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -60,7 +63,7 @@ func run(kubeconfig, ns string, n int) error {
 		return err
 	}
 	ctx := context.Background()
-	if err := setup(ctx, c, ns); err != nil {
+	if err := setup(ctx, c, ns, pvDir); err != nil {
 		return err
 	}
 	// One unmeasured round warms every path (image and informer caches,
@@ -68,52 +71,66 @@ func run(kubeconfig, ns string, n int) error {
 	if _, err := barePod(ctx, c, cs, ns, -1); err != nil {
 		return err
 	}
-	for _, s := range []string{coldSession, warmSession} {
-		if _, _, err := toolCall(ctx, c, ns, s, 0); err != nil {
+	for _, k := range kinds {
+		if _, _, err := toolCall(ctx, c, ns, k, 0, nil); err != nil {
 			return err
 		}
 	}
 	// Interleave the kinds so all see the same cluster conditions.
-	var pods, cold, warm []time.Duration
+	var pods, cold, builtin, warm []time.Duration
 	served := map[string]string{}
+	steps, builtinSteps := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for i := 1; i <= n; i++ {
 		d, err := barePod(ctx, c, cs, ns, i)
 		if err != nil {
 			return err
 		}
 		pods = append(pods, d)
-		d, uid, err := toolCall(ctx, c, ns, coldSession, i)
-		if err != nil {
-			return err
+		for _, k := range kinds {
+			if k.warm {
+				if err := waitWarm(ctx, c, ns); err != nil {
+					return err
+				}
+			}
+			into := map[string]map[string][]time.Duration{coldSession: steps, builtinSession: builtinSteps}[k.session]
+			d, uid, err := toolCall(ctx, c, ns, k, i, into)
+			if err != nil {
+				return err
+			}
+			if prev, dup := served[uid]; dup {
+				return fmt.Errorf("pod %s served two calls (%s and %s %d)", uid, prev, k.session, i)
+			}
+			served[uid] = fmt.Sprintf("%s %d", k.session, i)
+			switch k.session {
+			case coldSession:
+				cold = append(cold, d)
+			case builtinSession:
+				builtin = append(builtin, d)
+			default:
+				warm = append(warm, d)
+			}
 		}
-		cold = append(cold, d)
-		if prev, dup := served[uid]; dup {
-			return fmt.Errorf("pod %s served two calls (%s and cold %d)", uid, prev, i)
-		}
-		served[uid] = fmt.Sprintf("cold %d", i)
-		if err := waitWarm(ctx, c, ns); err != nil {
-			return err
-		}
-		d, uid, err = toolCall(ctx, c, ns, warmSession, i)
-		if err != nil {
-			return err
-		}
-		warm = append(warm, d)
-		if prev, dup := served[uid]; dup {
-			return fmt.Errorf("pod %s served two calls (%s and warm %d)", uid, prev, i)
-		}
-		served[uid] = fmt.Sprintf("warm %d", i)
 	}
 	p50p, p95p := pct(pods, 50), pct(pods, 95)
 	p50c, p95c := pct(cold, 50), pct(cold, 95)
 	p50w, p95w := pct(warm, 50), pct(warm, 95)
+	p50b, p95b := pct(builtin, 50), pct(builtin, 95)
 	fmt.Printf("n=%d sequential (after one unmeasured warm-up of each), same command (/bin/echo), same restricted pod settings\n", n)
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "bare pod (create→Succeeded→logs)", ms(p50p), ms(p95p))
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold ToolCall (create→Committed)", ms(p50c), ms(p95c))
+	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold built-in ToolCall (fs.list)", ms(p50b), ms(p95b))
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "warm ToolCall (create→Committed)", ms(p50w), ms(p95w))
 	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold ToolCall / bare pod", ms(p50c)/ms(p50p), ms(p95c)/ms(p95p))
+	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold built-in ToolCall / bare pod", ms(p50b)/ms(p50p), ms(p95b)/ms(p95p))
 	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio warm ToolCall / bare pod", ms(p50w)/ms(p50p), ms(p95w)/ms(p95p))
-	fmt.Printf("%d calls, %d distinct pods: every call in a pod that served no other\n", 2*n, len(served))
+	fmt.Printf("%d calls, %d distinct pods: every call in a pod that served no other\n", len(kinds)*n, len(served))
+	fmt.Println("where a cold call's time goes (p50 of when each step was first seen, from the call's creation):")
+	fmt.Printf("  %-26s %9s %9s\n", "", "container", "built-in")
+	for _, step := range coldSteps {
+		if len(steps[step])+len(builtinSteps[step]) > 0 {
+			fmt.Printf("  %-26s %9s %9s\n", step, p50(steps[step]), p50(builtinSteps[step]))
+		}
+	}
 	return nil
 }
 
@@ -136,39 +153,124 @@ func waitWarm(ctx context.Context, c client.Client, ns string) error {
 	return fmt.Errorf("no warm pod became ready")
 }
 
-// This run's own sessions (turns restart at 0): one without warm pods, one
-// keeping one ready.
+// This run's own sessions (turns restart at 0): without warm pods, one for
+// a container tool and one for a built-in tool; one keeping a warm pod.
 var (
-	coldSession = fmt.Sprintf("bench-cold-%d", time.Now().Unix())
-	warmSession = fmt.Sprintf("bench-warm-%d", time.Now().Unix())
+	coldSession    = fmt.Sprintf("bench-cold-%d", time.Now().Unix())
+	builtinSession = fmt.Sprintf("bench-builtin-%d", time.Now().Unix())
+	warmSession    = fmt.Sprintf("bench-warm-%d", time.Now().Unix())
 )
+
+// kind is one kind of measured call: its session, tool and arguments.
+type kind struct {
+	session, tool, arguments string
+	warm                     bool
+}
+
+// kinds are measured in this order in each round (cold, built-in, warm).
+var kinds = []kind{
+	{session: coldSession, tool: "echo", arguments: `{}`},
+	{session: builtinSession, tool: "ls", arguments: `{"path":""}`},
+	{session: warmSession, tool: "echo", arguments: `{}`, warm: true},
+}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// p50 is the median of a step's sightings, or "-" for a step never seen.
+func p50(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f ms", ms(pct(ds, 50)))
+}
+
 func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	i := (len(s)*p + 99) / 100
 	return s[max(0, min(len(s)-1, i-1))]
 }
 
-func setup(ctx context.Context, c client.Client, ns string) error {
+func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 	_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}})
+	// The built-in tool's workspace: a hostPath volume the tool's user may
+	// write (the local cluster has one node and no provisioner).
+	if err := os.MkdirAll(pvDir, 0o777); err != nil {
+		return err
+	}
+	if err := os.Chmod(pvDir, 0o777); err != nil {
+		return err
+	}
+	pvName := "toolgate-bench-" + ns
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: "",
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: "workspace"},
+		PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: pvDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}},
+	}}
+	if err := client.IgnoreAlreadyExists(c.Create(ctx, pv)); err != nil {
+		return err
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workspace"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To(""), VolumeName: pvName,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+	}}
+	if err := client.IgnoreAlreadyExists(c.Create(ctx, pvc)); err != nil {
+		return err
+	}
 	tool := toolgatev1alpha1.ToolDefinition{
 		Name: "echo", Description: "echo", Parameters: json(`{"type":"object"}`),
 		Output:    toolgatev1alpha1.OutputDeclaration{Schema: json(`{"type":"string"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
 		Container: &toolgatev1alpha1.ContainerRuntime{Image: "toolgate.dev/tools:dev", Command: []string{"/bin/echo", "hi"}},
 	}
+	ls := toolgatev1alpha1.ToolDefinition{
+		Name: "ls", Description: "list", Parameters: json(`{"type":"object"}`),
+		Output:  toolgatev1alpha1.OutputDeclaration{Schema: json(`{}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
+		Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.list"},
+	}
 	p := &toolgatev1alpha1.ToolProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"}, Spec: toolgatev1alpha1.ToolProfileSpec{
-		Tools: []toolgatev1alpha1.ToolDefinition{tool}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
+		Tools: []toolgatev1alpha1.ToolDefinition{tool, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
 		Sandbox: toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod},
 	}}
-	if err := client.IgnoreAlreadyExists(c.Create(ctx, p)); err != nil {
+	// A profile left by an earlier run takes this run's tools.
+	existing := &toolgatev1alpha1.ToolProfile{}
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(p), existing); {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, p); err != nil {
+			return err
+		}
+	case err != nil:
 		return err
+	default:
+		existing.Spec = p.Spec
+		if err := c.Update(ctx, existing); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(p), existing); err != nil {
+				return err
+			}
+			if existing.Status.ObservedGeneration == existing.Generation {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("toolprofile %s/%s: its change was not taken within a minute", ns, p.Name)
+			}
+		}
 	}
-	for name, warm := range map[string]int32{coldSession: 0, warmSession: 1} {
-		s := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "admin", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "bench"}, WarmPods: ptr.To(warm)}}
+	for _, k := range kinds {
+		s := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: k.session},
+			Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "admin", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "bench"}, WarmPods: ptr.To(int32(0))}}
+		if k.warm {
+			s.Spec.WarmPods = ptr.To(int32(1))
+		}
+		if k.session == builtinSession {
+			s.Spec.Workspace = &toolgatev1alpha1.WorkspaceSpec{ExistingClaim: "workspace"}
+		}
 		if err := client.IgnoreAlreadyExists(c.Create(ctx, s)); err != nil {
 			return err
 		}
@@ -215,12 +317,13 @@ func barePod(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, n
 }
 
 // toolCall submits one call to session and times it to its commit; it
-// returns the UID of the pod that served it.
-func toolCall(ctx context.Context, c client.WithWatch, ns, session string, i int) (time.Duration, string, error) {
+// returns the UID of the pod that served it, and adds to steps (when not
+// nil) when each step of its pod and call was first seen.
+func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int, steps map[string][]time.Duration) (time.Duration, string, error) {
 	name := fmt.Sprintf("call-%d-%d", time.Now().UnixNano(), i)
 	tc := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: toolgatev1alpha1.ToolCallSpec{
-		SessionRef: toolgatev1alpha1.LocalObjectReference{Name: session}, Turn: int64(i), CallID: name, Tool: "echo",
-		Arguments: `{}`, Requester: "admin",
+		SessionRef: toolgatev1alpha1.LocalObjectReference{Name: k.session}, Turn: int64(i), CallID: name, Tool: k.tool,
+		Arguments: k.arguments, Requester: "admin",
 	}}
 	pw, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{"toolgate.dev/call": name})
 	if err != nil {
@@ -236,21 +339,65 @@ func toolCall(ctx context.Context, c client.WithWatch, ns, session string, i int
 	if err := c.Create(ctx, tc); err != nil {
 		return 0, "", err
 	}
-	for ev := range w.ResultChan() {
-		if t, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && t.Name == name && t.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+	// Each step's first sighting, from the watches (milliseconds, where
+	// the objects' own times have whole seconds).
+	seen := map[string]time.Duration{}
+	stamp := func(step string, ok bool) {
+		if _, done := seen[step]; ok && !done {
+			seen[step] = time.Since(start)
+		}
+	}
+	uid := ""
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, "", fmt.Errorf("call %s: the watch ended", name)
+			}
+			t, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
+			if !isCall || t.Name != name {
+				continue
+			}
+			stamp("call running", t.Status.Phase == toolgatev1alpha1.PhaseRunning)
+			if t.Status.Phase != toolgatev1alpha1.PhaseCommitted {
+				continue
+			}
 			if t.Status.Result.Outcome != toolgatev1alpha1.OutcomeSucceeded {
 				return 0, "", fmt.Errorf("call %s: %s %s", name, t.Status.Result.ErrorCode, t.Status.Result.Message)
 			}
-			break
+			d := time.Since(start)
+			if uid == "" {
+				return 0, "", fmt.Errorf("call %s: no pod of it was seen", name)
+			}
+			stamp("committed", true)
+			if steps != nil {
+				for k, v := range seen {
+					steps[k] = append(steps[k], v)
+				}
+			}
+			return d, uid, nil
+		case ev, ok := <-pw.ResultChan():
+			if !ok {
+				return 0, "", fmt.Errorf("call %s: the pod watch ended", name)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				continue
+			}
+			uid = string(p.UID)
+			stamp("pod seen", true)
+			stamp("pod scheduled", p.Spec.NodeName != "")
+			for _, st := range p.Status.InitContainerStatuses {
+				stamp("init container running", st.State.Running != nil || st.State.Terminated != nil)
+				stamp("init container done", st.State.Terminated != nil)
+			}
+			for _, st := range p.Status.ContainerStatuses {
+				stamp("tool container running", st.State.Running != nil || st.State.Terminated != nil)
+			}
+			stamp("pod IP", p.Status.PodIP != "")
 		}
 	}
-	d := time.Since(start)
-	select {
-	case ev := <-pw.ResultChan():
-		if p, ok := ev.Object.(*corev1.Pod); ok {
-			return d, string(p.UID), nil
-		}
-	case <-time.After(10 * time.Second):
-	}
-	return 0, "", fmt.Errorf("call %s: no pod of it was seen", name)
 }
+
+// coldSteps are the steps of a cold call, in the order they happen.
+var coldSteps = []string{"pod seen", "pod scheduled", "init container running", "init container done", "tool container running", "pod IP", "call running", "committed"}

@@ -382,3 +382,95 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 		t.Fatalf("%d warm pods of an idle session left", n)
 	}
 }
+
+// followerReads counts the pod reads the follower makes: those not made
+// within Run (whose context carries runMark).
+type followerReads struct {
+	client.Reader
+	gets atomic.Int32
+}
+
+type runMark struct{}
+
+func (r *followerReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Pod); ok && ctx.Value(runMark{}) == nil {
+		r.gets.Add(1)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// slowFollower is a provider on the API server whose followers poll an
+// hour apart, and a job for a call in a new namespace.
+func slowFollower(t *testing.T) (client.Client, *Provider, *network, *followerReads, sandbox.Job, string) {
+	c, newProvider := onAPIServer(t)
+	ns := namespace(t, c, "wake-", nil)
+	call := callIn(t, c, ns, "call-1", `{"text":"a"}`)
+	j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	j.Owner.Namespace, j.OwnerUID, j.Attempt = ns, call.UID, 1
+	j.Key = sandbox.Key(call.UID, 1)
+	j.Dispatched = time.Now()
+	p := newProvider()
+	reads := &followerReads{Reader: c}
+	p.Reader = reads
+	p.minPoll, p.maxPoll = time.Hour, time.Hour
+	net := &network{}
+	p.Dial = net.dial
+	return c, p, net, reads, j, Name("call-1", string(call.UID), 1)
+}
+
+// TestAStartedPodIsHandedItsCallWhenItChanges: the follower of a pod that
+// is not running yet looks again when the pod changes (PodChanged, called
+// from the manager's pod informer), not only at its next poll: with polls
+// an hour apart, the call is still handed over once the pod runs.
+func TestAStartedPodIsHandedItsCallWhenItChanges(t *testing.T) {
+	c, p, net, reads, j, name := slowFollower(t)
+	ctx := context.WithValue(context.Background(), runMark{}, true)
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) { // creates the pod
+		t.Fatalf("start: %v", err)
+	}
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) { // follows it
+		t.Fatalf("follow: %v", err)
+	}
+	// The follower has looked once (the pod is not running) and waits.
+	deadline := time.Now().Add(20 * time.Second)
+	for reads.gets.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower never looked at its pod")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pod := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: j.Owner.Namespace, Name: name}, pod))
+	k := startKubeletAt(t, c, pod, "10.0.0.7")
+	net.add("10.0.0.7", k)
+	p.PodChanged(pod)
+	res, err := settle(t, p, j)
+	if err != nil || res.Stdout != "ran with "+string(j.Arguments) {
+		t.Fatalf("result %+v %v", res, err)
+	}
+}
+
+// TestTheRunnerIsTriedOnceThePodHasAnAddress: the runner listens before
+// the kubelet reports its container running (at its next relist), so a
+// pod with an address is tried at once, its container still reported
+// waiting.
+func TestTheRunnerIsTriedOnceThePodHasAnAddress(t *testing.T) {
+	c, p, net, _, j, name := slowFollower(t)
+	ctx := context.Background()
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) { // creates the pod
+		t.Fatalf("start: %v", err)
+	}
+	pod := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: j.Owner.Namespace, Name: name}, pod))
+	k := startKubeletAt(t, c, pod, "10.0.0.8")
+	net.add("10.0.0.8", k)
+	// As the kubelet reports it before its relist: an address, the
+	// runner's container still waiting.
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerTool, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
+	must(t, c.Status().Update(ctx, pod))
+	p.PodChanged(pod) // as the informer tells of that change
+	res, err := settle(t, p, j)
+	if err != nil || res.Stdout != "ran with "+string(j.Arguments) {
+		t.Fatalf("result %+v %v", res, err)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -69,6 +70,8 @@ type Provider struct {
 	mu        sync.Mutex
 	followers map[string]*follower
 	warm      pools
+	// minPoll and maxPoll replace the followers' poll bounds (tests).
+	minPoll, maxPoll time.Duration
 }
 
 var _ sandbox.Provider = &Provider{}
@@ -77,6 +80,7 @@ type follower struct {
 	pod  types.NamespacedName
 	uid  types.UID
 	done chan struct{}
+	wake chan struct{} // the pod changed (PodChanged): look again now
 	res  *runner.Result
 	err  error // a final answer (a pipeline failure)
 }
@@ -462,7 +466,7 @@ func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
 	if f, ok := p.followers[job.Key]; ok {
 		return f
 	}
-	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{})}
+	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	p.followers[job.Key] = f
 	go p.follow(f, job)
 	return f
@@ -486,10 +490,21 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 	req := runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.RunnerSpec(job, workspace), Arguments: job.Arguments}
 	ready := job.Dispatched.Add(p.Config.startTimeout())
 	handed := false
-	backoff := 50 * time.Millisecond
-	wait := func() {
-		time.Sleep(backoff)
-		backoff = min(2*backoff, time.Second)
+	// Between looks the follower waits for the pod to change (PodChanged)
+	// or for a poll that backs off, the safety net where no informer tells.
+	// Once the pod has an address, the runner's listening is awaited: no
+	// event marks it, so the poll restarts short.
+	minPoll, maxPoll := p.pollBounds()
+	backoff := minPoll
+	addressed, sawRunning := false, false
+	wait := func(most time.Duration) {
+		t := time.NewTimer(min(backoff, most))
+		defer t.Stop()
+		select {
+		case <-f.wake:
+		case <-t.C:
+			backoff = min(2*backoff, most)
+		}
 	}
 	notReady := func() error {
 		return pipeline.Fail(pipeline.CodeSandboxNotReady, fmt.Sprintf(
@@ -502,7 +517,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 				f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is gone")
 				return
 			}
-			wait()
+			wait(maxPoll)
 			continue
 		}
 		if pod.UID != f.uid {
@@ -518,13 +533,20 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			return
 		}
 		late := !handed && p.now().After(ready)
-		if pod.Status.PodIP == "" || !running(pod) {
+		up := running(pod)
+		if pod.Status.PodIP == "" || (late && !up) {
 			if late {
 				f.err = notReady()
 				return
 			}
-			wait()
+			wait(maxPoll)
 			continue
+		}
+		// The runner listens before the kubelet reports its container
+		// running (the kubelet reports at its next relist, up to a second
+		// later): it is tried as soon as the pod has an address.
+		if !addressed || (up && !sawRunning) {
+			addressed, sawRunning, backoff = true, up, min(backoff, runningPoll)
 		}
 		if late {
 			// Never start a body past the bound; collect one already started.
@@ -545,7 +567,56 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+err.Error())
 			return
 		}
-		wait() // not listening yet, or the connection broke: asked again
+		// Not listening yet, or the connection broke: asked again, often
+		// until the container is reported running.
+		if up {
+			wait(maxPoll)
+		} else {
+			wait(min(maxPoll, startingPoll))
+		}
+	}
+}
+
+// Poll bounds of a follower: the first wait, the longest, the first once
+// the pod has an address or its runner's container runs, and the longest
+// while the runner is tried before its container is reported running.
+const (
+	defaultMinPoll = 50 * time.Millisecond
+	defaultMaxPoll = time.Second
+	runningPoll    = 10 * time.Millisecond
+	startingPoll   = 200 * time.Millisecond
+)
+
+func (p *Provider) pollBounds() (time.Duration, time.Duration) {
+	if p.minPoll > 0 && p.maxPoll > 0 {
+		return p.minPoll, p.maxPoll
+	}
+	return defaultMinPoll, defaultMaxPoll
+}
+
+// PodChanged tells the provider that a tool pod changed, so the follower
+// of its attempt looks at once instead of at its next poll: a cold pod is
+// handed its call as soon as its runner runs (polling alone found it up to
+// a backed-off second late). The composition calls it from the manager's
+// informer of tool pods; obj may be a deletion's final state.
+func (p *Provider) PodChanged(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := client.ObjectKeyFromObject(pod)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.followers {
+		if f.pod == key {
+			select {
+			case f.wake <- struct{}{}:
+			default: // a wake is already pending
+			}
+		}
 	}
 }
 

@@ -201,8 +201,9 @@ func (c Config) startTimeout() time.Duration {
 
 // BuildPod is the pod of one attempt: Pod Security "restricted", read-only
 // root file system with a small writable /tmp, no service account token, no
-// service links, the runner injected by an init container and waiting for
-// the manager to hand it the call (the pod holds no arguments and no
+// service links, the runner (injected by an init container, unless the
+// tool is built in and its image is the runner's) waiting for the manager
+// to hand it the call (the pod holds no arguments and no
 // secret: only the manager's public key), the workspace mounted at the
 // canonical root (read-only unless the mode allows writes), the kubelet's
 // activeDeadlineSeconds as a backstop, and bounded resources (the
@@ -232,13 +233,28 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
-	mounts := []corev1.VolumeMount{
-		{Name: "runner", MountPath: runnerDir, ReadOnly: true},
-		{Name: "tmp", MountPath: "/tmp"},
-	}
+	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
 	volumes := []corev1.Volume{
-		{Name: "runner", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
+	}
+	// A built-in tool runs in the runner image, which holds the runner; any
+	// other image gets it from an init container (a container start more).
+	entrypoint := runnerInImage
+	var inject []corev1.Container
+	if tool.Container != nil {
+		entrypoint = path.Join(runnerDir, "toolgate-runner")
+		mounts = append(mounts, corev1.VolumeMount{Name: "runner", MountPath: runnerDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "runner", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}})
+		inject = []corev1.Container{{
+			Name: "place-runner", Image: cfg.RunnerImage, ImagePullPolicy: cfg.ImagePullPolicy,
+			Command:         []string{runnerInImage, "copy", entrypoint},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "runner", MountPath: runnerDir}},
+			SecurityContext: restricted,
+			Resources: corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			},
+		}}
 	}
 	if job.Workspace.ClaimName != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: policy.WorkspaceRoot, ReadOnly: !writable})
@@ -268,19 +284,10 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](sandboxUID), RunAsGroup: ptr.To[int64](sandboxUID),
 				FSGroup: ptr.To[int64](sandboxUID), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			InitContainers: []corev1.Container{{
-				Name: "place-runner", Image: cfg.RunnerImage, ImagePullPolicy: cfg.ImagePullPolicy,
-				Command:         []string{runnerInImage, "copy", path.Join(runnerDir, "toolgate-runner")},
-				VolumeMounts:    []corev1.VolumeMount{{Name: "runner", MountPath: runnerDir}},
-				SecurityContext: restricted,
-				Resources: corev1.ResourceRequirements{
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-				},
-			}},
+			InitContainers: inject,
 			Containers: []corev1.Container{{
 				Name: containerTool, Image: image, ImagePullPolicy: cfg.ImagePullPolicy,
-				Command:                  []string{path.Join(runnerDir, "toolgate-runner"), "serve"},
+				Command:                  []string{entrypoint, "serve"},
 				Env:                      []corev1.EnvVar{{Name: runner.EnvManagerKey, Value: cfg.ChannelKey}},
 				Ports:                    []corev1.ContainerPort{{Name: "channel", ContainerPort: runner.Port, Protocol: corev1.ProtocolTCP}},
 				VolumeMounts:             mounts,

@@ -238,6 +238,37 @@ func TestDefaultResources(t *testing.T) {
 	}
 }
 
+// TestABuiltInToolNeedsNoInjectedRunner: a built-in tool runs in the
+// runner image, which holds the runner, so its pod has no init container
+// (one container start less on the cold path) and runs the image's own
+// runner; a container tool's pod still gets it injected.
+func TestABuiltInToolNeedsNoInjectedRunner(t *testing.T) {
+	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	job.Tool = &toolgatev1alpha1.ToolDefinition{Name: "read", TimeoutSeconds: 20, Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}}
+	pod, err := BuildPod(testConfig, job, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pod.Spec
+	if len(s.InitContainers) != 0 {
+		t.Errorf("init containers %v, want none", s.InitContainers)
+	}
+	tool := s.Containers[0]
+	if tool.Image != testConfig.RunnerImage || strings.Join(tool.Command, " ") != "/toolgate-runner serve" {
+		t.Errorf("image %s command %v, want the runner image's own runner", tool.Image, tool.Command)
+	}
+	for _, v := range s.Volumes {
+		if v.Name == "runner" {
+			t.Error("a runner volume with nothing to copy into it")
+		}
+	}
+	for _, m := range tool.VolumeMounts {
+		if m.Name == "runner" {
+			t.Error("a runner mount with nothing in it")
+		}
+	}
+}
+
 // TestResourcesAboveTheCapsAreRefused: a profile asking for more than a cap
 // is not silently cut: Enforcement reports it (naming the resource, what was
 // asked and the cap), Validate refuses the policy, and no pod is built.
