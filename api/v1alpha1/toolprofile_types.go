@@ -245,6 +245,17 @@ type ContainerRuntime struct {
 	// +kubebuilder:validation:Minimum=1024
 	// +kubebuilder:validation:Maximum=8388608
 	MaxOutputBytes int32 `json:"maxOutputBytes,omitempty"`
+
+	// runnerPath is where the tool image already holds toolgate's runner
+	// (copied from the runner image of the same release). The tool's pod
+	// then needs no init container to inject it: one container start less
+	// on every cold call. The runner in the image is trusted as the tool's
+	// own code is; one speaking another channel protocol than the manager
+	// fails the call as sandbox_unavailable. Empty: the runner is injected.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^/`
+	RunnerPath string `json:"runnerPath,omitempty"`
 }
 
 // EnvVar is a literal environment variable. Secrets are not passed through

@@ -1,11 +1,14 @@
 // Command bench measures, side by side on the same cluster, the latency of
 // N sequential ToolCalls (submitted → committed, the whole pipeline) on a
-// cold pod (a session without warm pods) and on a warm pod (a session
-// keeping one ready; each measured call starts once one is), against N bare
-// pods running the same command (created → Succeeded → logs read), and
-// prints p50, p95 and the ratios. It checks that every call ran in a pod
-// that served no other call. It uses watches to time, never polling. Run it
-// on the local cluster after hack/deploy.sh (make bench).
+// cold pod (a session without warm pods: a container tool with the runner
+// injected, the same tool in an image that carries the runner, and a
+// built-in tool) and on a warm pod (a session keeping one ready; each
+// measured call starts once one is), against N bare pods running the same
+// command (created → Succeeded → logs read), and prints p50, p95, the
+// ratios, and when each step of a cold call's pod was first seen. It
+// checks that every call ran in a pod that served no other call. It uses
+// watches to time, never polling. Run it on the local cluster after
+// hack/deploy.sh (make bench).
 package main
 
 import (
@@ -77,9 +80,9 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 		}
 	}
 	// Interleave the kinds so all see the same cluster conditions.
-	var pods, cold, builtin, warm []time.Duration
+	var pods, cold, own, builtin, warm []time.Duration
 	served := map[string]string{}
-	steps, builtinSteps := map[string][]time.Duration{}, map[string][]time.Duration{}
+	steps, ownSteps, builtinSteps := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
 	for i := 1; i <= n; i++ {
 		d, err := barePod(ctx, c, cs, ns, i)
 		if err != nil {
@@ -92,7 +95,7 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 					return err
 				}
 			}
-			into := map[string]map[string][]time.Duration{coldSession: steps, builtinSession: builtinSteps}[k.session]
+			into := map[string]map[string][]time.Duration{coldSession: steps, ownRunnerSession: ownSteps, builtinSession: builtinSteps}[k.session]
 			d, uid, err := toolCall(ctx, c, ns, k, i, into)
 			if err != nil {
 				return err
@@ -104,6 +107,8 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 			switch k.session {
 			case coldSession:
 				cold = append(cold, d)
+			case ownRunnerSession:
+				own = append(own, d)
 			case builtinSession:
 				builtin = append(builtin, d)
 			default:
@@ -115,20 +120,23 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 	p50c, p95c := pct(cold, 50), pct(cold, 95)
 	p50w, p95w := pct(warm, 50), pct(warm, 95)
 	p50b, p95b := pct(builtin, 50), pct(builtin, 95)
+	p50o, p95o := pct(own, 50), pct(own, 95)
 	fmt.Printf("n=%d sequential (after one unmeasured warm-up of each), same command (/bin/echo), same restricted pod settings\n", n)
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "bare pod (create→Succeeded→logs)", ms(p50p), ms(p95p))
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold ToolCall (create→Committed)", ms(p50c), ms(p95c))
+	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold ToolCall, runner in the image", ms(p50o), ms(p95o))
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold built-in ToolCall (fs.list)", ms(p50b), ms(p95b))
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "warm ToolCall (create→Committed)", ms(p50w), ms(p95w))
 	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold ToolCall / bare pod", ms(p50c)/ms(p50p), ms(p95c)/ms(p95p))
+	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold, runner in image / bare pod", ms(p50o)/ms(p50p), ms(p95o)/ms(p95p))
 	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold built-in ToolCall / bare pod", ms(p50b)/ms(p50p), ms(p95b)/ms(p95p))
 	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio warm ToolCall / bare pod", ms(p50w)/ms(p50p), ms(p95w)/ms(p95p))
 	fmt.Printf("%d calls, %d distinct pods: every call in a pod that served no other\n", len(kinds)*n, len(served))
 	fmt.Println("where a cold call's time goes (p50 of when each step was first seen, from the call's creation):")
-	fmt.Printf("  %-26s %9s %9s\n", "", "container", "built-in")
+	fmt.Printf("  %-26s %9s %9s %9s\n", "", "container", "own run.", "built-in")
 	for _, step := range coldSteps {
-		if len(steps[step])+len(builtinSteps[step]) > 0 {
-			fmt.Printf("  %-26s %9s %9s\n", step, p50(steps[step]), p50(builtinSteps[step]))
+		if len(steps[step])+len(ownSteps[step])+len(builtinSteps[step]) > 0 {
+			fmt.Printf("  %-26s %9s %9s %9s\n", step, p50(steps[step]), p50(ownSteps[step]), p50(builtinSteps[step]))
 		}
 	}
 	return nil
@@ -154,11 +162,13 @@ func waitWarm(ctx context.Context, c client.Client, ns string) error {
 }
 
 // This run's own sessions (turns restart at 0): without warm pods, one for
-// a container tool and one for a built-in tool; one keeping a warm pod.
+// a container tool, one for the same tool in an image that carries the
+// runner (runnerPath) and one for a built-in tool; one keeping a warm pod.
 var (
-	coldSession    = fmt.Sprintf("bench-cold-%d", time.Now().Unix())
-	builtinSession = fmt.Sprintf("bench-builtin-%d", time.Now().Unix())
-	warmSession    = fmt.Sprintf("bench-warm-%d", time.Now().Unix())
+	coldSession      = fmt.Sprintf("bench-cold-%d", time.Now().Unix())
+	ownRunnerSession = fmt.Sprintf("bench-own-runner-%d", time.Now().Unix())
+	builtinSession   = fmt.Sprintf("bench-builtin-%d", time.Now().Unix())
+	warmSession      = fmt.Sprintf("bench-warm-%d", time.Now().Unix())
 )
 
 // kind is one kind of measured call: its session, tool and arguments.
@@ -167,9 +177,10 @@ type kind struct {
 	warm                     bool
 }
 
-// kinds are measured in this order in each round (cold, built-in, warm).
+// kinds are measured in this order in each round.
 var kinds = []kind{
 	{session: coldSession, tool: "echo", arguments: `{}`},
+	{session: ownRunnerSession, tool: "echo-own-runner", arguments: `{}`},
 	{session: builtinSession, tool: "ls", arguments: `{"path":""}`},
 	{session: warmSession, tool: "echo", arguments: `{}`, warm: true},
 }
@@ -227,13 +238,16 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 		Output:    toolgatev1alpha1.OutputDeclaration{Schema: json(`{"type":"string"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
 		Container: &toolgatev1alpha1.ContainerRuntime{Image: "toolgate.dev/tools:dev", Command: []string{"/bin/echo", "hi"}},
 	}
+	own := *tool.DeepCopy()
+	own.Name = "echo-own-runner"
+	own.Container.RunnerPath = "/toolgate-runner"
 	ls := toolgatev1alpha1.ToolDefinition{
 		Name: "ls", Description: "list", Parameters: json(`{"type":"object"}`),
 		Output:  toolgatev1alpha1.OutputDeclaration{Schema: json(`{}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
 		Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.list"},
 	}
 	p := &toolgatev1alpha1.ToolProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"}, Spec: toolgatev1alpha1.ToolProfileSpec{
-		Tools: []toolgatev1alpha1.ToolDefinition{tool, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
+		Tools: []toolgatev1alpha1.ToolDefinition{tool, own, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
 		Sandbox: toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod},
 	}}
 	// A profile left by an earlier run takes this run's tools.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/codes"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // The handover channel. A tool pod starts with no call in it: no
@@ -91,6 +92,15 @@ type Request struct {
 
 // ErrRefused is a runner's explicit refusal of a request.
 var ErrRefused = errors.New("runner: the request was refused")
+
+// ErrProtocol says the runner greets in another version of the channel
+// (a runner of another release, e.g. one a tool image carries): the
+// manager hands it nothing.
+var ErrProtocol = errors.New("runner: another channel protocol")
+
+// greetingFamily is the greeting's prefix without its version: the number
+// after it changes with any incompatible change of the channel.
+const greetingFamily = "TOOLGATE-CHANNEL/"
 
 // NewManagerKey makes the manager's channel key.
 func NewManagerKey() (*ecdh.PrivateKey, error) { return ecdh.X25519().GenerateKey(rand.Reader) }
@@ -394,8 +404,16 @@ func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request, sub func(SubCall
 	r := bufio.NewReaderSize(conn, 64<<10)
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	line, err := readLine(r, maxHelloBytes)
-	if err != nil || !strings.HasPrefix(line, helloPrefix) {
+	if err != nil {
 		return nil, nil, fmt.Errorf("runner: no greeting: %v", err)
+	}
+	if !strings.HasPrefix(line, helloPrefix) {
+		if version, ok := strings.CutPrefix(line, greetingFamily); ok {
+			version, _, _ = strings.Cut(version, " ")
+			return nil, nil, fmt.Errorf("%w: the runner speaks version %q, this manager %q", ErrProtocol,
+				textutil.Truncate(version, 16), strings.TrimSuffix(strings.TrimPrefix(helloPrefix, greetingFamily), " "))
+		}
+		return nil, nil, errors.New("runner: no greeting")
 	}
 	hello = &Hello{}
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(line, helloPrefix)), hello); err != nil {

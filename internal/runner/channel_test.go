@@ -295,3 +295,42 @@ func TestSubCallOutlivesTheManagerConnection(t *testing.T) {
 		t.Fatalf("sub-call IDs %v, body runs %d", ids, runs.Load())
 	}
 }
+
+// TestChannelRefusesAnotherProtocol: a runner greeting in another version
+// of the channel (one of another release, as a tool image may carry) is
+// told apart from a runner not listening yet: the manager gets
+// ErrProtocol naming both versions, and sends it nothing.
+func TestChannelRefusesAnotherProtocol(t *testing.T) {
+	key, err := NewManagerKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		greeting string
+		protocol bool
+	}{
+		{"TOOLGATE-CHANNEL/2 {\"runner\":\"00\"}\n", true},
+		{"SSH-2.0-OpenSSH_9.6\n", false},
+	} {
+		manager, runnerSide := net.Pipe()
+		sent := make(chan int, 1)
+		go func() {
+			_, _ = runnerSide.Write([]byte(tc.greeting))
+			buf := make([]byte, 1)
+			n, _ := runnerSide.Read(buf)
+			sent <- n
+			_ = runnerSide.Close()
+		}()
+		_, _, err := Exchange(manager, key, Request{Op: OpRun, Call: "c"}, nil)
+		_ = manager.Close()
+		if errors.Is(err, ErrProtocol) != tc.protocol {
+			t.Errorf("%q: %v, want ErrProtocol %v", tc.greeting, err, tc.protocol)
+		}
+		if tc.protocol && (err == nil || !strings.Contains(err.Error(), `"2"`) || !strings.Contains(err.Error(), `"1"`)) {
+			t.Errorf("%q: %v, want both versions named", tc.greeting, err)
+		}
+		if n := <-sent; n != 0 {
+			t.Errorf("%q: the manager sent %d bytes", tc.greeting, n)
+		}
+	}
+}

@@ -124,6 +124,9 @@ var corpus = []TableEntry{
 	Entry("maxOutputBytes below 1 KiB", invalid{func(ns string) client.Object {
 		return tool(ns, func(t *v1.ToolDefinition) { t.Container.MaxOutputBytes = 10 })
 	}, "spec.tools[0].container.maxOutputBytes"}),
+	Entry("a runnerPath that is not absolute", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) { t.Container.RunnerPath = "bin/toolgate-runner" })
+	}, "spec.tools[0].container.runnerPath"}),
 	Entry("unknown builtin", invalid{func(ns string) client.Object {
 		return tool(ns, func(t *v1.ToolDefinition) {
 			t.Container = nil

@@ -216,6 +216,17 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 		Expect(tc.Status.Result.Content).To(Equal(`{"hello":"world"}`))
 	})
 
+	It("runs a tool whose image carries the runner without an init container, and names a runnerPath the image lacks", func() {
+		submit([3]string{"own-runner", "echo_own_runner", `{"own":"runner"}`}, [3]string{"no-runner", "echo_no_runner", `{}`})
+		tc := committed("own-runner")
+		Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"))
+		Expect(tc.Status.Result.Content).To(Equal(`{"own":"runner"}`))
+		pod := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call=own-runner", "-o", "jsonpath={.items[0].spec.initContainers}|{.items[0].spec.containers[0].command[0]}")
+		Expect(pod).To(Equal("|/toolgate-runner"), "no init container; the image's own runner is the entrypoint")
+		missing := committed("no-runner")
+		Expect(missing.Status.Result.ErrorCode).To(Equal("sandbox_unavailable"))
+	})
+
 	It("creates no pod for a denied call", func() {
 		submit([3]string{"denied", "forbidden", `{}`})
 		tc := committed("denied")

@@ -37,6 +37,7 @@ import (
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/runner"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Provider runs attempts as pods.
@@ -192,6 +193,10 @@ func failureOf(pod *corev1.Pod) error {
 		}
 		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
 			return pipeline.Fail(pipeline.CodeSandboxOOMKilled, "the tool exceeded its memory limit")
+		}
+		if t := cs.State.Terminated; t != nil && (t.Reason == "StartError" || t.Reason == "ContainerCannotRun") {
+			// For instance a runnerPath the tool image does not hold.
+			return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's container could not start: "+textutil.OneLine(t.Message, 300))
 		}
 	}
 	if !pod.DeletionTimestamp.IsZero() {
@@ -562,6 +567,10 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			return
 		case errors.Is(err, runner.ErrRefused) && late && !handed:
 			f.err = notReady()
+			return
+		case errors.Is(err, runner.ErrProtocol):
+			f.err = pipeline.Fail(pipeline.CodeSandboxUnavailable, "the runner in the tool's pod is of another release ("+err.Error()+
+				"): give the tool image the runner of the manager's release, or unset its runnerPath")
 			return
 		case errors.Is(err, runner.ErrRefused), errors.Is(err, runner.ErrForged):
 			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+err.Error())

@@ -141,6 +141,10 @@ func TestOnAPIServer(t *testing.T) {
 		}{
 			{corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull"}}}}}, pipeline.CodeSandboxUnavailable},
 			{corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}, pipeline.CodeSandboxOOMKilled},
+			// A runnerPath the tool image does not hold: the runtime cannot
+			// start the container.
+			{corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				Reason: "StartError", ExitCode: 128, Message: `exec: "/toolgate-runner": stat /toolgate-runner: no such file or directory`}}}}}, pipeline.CodeSandboxUnavailable},
 			{corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, pipeline.CodeSandboxEvicted},
 			{corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}, pipeline.CodeTimeout},
 		} {

@@ -237,11 +237,15 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 	volumes := []corev1.Volume{
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
 	}
-	// A built-in tool runs in the runner image, which holds the runner; any
-	// other image gets it from an init container (a container start more).
+	// A built-in tool runs in the runner image, which holds the runner, and
+	// a tool image may hold it too (runnerPath); any other image gets it
+	// from an init container (a container start more).
 	entrypoint := runnerInImage
 	var inject []corev1.Container
-	if tool.Container != nil {
+	switch {
+	case tool.Container != nil && tool.Container.RunnerPath != "":
+		entrypoint = tool.Container.RunnerPath
+	case tool.Container != nil:
 		entrypoint = path.Join(runnerDir, "toolgate-runner")
 		mounts = append(mounts, corev1.VolumeMount{Name: "runner", MountPath: runnerDir, ReadOnly: true})
 		volumes = append(volumes, corev1.Volume{Name: "runner", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}})

@@ -238,33 +238,47 @@ func TestDefaultResources(t *testing.T) {
 	}
 }
 
-// TestABuiltInToolNeedsNoInjectedRunner: a built-in tool runs in the
-// runner image, which holds the runner, so its pod has no init container
-// (one container start less on the cold path) and runs the image's own
-// runner; a container tool's pod still gets it injected.
-func TestABuiltInToolNeedsNoInjectedRunner(t *testing.T) {
-	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
-	job.Tool = &toolgatev1alpha1.ToolDefinition{Name: "read", TimeoutSeconds: 20, Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}}
-	pod, err := BuildPod(testConfig, job, "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := pod.Spec
-	if len(s.InitContainers) != 0 {
-		t.Errorf("init containers %v, want none", s.InitContainers)
-	}
-	tool := s.Containers[0]
-	if tool.Image != testConfig.RunnerImage || strings.Join(tool.Command, " ") != "/toolgate-runner serve" {
-		t.Errorf("image %s command %v, want the runner image's own runner", tool.Image, tool.Command)
-	}
-	for _, v := range s.Volumes {
-		if v.Name == "runner" {
-			t.Error("a runner volume with nothing to copy into it")
+// TestTheRunnerIsInjectedOnlyWhereTheImageLacksIt: a built-in tool runs in
+// the runner image, and a tool image may carry the runner (runnerPath):
+// their pods have no init container (one container start less on the cold
+// path) and run the image's own runner; any other tool image gets the
+// runner injected.
+func TestTheRunnerIsInjectedOnlyWhereTheImageLacksIt(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		tool        *toolgatev1alpha1.ToolDefinition
+		image, exec string
+		injected    bool
+	}{
+		{"built-in", &toolgatev1alpha1.ToolDefinition{Name: "read", TimeoutSeconds: 20, Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}},
+			testConfig.RunnerImage, "/toolgate-runner", false},
+		{"runner in the tool image", &toolgatev1alpha1.ToolDefinition{Name: "wc", TimeoutSeconds: 20,
+			Container: &toolgatev1alpha1.ContainerRuntime{Image: "tools:1", Command: []string{"/bin/wc"}, RunnerPath: "/usr/local/bin/toolgate-runner"}},
+			"tools:1", "/usr/local/bin/toolgate-runner", false},
+		{"any tool image", &toolgatev1alpha1.ToolDefinition{Name: "wc", TimeoutSeconds: 20,
+			Container: &toolgatev1alpha1.ContainerRuntime{Image: "tools:1", Command: []string{"/bin/wc"}}},
+			"tools:1", "/toolgate/bin/toolgate-runner", true},
+	} {
+		job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+		job.Tool = tc.tool
+		pod, err := BuildPod(testConfig, job, "p")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, m := range tool.VolumeMounts {
-		if m.Name == "runner" {
-			t.Error("a runner mount with nothing in it")
+		s := pod.Spec
+		tool := s.Containers[0]
+		if tool.Image != tc.image || strings.Join(tool.Command, " ") != tc.exec+" serve" {
+			t.Errorf("%s: image %s command %v, want %s running %s", tc.name, tool.Image, tool.Command, tc.image, tc.exec)
+		}
+		volume, mount := false, false
+		for _, v := range s.Volumes {
+			volume = volume || v.Name == "runner"
+		}
+		for _, m := range tool.VolumeMounts {
+			mount = mount || m.Name == "runner"
+		}
+		if got := len(s.InitContainers) == 1 && volume && mount; got != tc.injected || (!tc.injected && (len(s.InitContainers) > 0 || volume || mount)) {
+			t.Errorf("%s: init containers %d, runner volume %v, mount %v; want injected=%v", tc.name, len(s.InitContainers), volume, mount, tc.injected)
 		}
 	}
 }
