@@ -61,7 +61,8 @@ envtest-bins: ## Build kube-apiserver, etcd and kubectl from source (cached).
 helm: ## Build helm from source into the cache (once; hack/build-helm.sh).
 	hack/build-helm.sh
 
-HELM_CHECK_VALUES := --set rbac.scope=namespaced --set 'rbac.watchNamespaces={agents,team-b}' --set metrics.serviceMonitor.enabled=true
+HELM_CHECK_VALUES := --set rbac.scope=namespaced --set 'rbac.watchNamespaces={agents,team-b}' --set metrics.serviceMonitor.enabled=true \
+  --set gateway.enabled=true --set 'gateway.impersonateNamespaces={agents}'
 
 .PHONY: helm-check
 helm-check: helm ## helm lint and helm template charts/toolgate in both scopes (test/chart compares it with config/).
