@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/toolgate/toolgate/internal/runner"
 	"github.com/toolgate/toolgate/internal/testenv"
 )
 
@@ -375,6 +377,52 @@ spec:
       securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
 `, ns, uid), "apply", "-f", "-")
 		Expect(err).To(MatchError(ContainSubstring("only toolgate may create a pod owned by a ToolCall or an AgentSession")))
+	})
+
+	// A runner greets anyone who connects, but takes a call only from the
+	// manager's key; and when a turn needs more pods than are warm, the
+	// calls beyond take the cold path, with the same results.
+	It("refuses a hand-off not sealed by the manager, and falls back to cold pods when no warm one is left", func() {
+		var name, ip string
+		Eventually(func() string {
+			out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/warm=true,toolgate.dev/session=s", "-o",
+				`jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{" "}{.status.podIP}{" "}{.spec.containers[0].image}{"\n"}{end}`)
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				if f := strings.Fields(l); len(f) == 3 && f[2] == "toolgate.dev/tools:dev" {
+					name, ip = f[0], f[1]
+				}
+			}
+			return name
+		}, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty())
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, fmt.Sprint(runner.Port)), 10*time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		forger, err := runner.NewManagerKey()
+		Expect(err).NotTo(HaveOccurred())
+		hello, _, err := runner.Exchange(conn, forger, runner.Request{Op: runner.OpRun, Call: "forged",
+			Spec: runner.Spec{Argv: []string{"/bin/echo", "forged"}, TimeoutMillis: 5000}}, nil)
+		_ = conn.Close()
+		Expect(err).To(MatchError(runner.ErrRefused), "a request sealed under another key does not open")
+		Expect(hello.State).To(Equal(runner.StateIdle))
+
+		calls := [][3]string{}
+		for i := range 4 {
+			calls = append(calls, [3]string{fmt.Sprintf("burst%d", i), "echo_args", fmt.Sprintf(`{"burst":%d}`, i)})
+		}
+		submit(calls...)
+		warm, cold := 0, 0
+		for i, c := range calls {
+			tc := committed(c[0])
+			Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"))
+			Expect(tc.Status.Result.Content).To(Equal(fmt.Sprintf(`{"burst":%d}`, i)))
+			out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call="+c[0], "-o", `jsonpath={.items[0].metadata.annotations.toolgate\.dev/claimed}`)
+			if strings.TrimSpace(out) != "" {
+				warm++
+			} else {
+				cold++
+			}
+		}
+		Expect(warm).To(BeNumerically(">=", 1), "the warm pod, untouched by the forged hand-off, served a call")
+		Expect(cold).To(BeNumerically(">=", 1), "the calls beyond the warm pods took the cold path")
 	})
 
 	// A secret in a call's arguments and in its tool's output reaches the

@@ -376,6 +376,32 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	if g := promtestutil.ToFloat64(warmPods); g < 1 {
 		t.Fatalf("the warm pods gauge says %v with a warm pod waiting", g)
 	}
+
+	// A warm pod that ended (its container could not start, say) can never
+	// be claimed: the sweep removes it at once, and starts none in its
+	// place (the next call of its kind does; a broken kind does not churn).
+	list := &corev1.PodList{}
+	must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{LabelWarm: "true"}))
+	ended := list.Items[0]
+	ended.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128}}}}}
+	must(t, c.Status().Update(ctx, &ended))
+	p.sweep(ctx)
+	p.warm.fills.Wait()
+	if n := warm(); n != 0 {
+		t.Fatalf("%d warm pods after the sweep, want the ended one gone and none started", n)
+	}
+	next := job
+	next.Attempt, next.Key = 2, sandbox.Key(call.UID, 2)
+	must(t, p.Prepare(ctx, next)) // the next call of the kind refills the pool
+	deadline = time.Now().Add(20 * time.Second)
+	for warm() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no warm pod started after the next call")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
 	now.SetTime(now.Now().Add(WarmIdle + time.Minute))
 	p.sweep(ctx)
 	if n := warm(); n != 0 {

@@ -254,6 +254,12 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 	return pod, nil
 }
 
+// ended reports whether a pod's runner can no longer serve: its container
+// ended, or the pod did.
+func ended(pod *corev1.Pod) bool {
+	return terminated(pod) || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+}
+
 // startSweeper starts the goroutine that ages pools (called with the
 // pools' lock held).
 func (p *Provider) startSweeper() {
@@ -277,9 +283,9 @@ func (p *Provider) startSweeper() {
 	}()
 }
 
-// sweep releases the warm pods of sessions idle for WarmIdle, and those
-// of no pool this process knows once they are that old (after a restart);
-// it replaces warm pods too old to be claimed.
+// sweep releases the warm pods of sessions idle for WarmIdle, those of no
+// pool this process knows once they are that old (after a restart), and
+// those that ended; it replaces warm pods too old to be claimed.
 func (p *Provider) sweep(ctx context.Context) {
 	list := &corev1.PodList{}
 	if err := p.Client.List(ctx, list, client.MatchingLabels{LabelWarm: "true"}); err != nil {
@@ -309,6 +315,15 @@ func (p *Provider) sweep(ctx context.Context) {
 		key := poolKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[LabelSession]}, pod.Labels[LabelTemplate])
 		pl := active[key]
 		age := now.Sub(pod.CreationTimestamp.Time)
+		if ended(pod) {
+			// It can never be claimed. No pod starts in its place here: the
+			// next call of its kind refills the pool, so a kind whose pods
+			// cannot start does not churn.
+			if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
+				log.Log.Error(err, "warm pod not released", "pod", pod.Name)
+			}
+			continue
+		}
 		if (pl == nil && age > WarmIdle) || age > warmMaxAge {
 			if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
 				log.Log.Error(err, "warm pod not released", "pod", pod.Name)
