@@ -1,8 +1,14 @@
 # Builds toolgate's images: static binaries on an empty base, run as a
 # non-root user. `docker build .` gives the manager, `--target runner` the
-# runner. hack/images assembles the same images without a Docker engine
-# (docs/local-cluster.md).
-FROM golang:1.26 AS build
+# runner. The daemonless path, hack/images (no Docker engine;
+# docs/local-cluster.md), executes this file: it runs the build stage's go
+# builds as written and assembles each FROM scratch stage from its COPY,
+# USER and ENTRYPOINT, refusing any instruction it does not follow
+# (hack/images/dockerfile.go). Keep the golang tag the Go release in use
+# (hack/images warns when the local Go differs): the same Go with -trimpath
+# and -buildvcs=false (a checkout has .git, the context does not) gives the
+# same binaries.
+FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -13,11 +19,11 @@ COPY pkg/ pkg/
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/manager ./cmd/manager && \
+    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/manager ./cmd/manager && \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/toolgate-runner ./cmd/toolgate-runner && \
+    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/toolgate-runner ./cmd/toolgate-runner && \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/toolgate-gateway ./cmd/toolgate-gateway
+    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/toolgate-gateway ./cmd/toolgate-gateway
 
 # The runner image (docker build --target runner): injected into tool pods.
 FROM scratch AS runner

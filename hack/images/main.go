@@ -1,13 +1,15 @@
-// Command images assembles toolgate's container images without a Docker
+// Command images builds toolgate's container images without a Docker
 // engine (go-containerregistry) and writes them as tarballs that
-// `ctr images import` loads:
+// `ctr images import` loads. It follows the Dockerfile: it runs the go
+// builds of its build stage's RUN (the same flags and environment) and
+// assembles each FROM scratch stage from the files its COPY --from takes,
+// with its USER and ENTRYPOINT; any instruction it cannot follow is an
+// error naming the line (dockerfile.go). Two more images, for the local
+// cluster only, are defined here: tools (busybox-static with its applets
+// and the runner) and pause (the pod sandbox, toolgate-runner pause).
 //
-//	toolgate.dev/toolgate:dev  the manager (/manager, user 65532)
-//	toolgate.dev/runner:dev    /toolgate-runner (injected into tool pods)
-//	toolgate.dev/tools:dev     busybox-static with its applets, for sample tools
-//	toolgate.dev/pause:dev     the pod sandbox image (toolgate-runner pause)
-//
-// They match the Dockerfile: static binaries on an empty base, non-root.
+// Every image's reference is in the table refs; refs_test.go checks that
+// the repository names no other toolgate.dev image.
 package main
 
 import (
@@ -17,7 +19,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -26,6 +31,222 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
+
+// imageRef is one image and its reference.
+type imageRef struct {
+	name  string // the Dockerfile stage, or a dev-only image below
+	ref   string
+	stage bool // built from the Dockerfile stage name
+}
+
+// refs is the one place toolgate's image references are set.
+var refs = []imageRef{
+	{name: "manager", ref: "toolgate.dev/toolgate:dev", stage: true},
+	{name: "runner", ref: "toolgate.dev/runner:dev", stage: true},
+	{name: "tools", ref: "toolgate.dev/tools:dev"},
+	{name: "pause", ref: "toolgate.dev/pause:dev"},
+}
+
+// scratchConfig is the config BuildKit gives a FROM scratch stage on
+// Linux, before the stage's own instructions.
+func scratchConfig() v1.Config {
+	return v1.Config{WorkingDir: "/", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
+}
+
+// runnerName is the go build output (its base name) that the dev-only
+// images carry.
+const runnerName = "toolgate-runner"
+
+// busyboxApplets are the tools image's /bin links to busybox.
+var busyboxApplets = []string{"sh", "cat", "wc", "echo", "sleep", "ls", "printf", "head", "tail", "tr", "sed", "grep", "true", "false", "env", "id", "sort", "uniq", "date", "touch", "mkdir", "rm", "cp", "mv", "sha256sum"}
+
+// builder builds the images of a Dockerfile.
+type builder struct {
+	dockerfile string // its directory is the build context
+	bin, out   string
+	busybox    string
+	// run executes a command of the build stage in dir with env added to
+	// the environment; goVersion is `go env GOVERSION` there.
+	run       func(dir string, env, argv []string) error
+	goVersion func(dir string) (string, error)
+	log       io.Writer
+}
+
+func main() {
+	b := &builder{run: execRun, goVersion: execGoVersion, log: os.Stderr}
+	flag.StringVar(&b.dockerfile, "dockerfile", "Dockerfile", "the Dockerfile to follow; its directory is the build context")
+	flag.StringVar(&b.bin, "bin", "_output/bin", "directory for the built binaries")
+	flag.StringVar(&b.out, "out", "_output/images", "directory for the image tarballs")
+	flag.StringVar(&b.busybox, "busybox", "/bin/busybox", "busybox-static binary, for the tools image")
+	flag.Parse()
+	paths, err := b.build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(1)
+	}
+	for _, p := range paths {
+		fmt.Println(p)
+	}
+}
+
+func execRun(dir string, env, argv []string) error {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir, c.Env = dir, append(os.Environ(), env...)
+	c.Stdout, c.Stderr = os.Stderr, os.Stderr
+	return c.Run()
+}
+
+func execGoVersion(dir string) (string, error) {
+	c := exec.Command("go", "env", "GOVERSION")
+	c.Dir, c.Stderr = dir, os.Stderr
+	out, err := c.Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// build runs the Dockerfile's go builds into b.bin and writes every image
+// of refs into b.out, returning the tarballs' paths.
+func (b *builder) build() ([]string, error) {
+	src, err := os.ReadFile(b.dockerfile)
+	if err != nil {
+		return nil, err
+	}
+	p, err := parseDockerfile(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", b.dockerfile, err)
+	}
+	if err := checkRefs(p, refs); err != nil {
+		return nil, fmt.Errorf("%s: %w", b.dockerfile, err)
+	}
+	context := filepath.Dir(b.dockerfile)
+	bin, err := filepath.Abs(b.bin)
+	if err != nil {
+		return nil, err
+	}
+	if v, err := b.goVersion(context); err != nil {
+		return nil, fmt.Errorf("go env GOVERSION: %w", err)
+	} else if v != p.goVersion() {
+		fmt.Fprintf(b.log, "images: warning: the local Go is %s, the Dockerfile builds with %s: the binaries will differ from docker build's\n", v, p.goImage)
+	}
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, err
+	}
+	built := map[string]string{} // build-stage path -> file in bin
+	for _, c := range p.commands {
+		argv := append([]string(nil), c.argv...)
+		if c.out != "" {
+			built[c.out] = filepath.Join(bin, path.Base(c.out))
+			argv[c.oArg] = strings.TrimSuffix(argv[c.oArg], c.out) + built[c.out]
+		}
+		fmt.Fprintf(b.log, "images: %s line %d: %s\n", b.dockerfile, c.line, shellJoin(append(append([]string(nil), c.env...), argv...)))
+		if err := b.run(context, c.env, argv); err != nil {
+			return nil, fmt.Errorf("%s line %d: %s: %w", b.dockerfile, c.line, shellJoin(argv), err)
+		}
+	}
+	var runner []byte
+	for src, f := range built {
+		if path.Base(src) == runnerName {
+			if runner, err = os.ReadFile(f); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if runner == nil {
+		return nil, fmt.Errorf("%s: no go build writes %s, which the tools and pause images carry", b.dockerfile, runnerName)
+	}
+	stages := map[string]stage{}
+	for _, s := range p.stages {
+		stages[s.name] = s
+	}
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, r := range refs {
+		var (
+			layers [][]file
+			cfg    v1.Config
+		)
+		switch {
+		case r.stage:
+			s := stages[r.name]
+			// One layer per COPY, as docker build makes them.
+			for _, c := range s.copies {
+				data, err := os.ReadFile(built[c.src])
+				if err != nil {
+					return nil, err
+				}
+				// 0755: what go build writes under the build stage's umask.
+				layers = append(layers, []file{{path: c.dst, mode: 0o755, data: data}})
+			}
+			cfg = scratchConfig()
+			cfg.User, cfg.Entrypoint = s.user, s.entrypoint
+		case r.name == "tools":
+			bb, err := os.ReadFile(b.busybox)
+			if err != nil {
+				return nil, err
+			}
+			tools := []file{{path: "/bin/busybox", mode: 0o755, data: bb}}
+			for _, applet := range busyboxApplets {
+				tools = append(tools, file{path: "/bin/" + applet, link: "/bin/busybox", mode: 0o777})
+			}
+			// A tool image that holds toolgate's runner (container.runnerPath).
+			tools = append(tools, file{path: "/" + runnerName, mode: 0o755, data: runner})
+			layers, cfg = [][]file{tools}, v1.Config{User: "65532:65532", Env: []string{"PATH=/bin"}}
+		case r.name == "pause":
+			layers = [][]file{{{path: "/" + runnerName, mode: 0o755, data: runner}}}
+			cfg = v1.Config{User: "65535:65535", Entrypoint: []string{"/" + runnerName, "pause"}}
+		default:
+			return nil, fmt.Errorf("image %s has no definition", r.name)
+		}
+		img, err := image(layers, cfg, p.os, p.arch)
+		if err != nil {
+			return nil, err
+		}
+		ref, err := name.NewTag(r.ref)
+		if err != nil {
+			return nil, err
+		}
+		out := filepath.Join(b.out, path.Base(ref.RepositoryStr())+".tar")
+		if err := tarball.WriteToFile(out, ref, img); err != nil {
+			return nil, err
+		}
+		paths = append(paths, out)
+	}
+	return paths, nil
+}
+
+// shellJoin writes words as a shell would read them back.
+func shellJoin(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = w
+		if w == "" || strings.ContainsAny(w, " \t\n'\"\\$`|&;<>()*?[]{}~!#") {
+			q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// checkRefs checks that the Dockerfile's scratch stages and the table's
+// stage images are the same.
+func checkRefs(p *plan, refs []imageRef) error {
+	want := map[string]bool{}
+	for _, r := range refs {
+		if r.stage {
+			want[r.name] = true
+		}
+	}
+	for _, s := range p.stages {
+		if !want[s.name] {
+			return fmt.Errorf("line %d: stage %s has no reference in hack/images' refs", s.line, s.name)
+		}
+		delete(want, s.name)
+	}
+	for n := range want {
+		return fmt.Errorf("hack/images' refs names stage %s, which is not defined", n)
+	}
+	return nil
+}
 
 // file is one entry of a layer.
 type file struct {
@@ -64,96 +285,22 @@ func layer(files []file) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
 }
 
-func image(files []file, cfg v1.Config) (v1.Image, error) {
-	l, err := layer(files)
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		return nil, err
+func image(layers [][]file, cfg v1.Config, goos, goarch string) (v1.Image, error) {
+	img := empty.Image
+	for _, files := range layers {
+		l, err := layer(files)
+		if err != nil {
+			return nil, err
+		}
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			return nil, err
+		}
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS, cf.Config = "amd64", "linux", cfg
+	cf.Architecture, cf.OS, cf.Config = goarch, goos, cfg
 	return mutate.ConfigFile(img, cf)
-}
-
-func main() {
-	out := flag.String("out", "_output/images", "directory for the image tarballs")
-	runnerBin := flag.String("runner", "", "static toolgate-runner binary")
-	managerBin := flag.String("manager", "", "static manager binary")
-	gatewayBin := flag.String("gateway", "", "static toolgate-gateway binary, added to the operator image as /toolgate-gateway (optional)")
-	busybox := flag.String("busybox", "/bin/busybox", "busybox-static binary")
-	flag.Parse()
-	if err := build(*out, *runnerBin, *managerBin, *gatewayBin, *busybox); err != nil {
-		fmt.Fprintln(os.Stderr, "images:", err)
-		os.Exit(1)
-	}
-}
-
-func build(out, runnerBin, managerBin, gatewayBin, busybox string) error {
-	read := func(p string) ([]byte, error) {
-		if p == "" {
-			return nil, fmt.Errorf("a binary path is missing")
-		}
-		return os.ReadFile(p)
-	}
-	runner, err := read(runnerBin)
-	if err != nil {
-		return err
-	}
-	manager, err := read(managerBin)
-	if err != nil {
-		return err
-	}
-	bb, err := read(busybox)
-	if err != nil {
-		return err
-	}
-	operator := []file{{path: "/manager", mode: 0o755, data: manager}}
-	if gatewayBin != "" {
-		gateway, err := read(gatewayBin)
-		if err != nil {
-			return err
-		}
-		operator = append(operator, file{path: "/toolgate-gateway", mode: 0o755, data: gateway})
-	}
-	tools := []file{{path: "/bin/busybox", mode: 0o755, data: bb}}
-	for _, applet := range []string{"sh", "cat", "wc", "echo", "sleep", "ls", "printf", "head", "tail", "tr", "sed", "grep", "true", "false", "env", "id", "sort", "uniq", "date", "touch", "mkdir", "rm", "cp", "mv", "sha256sum"} {
-		tools = append(tools, file{path: "/bin/" + applet, link: "/bin/busybox", mode: 0o777})
-	}
-	nonroot := v1.Config{User: "65532:65532", Env: []string{"PATH=/bin"}}
-	images := []struct {
-		tag   string
-		files []file
-		cfg   v1.Config
-	}{
-		{"toolgate.dev/toolgate:dev", operator, v1.Config{User: "65532:65532", Entrypoint: []string{"/manager"}}},
-		{"toolgate.dev/runner:dev", []file{{path: "/toolgate-runner", mode: 0o755, data: runner}}, v1.Config{User: "65532:65532", Entrypoint: []string{"/toolgate-runner"}}},
-		{"toolgate.dev/tools:dev", tools, nonroot},
-		{"toolgate.dev/pause:dev", []file{{path: "/toolgate-runner", mode: 0o755, data: runner}}, v1.Config{User: "65535:65535", Entrypoint: []string{"/toolgate-runner", "pause"}}},
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	for _, im := range images {
-		img, err := image(im.files, im.cfg)
-		if err != nil {
-			return err
-		}
-		ref, err := name.NewTag(im.tag)
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(out, filepath.Base(ref.RepositoryStr())+".tar")
-		if err := tarball.WriteToFile(path, ref, img); err != nil {
-			return err
-		}
-		fmt.Println(path)
-	}
-	return nil
 }
