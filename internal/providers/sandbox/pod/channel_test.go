@@ -471,7 +471,7 @@ func TestAStartedPodIsHandedItsCallWhenItChanges(t *testing.T) {
 	net.add("10.0.0.7", k)
 	p.PodChanged(pod)
 	res, err := settle(t, p, j)
-	if err != nil || res.Stdout != "ran with "+string(j.Arguments) {
+	if err != nil || res.Stdout != "ran with "+j.Arguments {
 		t.Fatalf("result %+v %v", res, err)
 	}
 }
@@ -496,7 +496,7 @@ func TestTheRunnerIsTriedOnceThePodHasAnAddress(t *testing.T) {
 	must(t, c.Status().Update(ctx, pod))
 	p.PodChanged(pod) // as the informer tells of that change
 	res, err := settle(t, p, j)
-	if err != nil || res.Stdout != "ran with "+string(j.Arguments) {
+	if err != nil || res.Stdout != "ran with "+j.Arguments {
 		t.Fatalf("result %+v %v", res, err)
 	}
 }
