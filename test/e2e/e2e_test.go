@@ -205,6 +205,10 @@ func committed(name string) toolCall {
 	return get(name)
 }
 
+// injectedToolsPod is the image and entrypoint of a pod of the tools image
+// with the runner injected (the kind of the nap and echo_args tools).
+const injectedToolsPod = "toolgate.dev/tools:dev /toolgate/bin/toolgate-runner"
+
 func podsOf(call string) int {
 	out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call="+call, "-o", "name")
 	return len(strings.Fields(out))
@@ -220,11 +224,13 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 
 	It("runs a tool whose image carries the runner without an init container, and names a runnerPath the image lacks", func() {
 		submit([3]string{"own-runner", "echo_own_runner", `{"own":"runner"}`}, [3]string{"no-runner", "echo_no_runner", `{}`})
+		// The pod goes with the call's result: look while the tool runs.
+		Eventually(func() string {
+			return admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call=own-runner", "-o", "jsonpath={range .items[*]}{.spec.initContainers}|{.spec.containers[0].command[0]}{end}")
+		}, 30*time.Second, 100*time.Millisecond).Should(Equal("|/toolgate-runner"), "no init container; the image's own runner is the entrypoint")
 		tc := committed("own-runner")
 		Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"))
 		Expect(tc.Status.Result.Content).To(Equal(`{"own":"runner"}`))
-		pod := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call=own-runner", "-o", "jsonpath={.items[0].spec.initContainers}|{.items[0].spec.containers[0].command[0]}")
-		Expect(pod).To(Equal("|/toolgate-runner"), "no init container; the image's own runner is the entrypoint")
 		missing := committed("no-runner")
 		Expect(missing.Status.Result.ErrorCode).To(Equal("sandbox_unavailable"))
 	})
@@ -332,11 +338,12 @@ var _ = Describe("toolgate on real pods", Ordered, func() {
 				`jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{" "}{.metadata.labels.toolgate\.dev/template}{"\n"}{end}`)
 			return strings.Split(strings.TrimSpace(out), "\n")
 		}
-		// A container tool's warm pod (the tools image; earlier specs used it).
+		// A container tool's warm pod (the tools image, the runner injected;
+		// earlier specs used it).
 		var name string
 		Eventually(func() string {
 			for _, l := range warm() {
-				if f := strings.Fields(l); len(f) == 2 && strings.TrimSpace(admin("-n", ns, "get", "pod", f[0], "-o", "jsonpath={.spec.containers[0].image}")) == "toolgate.dev/tools:dev" {
+				if f := strings.Fields(l); len(f) == 2 && strings.TrimSpace(admin("-n", ns, "get", "pod", f[0], "-o", "jsonpath={.spec.containers[0].image} {.spec.containers[0].command[0]}")) == injectedToolsPod {
 					name = f[0]
 				}
 			}
@@ -386,9 +393,9 @@ spec:
 		var name, ip string
 		Eventually(func() string {
 			out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/warm=true,toolgate.dev/session=s", "-o",
-				`jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{" "}{.status.podIP}{" "}{.spec.containers[0].image}{"\n"}{end}`)
+				`jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{" "}{.status.podIP}{" "}{.spec.containers[0].image}{" "}{.spec.containers[0].command[0]}{"\n"}{end}`)
 			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-				if f := strings.Fields(l); len(f) == 3 && f[2] == "toolgate.dev/tools:dev" {
+				if f := strings.Fields(l); len(f) == 4 && f[2]+" "+f[3] == injectedToolsPod {
 					name, ip = f[0], f[1]
 				}
 			}
@@ -406,16 +413,27 @@ spec:
 
 		calls := [][3]string{}
 		for i := range 4 {
-			calls = append(calls, [3]string{fmt.Sprintf("burst%d", i), "echo_args", fmt.Sprintf(`{"burst":%d}`, i)})
+			calls = append(calls, [3]string{fmt.Sprintf("burst%d", i), "nap", `{"seconds":3}`})
 		}
 		submit(calls...)
+		// A pod goes with its call's result: tell warm from cold while the
+		// bodies nap (a claimed warm pod carries toolgate.dev/claimed).
+		claimed := map[string]bool{}
+		Eventually(func() int {
+			for _, c := range calls {
+				out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call="+c[0], "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.toolgate\.dev/claimed}{end}`)
+				if name, when, ok := strings.Cut(strings.TrimSpace(out), "="); ok && name != "" {
+					claimed[c[0]] = when != ""
+				}
+			}
+			return len(claimed)
+		}, 60*time.Second, 100*time.Millisecond).Should(Equal(len(calls)))
 		warm, cold := 0, 0
-		for i, c := range calls {
+		for _, c := range calls {
 			tc := committed(c[0])
 			Expect(tc.Status.Result.Outcome).To(Equal("Succeeded"))
-			Expect(tc.Status.Result.Content).To(Equal(fmt.Sprintf(`{"burst":%d}`, i)))
-			out := admin("-n", ns, "get", "pods", "-l", "toolgate.dev/call="+c[0], "-o", `jsonpath={.items[0].metadata.annotations.toolgate\.dev/claimed}`)
-			if strings.TrimSpace(out) != "" {
+			Expect(tc.Status.Result.Content).To(Equal("slept\n"))
+			if claimed[c[0]] {
 				warm++
 			} else {
 				cold++
