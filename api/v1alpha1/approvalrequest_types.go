@@ -7,11 +7,19 @@ import (
 // ApprovalRequestSpec is one question about one call. toolgate writes
 // everything but decision; a person sets decision once.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",message="decision can be set once and never changed or removed",fieldPath=".decision"
+// +kubebuilder:validation:XValidation:rule="has(self.sessionRef) == has(oldSelf.sessionRef)",message="sessionRef is immutable",fieldPath=".sessionRef"
 type ApprovalRequestSpec struct {
 	// toolCallRef names the ToolCall the question is about.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="toolCallRef is immutable"
 	ToolCallRef LocalObjectReference `json:"toolCallRef"`
+
+	// sessionRef names the AgentSession the call belongs to: whose
+	// transcript it enters if approved. toolgate sets it on every request
+	// it creates; absent only on requests asked before it existed.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sessionRef is immutable"
+	SessionRef *LocalObjectReference `json:"sessionRef,omitempty"`
 
 	// tool is the name of the tool called.
 	// +required
@@ -142,6 +150,7 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=apr;approval,categories=toolgate
 // +kubebuilder:printcolumn:name="Call",type=string,JSONPath=`.spec.toolCallRef.name`
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.sessionRef.name`
 // +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision.action`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

@@ -247,6 +247,11 @@ func (in *ApprovalRequestList) DeepCopyObject() runtime.Object {
 func (in *ApprovalRequestSpec) DeepCopyInto(out *ApprovalRequestSpec) {
 	*out = *in
 	out.ToolCallRef = in.ToolCallRef
+	if in.SessionRef != nil {
+		in, out := &in.SessionRef, &out.SessionRef
+		*out = new(LocalObjectReference)
+		**out = **in
+	}
 	in.Deadline.DeepCopyInto(&out.Deadline)
 	if in.Decision != nil {
 		in, out := &in.Decision, &out.Decision

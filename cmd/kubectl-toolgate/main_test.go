@@ -124,7 +124,7 @@ func TestPlugin(t *testing.T) {
 	}
 	hour := metav1.NewTime(time.Now().Add(time.Hour))
 	for _, name := range []string{"write-notes", "read-notes"} {
-		ar := tu.MakeApprovalRequest(ns.Name, name, name, hour).Obj()
+		ar := tu.MakeApprovalRequest(ns.Name, name, name, hour).Session("s").Obj()
 		ar.Spec.Requester = "demo-agent"
 		ar.Spec.ArgumentsPreview = `{"path":"notes.md","content":"` + strings.Repeat("ü", 80) + `"}`
 		must(t, c.Create(ctx, ar))
@@ -168,6 +168,11 @@ func TestPlugin(t *testing.T) {
 		r = p.run(with(approver, "pending", "-o", "wide")...)
 		if r.code != 0 || !strings.Contains(r.out, "read-notes") || strings.Contains(r.out, "write-notes") || !strings.Contains(r.out, "…") {
 			t.Fatalf("pending -o wide: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		// The approver sees whose session the call would enter.
+		lines := strings.Split(r.out, "\n")
+		if head, row := strings.Fields(lines[0]), strings.Fields(lines[1]); len(head) < 2 || head[1] != "SESSION" || len(row) < 2 || row[1] != "s" {
+			t.Fatalf("pending names no session: %q", r.out)
 		}
 	})
 

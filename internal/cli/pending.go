@@ -89,13 +89,17 @@ func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wi
 		}
 		fmt.Fprintln(tw)
 	}
-	head := []string{"NAME", "TOOL", "REQUESTER", "AGE", "DEADLINE"}
+	head := []string{"NAME", "SESSION", "TOOL", "REQUESTER", "AGE", "DEADLINE"}
 	if wide {
 		head = append(head, "CALL", "REASON", "ARGUMENTS")
 	}
 	row("NAMESPACE", head...)
 	for _, ar := range items {
-		cells := []string{ar.Name, ar.Spec.Tool, ar.Spec.Requester,
+		session := "<unknown>"
+		if ar.Spec.SessionRef != nil {
+			session = ar.Spec.SessionRef.Name
+		}
+		cells := []string{ar.Name, session, ar.Spec.Tool, ar.Spec.Requester,
 			duration.HumanDuration(now.Sub(ar.CreationTimestamp.Time)),
 			"in " + duration.HumanDuration(ar.Spec.Deadline.Sub(now))}
 		if wide {

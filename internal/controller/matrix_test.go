@@ -125,6 +125,7 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		ar := approvalRequest(ns, "c1")
 		Expect(ar.Spec.ArgumentsPreview).To(Equal(`{"secret":"[redacted]","text":"hello"}`))
 		Expect(ar.Spec.Requester).To(Equal("agent"))
+		Expect(ar.Spec.SessionRef).To(Equal(&toolgatev1alpha1.LocalObjectReference{Name: "s"}), "the approver sees whose session the call enters")
 		Expect(ar.OwnerReferences).To(HaveLen(1))
 		Expect(bodyRuns(ns, "runs")).To(Equal(0))
 		Eventually(func() []eventsv1.Event { return eventsAbout(ns, "ToolCall", "c1") }).Should(ContainElement(And(

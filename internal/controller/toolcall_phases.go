@@ -41,7 +41,7 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 		return ctrl.Result{}, false, nil
 	}
 	if askedApproval(tc) {
-		subj := approval.Subject{Owner: tc}
+		subj := approval.Subject{Owner: tc, Session: tc.Spec.SessionRef.Name}
 		for _, a := range r.Approvals.All() {
 			if err := a.Close(ctx, subj, pipeline.Code(tc.Status.Result.ErrorCode)); err != nil {
 				return ctrl.Result{}, true, fmt.Errorf("closing the approval request: %w", err)
@@ -208,7 +208,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		return ctrl.Result{}, true, fmt.Errorf("resolving the profile: %w", err) // transient: never settle on it
 	}
 	opts := pipeline.Options{Clock: r.Clock, PollInterval: r.PollInterval}
-	s.subject = approval.Subject{Owner: tc}
+	s.subject = approval.Subject{Owner: tc, Session: tc.Spec.SessionRef.Name}
 	s.runner.job = sandbox.Job{
 		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID,
 		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), SessionUID: session.UID, ClaimName: session.Status.WorkspaceClaimName},

@@ -285,5 +285,11 @@ func MakeApprovalRequest(namespace, name, call string, deadline metav1.Time) *Ap
 	}}
 }
 
+// Session names the call's session.
+func (w *ApprovalRequestWrapper) Session(name string) *ApprovalRequestWrapper {
+	w.Spec.SessionRef = &toolgatev1alpha1.LocalObjectReference{Name: name}
+	return w
+}
+
 // Obj returns the request.
 func (w *ApprovalRequestWrapper) Obj() *toolgatev1alpha1.ApprovalRequest { return &w.ApprovalRequest }

@@ -87,7 +87,7 @@ var _ = Describe("an ApprovalRequest's decision", func() {
 
 	BeforeEach(func() {
 		ns := newNamespace()
-		ar = tu.MakeApprovalRequest(ns, "a", "c", metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))).Obj()
+		ar = tu.MakeApprovalRequest(ns, "a", "c", metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))).Session("s").Obj()
 		Expect(k8s.Create(ctx, ar)).To(Succeed())
 	})
 
@@ -104,6 +104,8 @@ var _ = Describe("an ApprovalRequest's decision", func() {
 	DescribeTable("leaves the question immutable",
 		func(edit func(*v1.ApprovalRequest), field string) { expectUpdateRejected(ar, edit, field) },
 		Entry("toolCallRef", func(a *v1.ApprovalRequest) { a.Spec.ToolCallRef.Name = "other" }, "spec.toolCallRef"),
+		Entry("sessionRef changed", func(a *v1.ApprovalRequest) { a.Spec.SessionRef.Name = "other" }, "spec.sessionRef"),
+		Entry("sessionRef removed", func(a *v1.ApprovalRequest) { a.Spec.SessionRef = nil }, "spec.sessionRef"),
 		Entry("tool", func(a *v1.ApprovalRequest) { a.Spec.Tool = "other" }, "spec.tool"),
 		Entry("argumentsPreview", func(a *v1.ApprovalRequest) { a.Spec.ArgumentsPreview = "{}" }, "spec.argumentsPreview"),
 		Entry("reason", func(a *v1.ApprovalRequest) { a.Spec.Reason = "other" }, "spec.reason"),
@@ -112,6 +114,14 @@ var _ = Describe("an ApprovalRequest's decision", func() {
 			a.Spec.Deadline = metav1.NewMicroTime(a.Spec.Deadline.Add(time.Hour))
 		}, "spec.deadline"),
 	)
+})
+
+var _ = Describe("an ApprovalRequest asked without a session", func() {
+	It("gets none added later (an approver cannot relabel whose transcript a call enters)", func() {
+		ar := tu.MakeApprovalRequest(newNamespace(), "a", "c", metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))).Obj()
+		Expect(k8s.Create(ctx, ar)).To(Succeed())
+		expectUpdateRejected(ar, func(a *v1.ApprovalRequest) { a.Spec.SessionRef = &v1.LocalObjectReference{Name: "s"} }, "spec.sessionRef")
+	})
 })
 
 var _ = Describe("an AgentSession's spec", func() {

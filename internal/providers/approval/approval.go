@@ -42,6 +42,8 @@ type Mounts = providers.Mounts[Provider]
 type Subject struct {
 	// Owner is the ToolCall; a provider's objects are owned by it.
 	Owner client.Object
+	// Session names the call's AgentSession, shown to the approver.
+	Session string
 	// Redact lists top-level argument names hidden from the approver.
 	Redact []string
 }

@@ -108,6 +108,10 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 	if q.Message != "" {
 		reason += ": " + q.Message
 	}
+	var session *toolgatev1alpha1.LocalObjectReference
+	if subj.Session != "" {
+		session = &toolgatev1alpha1.LocalObjectReference{Name: subj.Session}
+	}
 	return &toolgatev1alpha1.ApprovalRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner),
@@ -115,6 +119,7 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 		},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
 			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
+			SessionRef:       session,
 			Tool:             q.Call.Tool,
 			ArgumentsPreview: approval.Preview(q.Call.Args, subj.Redact),
 			Reason:           textutil.Truncate(reason, 1024),
@@ -125,7 +130,7 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 }
 
 // asks reports whether a request found in the cluster asks want's
-// question: the same call, requester, tool and arguments. The arguments are
+// question: the same call, session, requester, tool and arguments. The arguments are
 // compared by the digest frozen on the request when it was asked, so a
 // decision on the question as asked stays valid when the profile's
 // redaction list changes while it is open. A request without a digest (asked
@@ -133,6 +138,9 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 func asks(found, want *toolgatev1alpha1.ApprovalRequest) bool {
 	f, w := found.Spec, want.Spec
 	if f.ToolCallRef != w.ToolCallRef || f.Requester != w.Requester || f.Tool != w.Tool {
+		return false
+	}
+	if f.SessionRef != nil && w.SessionRef != nil && *f.SessionRef != *w.SessionRef {
 		return false
 	}
 	if d, ok := found.Annotations[AnnotationArgumentsDigest]; ok {

@@ -66,3 +66,21 @@ func TestTheRequestShowsTheDeadlineEnforced(t *testing.T) {
 		t.Errorf("the request shows the deadline %s, the pipeline enforces %s", got.UTC().Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))
 	}
 }
+
+// TestTheRequestNamesTheSession: an approver reads whose session (whose
+// transcript) the call would enter, and a request of another session is
+// not the call's question.
+func TestTheRequestNamesTheSession(t *testing.T) {
+	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{}`), Requester: "agent"}, Reason: "ask-all", Deadline: time.Now()}
+	asked := question(approval.Subject{Owner: call, Session: "s1"}, q)
+	if ref := asked.Spec.SessionRef; ref == nil || ref.Name != "s1" {
+		t.Fatalf("sessionRef %+v, want s1", ref)
+	}
+	if asks(asked, question(approval.Subject{Owner: call, Session: "s2"}, q)) {
+		t.Error("a request about session s1 answers a call of session s2")
+	}
+	if !asks(asked, question(approval.Subject{Owner: call, Session: "s1"}, q)) {
+		t.Error("the same question is not recognized")
+	}
+}
