@@ -97,7 +97,7 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 [ -n "$request" ] || { echo "no approval request appeared" >&2; exit 1; }
-as_approver get approvalrequest "$request" -o custom-columns=CALL:.spec.toolCallRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
+as_approver get approvalrequest "$request" -o custom-columns=CALL:.spec.toolCallRef.name,SESSION:.spec.sessionRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
 say "demo-agent tries to approve its own call and is refused; demo-approver approves (kubectl toolgate approve)"
 plugin_as demo-agent approve "$request" 2>&1 | sed 's/^/  refused: /' || true
 plugin_as demo-approver approve "$request" -m "fine"
