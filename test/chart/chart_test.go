@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -71,12 +72,26 @@ func TestChartDryRun(t *testing.T) {
 		// The gateway, impersonating in a namespace that exists.
 		helmTemplate(t, "--set", "gateway.enabled=true", "--set", "gateway.impersonateNamespaces={agents}", "--set", "gateway.replicas=3",
 			"--set", "gateway.audience=mcp.example.com"),
+		// Agent namespaces, one created (agent-a), one that exists
+		// (agents), in both scopes.
+		helmTemplate(t, "-f", valuesFile(t, agentNamespacesValues)),
+		helmTemplate(t, "--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={agents}", "-f", valuesFile(t, agentNamespacesValues)),
 	}
 	for _, objs := range renders {
 		if len(objs) == 0 {
 			t.Fatal("the chart rendered nothing")
 		}
+		// Helm creates Namespaces before the rest: they are created here
+		// (not dry-run), so what goes in them can be checked.
+		for _, u := range kinds(objs, "Namespace") {
+			if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("helm"), client.ForceOwnership); err != nil {
+				t.Errorf("%s: %v", key(u), err)
+			}
+		}
 		for _, u := range objs {
+			if u.GetKind() == "Namespace" {
+				continue
+			}
 			err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.DryRunAll, client.FieldOwner("helm"), client.ForceOwnership)
 			if err != nil {
 				t.Errorf("%s: %v", key(u), err)
@@ -387,9 +402,11 @@ func TestMutatingPoliciesNeedTheirAPI(t *testing.T) {
 	}
 }
 
-// TestBadValuesAreRefused: a mistyped key, an unknown scope or a
-// namespaced install watching nothing fails the render with a message
-// naming the value, instead of installing something else.
+// TestBadValuesAreRefused: a mistyped key, an unknown scope, a
+// namespaced install watching nothing or a bad agent namespace entry
+// (its name, a subject's kind, a ServiceAccount without namespace, a name
+// listed twice) fails the render with a message naming the value, instead
+// of installing something else.
 func TestBadValuesAreRefused(t *testing.T) {
 	cases := map[string]struct {
 		args []string
@@ -404,6 +421,25 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"a bad gateway namespace": {[]string{"--set", "gateway.enabled=true", "--set", "gateway.impersonateNamespaces={Team_A}"},
 			"/gateway/impersonateNamespaces/0"},
 		"an empty gateway audience": {[]string{"--set", "gateway.enabled=true", "--set", "gateway.audience="}, "/gateway/audience"},
+		"a mistyped agent namespace key": {[]string{"--set", "agentNamespaces[0].name=agent-a,agentNamespaces[0].agent[0].kind=User"},
+			"at '/agentNamespaces/0': additional properties 'agent' not allowed"},
+		"a bad agent namespace name": {[]string{"--set", "agentNamespaces[0].name=Agent_A"}, "/agentNamespaces/0/name"},
+		"an agent namespace without a name": {[]string{"--set", "agentNamespaces[0].create=false"},
+			"at '/agentNamespaces/0': missing property 'name'"},
+		"a create that is no boolean": {[]string{"--set", "agentNamespaces[0].name=agent-a", "--set-string", "agentNamespaces[0].create=no"},
+			"/agentNamespaces/0/create"},
+		"an unknown subject kind": {[]string{"--set", "agentNamespaces[0].name=agent-a,agentNamespaces[0].agents[0].kind=Robot,agentNamespaces[0].agents[0].name=r2"},
+			"/agentNamespaces/0/agents/0/kind"},
+		"a mistyped subject key": {[]string{"--set", "agentNamespaces[0].name=agent-a,agentNamespaces[0].approvers[0].kind=User,agentNamespaces[0].approvers[0].nam=x"},
+			"at '/agentNamespaces/0/approvers/0': additional properties 'nam' not allowed"},
+		"a ServiceAccount without namespace": {[]string{"--set", "agentNamespaces[0].name=agent-a,agentNamespaces[0].agents[0].kind=ServiceAccount,agentNamespaces[0].agents[0].name=bot"},
+			"at '/agentNamespaces/0/agents/0': missing property 'namespace'"},
+		"a User with a namespace": {[]string{"--set", "agentNamespaces[0].name=agent-a,agentNamespaces[0].approvers[0].kind=User,agentNamespaces[0].approvers[0].name=ann,agentNamespaces[0].approvers[0].namespace=agent-a"},
+			"at '/agentNamespaces/0/approvers/0/namespace'"},
+		"an agent namespace listed twice": {[]string{"--set", "agentNamespaces[0].name=agent-a,agentNamespaces[1].name=agent-a"},
+			"agentNamespaces lists agent-a twice"},
+		"the release namespace as an agent namespace": {[]string{"--set", "agentNamespaces[0].name=" + releaseNamespace},
+			"agentNamespaces: " + releaseNamespace + " is the release namespace"},
 	}
 	for name, c := range cases {
 		var errb bytes.Buffer
@@ -416,10 +452,11 @@ func TestBadValuesAreRefused(t *testing.T) {
 }
 
 // TestInstallUpgradeUninstall: helm installs the chart on a real API
-// server, upgrades it with a changed value, and uninstalls it leaving no
-// object of toolgate's. (No pods run here: the lifecycle of the objects
-// is what is checked; test/quickstart runs the manager on the local
-// cluster.)
+// server (with an agent namespace), upgrades it with a changed value, and
+// uninstalls it leaving no object of toolgate's but the agent namespace,
+// which is kept (its RoleBindings are not). (No pods run here: the
+// lifecycle of the objects is what is checked; test/quickstart runs the
+// manager on the local cluster.)
 func TestInstallUpgradeUninstall(t *testing.T) {
 	dir, err := testenv.BinaryAssetsDir()
 	if err != nil {
@@ -450,9 +487,22 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		}
 	}
 
-	h("install", release, chartDir)
-	if left := leftovers(t, c); len(left) == 0 {
+	// An agent namespace the chart creates: uninstall keeps it (and what
+	// is in it) and removes its bindings.
+	h("install", release, chartDir, "-f", valuesFile(t, `
+agentNamespaces:
+  - name: agent-a
+    agents: [{kind: User, name: alice}]
+    approvers: [{kind: Group, name: approvers}]
+`))
+	installed := leftovers(t, c)
+	if len(installed) == 0 {
 		t.Fatal("helm install created nothing of toolgate's")
+	}
+	for _, k := range []string{"RoleBinding agent-a/toolgate-agents", "RoleBinding agent-a/toolgate-approvers"} {
+		if !slices.Contains(installed, k) {
+			t.Errorf("helm install did not create %s (created %v)", k, installed)
+		}
 	}
 	dep := &unstructured.Unstructured{}
 	dep.SetAPIVersion("apps/v1")
@@ -479,6 +529,14 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		t.Fatalf("the gateway's replicas after the upgrade: %d", n)
 	}
 	h("uninstall", release)
+	// The agent namespace is kept (helm.sh/resource-policy: keep), not
+	// deleted: an agent's sessions, calls and workspaces stay.
+	agentNS := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "agent-a"}, agentNS); err != nil {
+		t.Errorf("the agent namespace after helm uninstall: %v", err)
+	} else if agentNS.DeletionTimestamp != nil {
+		t.Errorf("helm uninstall deletes the agent namespace agent-a")
+	}
 	// What helm deletes goes at once, except the CRDs: the API server
 	// removes their objects first (a finalizer of its own).
 	var left []string
@@ -514,6 +572,7 @@ func leftovers(t *testing.T, c client.Client) []string {
 		{"rbac.authorization.k8s.io/v1", "RoleBinding", releaseNamespace},
 		{"rbac.authorization.k8s.io/v1", "Role", "default"},
 		{"rbac.authorization.k8s.io/v1", "RoleBinding", "default"},
+		{"rbac.authorization.k8s.io/v1", "RoleBinding", "agent-a"},
 		{"apps/v1", "Deployment", releaseNamespace},
 		{"v1", "ServiceAccount", releaseNamespace},
 		{"v1", "Service", releaseNamespace},

@@ -36,9 +36,18 @@
 // the manager's must not select the gateway's pods. With gateway.enabled
 // unset or false nothing of the gateway's is rendered.
 //
+// The agent namespaces (agentNamespaces) have no counterpart in config/:
+// they are checked on their own, two entries (one the chart creates, one
+// that exists), for the Namespace (Pod Security restricted, the entry's
+// labels, kept on uninstall), the RoleBindings' roleRef and subjects as
+// listed (none for an empty list), and, in the namespaced scope, the
+// manager watching rbac.watchNamespaces and them merged, each once (its
+// --watch-namespaces, Roles and RoleBindings); bad entries are refused.
+//
 // On a real API server (envtest, no pods) it creates every rendered object
 // with a server-side dry run (the gateway's included), and runs helm
 // install, helm upgrade with changed values (the gateway turned on) and
 // helm uninstall, after which no object of toolgate's
-// may be left (seen failing with crds.keep=true).
+// may be left (seen failing with crds.keep=true) but an agent namespace,
+// which is kept.
 package chart

@@ -28,12 +28,24 @@ app.kubernetes.io/name: toolgate
 toolgate-controller-manager
 {{- end }}
 
+{{/* The namespaces the manager watches in the namespaced scope, as a JSON
+list (fromJsonArray): rbac.watchNamespaces, then each agentNamespaces name
+not already listed. The manager's Roles (rbac.yaml), its --watch-namespaces
+(deployment.yaml) and NOTES.txt all use this one list. */}}
+{{- define "toolgate.watchNamespaces" -}}
+{{- $names := list -}}
+{{- range .Values.agentNamespaces -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- concat (.Values.rbac.watchNamespaces | default (list)) $names | uniq | toJson -}}
+{{- end }}
+
 {{/* Fails the render on a scope the chart does not know, or a namespaced
 install that watches nothing. */}}
 {{- define "toolgate.namespaced" -}}
 {{- if eq .Values.rbac.scope "namespaced" -}}
-{{- if not .Values.rbac.watchNamespaces -}}
-{{- fail "rbac.scope=namespaced needs rbac.watchNamespaces (the namespaces the manager may act in)" -}}
+{{- if not (include "toolgate.watchNamespaces" . | fromJsonArray) -}}
+{{- fail "rbac.scope=namespaced needs rbac.watchNamespaces or agentNamespaces (the namespaces the manager may act in)" -}}
 {{- end -}}
 true
 {{- else if ne .Values.rbac.scope "cluster" -}}
@@ -51,4 +63,19 @@ app.kubernetes.io/component: gateway
 
 {{- define "toolgate.gateway.serviceAccount" -}}
 toolgate-gateway
+{{- end }}
+
+{{/* RoleBinding subjects from a list of agentNamespaces' {kind, name,
+namespace}: a User or Group in the RBAC API group, a ServiceAccount with
+its namespace (values.schema.json requires it, and only for it). */}}
+{{- define "toolgate.subjects" -}}
+{{- range . }}
+  - kind: {{ .kind }}
+    name: {{ .name | quote }}
+    {{- if eq .kind "ServiceAccount" }}
+    namespace: {{ .namespace }}
+    {{- else }}
+    apiGroup: rbac.authorization.k8s.io
+    {{- end }}
+{{- end }}
 {{- end }}
