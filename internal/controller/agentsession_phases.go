@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -52,10 +51,11 @@ func turnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
 
 // schedule screens the session's calls (keeping duplicates and mismatched
 // turn sizes out of the log), then carries out the plan of the calls in the
-// log (pipeline.PlanTurn): refuse late calls, release the first uncommitted
-// call of the current turn with its place in the log, and admit the next
-// call to start. Each call gets at most one write. It returns the calls in
-// the log, in model order.
+// log (pipeline.PlanTurn): refuse late calls, and release the first
+// uncommitted call of the current turn with its place in the log when it
+// never started (the calls that start admit and release themselves). It
+// admits nested calls. Each call gets at most one write. It returns the
+// calls in the log, in model order.
 func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall) ([]*toolgatev1alpha1.ToolCall, error) {
 	calls, nested, out := screen(s.Spec.Owner, all)
 	for _, c := range all { // in model order
@@ -77,35 +77,25 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 			}
 		}
 	}
-	var classifier *pipeline.Pipeline
-	classify := func(i int) pipeline.Mode {
-		if classifier == nil {
-			classifier = r.classifier(ctx, s)
-		}
-		if classifier == nil {
-			return pipeline.Exclusive
-		}
-		return classifier.Classify(requestOf(calls[i]))
-	}
+	// Calls admit themselves (admitSelf), each classified just before it
+	// starts; the plan is asked here for refusals and releases only.
 	view := planView(calls, completeThrough(s))
-	plan := planOf(s, view, classify)
+	plan := planOf(s, view, func(int) pipeline.Mode { return pipeline.Exclusive })
 	edits := map[int][]func(*toolgatev1alpha1.CallSchedule){}
 	for _, i := range plan.Refuse {
 		log.FromContext(ctx).Info("call refused", "call", calls[i].Name, "code", pipeline.CodeTurnClosed)
 		edits[i] = append(edits[i], func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = string(pipeline.CodeTurnClosed) })
 	}
-	if i := plan.Admit; i >= 0 {
-		log.FromContext(ctx).V(1).Info("call admitted", "call", calls[i].Name, "mode", plan.AdmitMode)
-		edits[i] = append(edits[i], func(sch *toolgatev1alpha1.CallSchedule) {
-			sch.ExecutionMode = toolgatev1alpha1.ExecutionMode(plan.AdmitMode)
-		})
+	idle := func(i int) bool {
+		v := view[i]
+		return !v.Started() && (v.Refused || v.BodyDone() || slices.Contains(plan.Refuse, i))
 	}
-	if i := plan.Release; i >= 0 && (i == plan.Admit || !view[i].Started() || !s.DeletionTimestamp.IsZero()) {
-		// A call that started releases itself once its body is done
-		// (releaseSelf): its place is written with its result, which saves
+	if i := plan.Release; i >= 0 && (idle(i) || !s.DeletionTimestamp.IsZero()) {
+		// A call that starts is released by itself: the first of a turn
+		// with its admission (admitSelf), any other once its body is done
+		// (releaseSelf), its place written with its result, which saves
 		// this write and a round trip. The session releases the calls that
-		// never start, the first of a turn with its admission, and every
-		// call of a session being deleted.
+		// never start, and every call of a session being deleted.
 		seq := nextPlace(s, calls)
 		edits[i] = append(edits[i], func(sch *toolgatev1alpha1.CallSchedule) {
 			sch.Released, sch.CommitSequence = true, &seq
@@ -168,16 +158,6 @@ func nextSequence(calls []*toolgatev1alpha1.ToolCall) int64 {
 		}
 	}
 	return next
-}
-
-// classifier is the pipeline of the session's current profile, or nil
-// (every call exclusive) when it is not usable.
-func (r *AgentSessionReconciler) classifier(ctx context.Context, s *toolgatev1alpha1.AgentSession) *pipeline.Pipeline {
-	compiled, _, _, err := r.Profiles.Resolve(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ProfileRef.Name})
-	if err != nil || compiled == nil {
-		return nil
-	}
-	return pipeline.New(compiled.Registry, pipeline.Options{})
 }
 
 // patchSchedule changes the session's part of a call's status under

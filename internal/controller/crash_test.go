@@ -164,7 +164,10 @@ var _ = Describe("crash safety", Ordered, func() {
 		close(stop)
 		stopRunningManager()
 		total := writes.Load()
-		Expect(total).To(BeNumerically(">", 6))
+		// w: its admission with its question, the boundary before its
+		// body, its result; r: its admission with that boundary, its
+		// result.
+		Expect(total).To(BeNumerically(">=", 5))
 		GinkgoWriter.Printf("the scenario makes %d ToolCall status writes\n", total)
 
 		for n := int64(1); n <= total; n++ {

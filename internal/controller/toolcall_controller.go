@@ -169,13 +169,13 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			DeleteFunc:  func(event.DeleteEvent) bool { return true },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
-		// A call that commits lets the next in line release itself.
+		// A call that is admitted, decides, finishes, commits or is refused
+		// lets the next in line admit or release itself; so does one that
+		// goes.
 		Watches(&toolgatev1alpha1.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.nextInLine), builder.WithPredicates(predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false },
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				return !committed(e.ObjectOld.(*toolgatev1alpha1.ToolCall)) && committed(e.ObjectNew.(*toolgatev1alpha1.ToolCall))
-			},
-			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(e event.UpdateEvent) bool { return planMoved(e.ObjectOld, e.ObjectNew) },
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
 		WatchesRawSource(source.Channel(r.Wake.ch, &handler.EnqueueRequestForObject{})).
@@ -192,13 +192,14 @@ func turnRecorded(before, after client.Object) bool {
 }
 
 // deletedCallsOf lists the session's calls that are being deleted and still
-// hold their finalizer.
+// hold their finalizer, and the calls next in line (a turn recorded
+// complete may let the next one start).
 func (r *ToolCallReconciler) deletedCallsOf(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &toolgatev1alpha1.ToolCallList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexCallSession: o.GetName()}); err != nil {
 		return nil
 	}
-	var out []reconcile.Request
+	out := r.nextOf(ctx, o.GetNamespace(), o.GetName())
 	for i := range list.Items {
 		if c := &list.Items[i]; deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})

@@ -277,10 +277,14 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	var requeue time.Duration
 	for !s.st.Done() {
 		if !gateOpen(s.tc, s.st) {
-			if released, err := r.releaseSelf(ctx, s); err != nil || !released {
-				if err != nil {
-					return ctrl.Result{}, true, err
-				}
+			opened, err := r.admitSelf(ctx, s)
+			if err == nil && !opened {
+				opened, err = r.releaseSelf(ctx, s)
+			}
+			if err != nil {
+				return ctrl.Result{}, true, err
+			}
+			if !opened {
 				break
 			}
 		}
@@ -314,16 +318,17 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		}
 	}
 	if !s.st.Done() && s.st.Next == pipeline.StageCall && len(s.st.Records) == 0 {
-		// Not admitted yet: nothing has happened to the call to write.
-		return ctrl.Result{RequeueAfter: requeue}, true, nil
+		// Not admitted yet: nothing has happened to the call to write. The
+		// calls before it wake it (nextToStart); the poll is a safety net.
+		return ctrl.Result{RequeueAfter: r.PollInterval}, true, nil
 	}
 	if !s.st.Done() && pipeline.BodyDone(s.st.Next) && !gateOpen(s.tc, s.st) && pipeline.PastPreExecute(nextStage(s.base)) {
 		// The body is done and the call waits for its turn: its output
 		// stays in the sandbox and is collected again once the call is
 		// released. The boundary before the body is durable; nothing
 		// since is worth a write. (A call that got here without a body —
-		// denied, say — writes its decision: the session admits the next
-		// call only once it is durable.)
+		// denied, say — writes its decision: the next call starts only
+		// once it is durable.)
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
 	if err := r.persist(ctx, s); err != nil {
@@ -346,6 +351,50 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		logger.Info("call settled", "call", s.tc.Name, "token", s.st.Token, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// admitSelf starts a call the session's plan admits now: it is the next in
+// model order, every call before it has its pre-execute decision behind
+// it (durable: seen in the cache), and the pool or a barrier does not hold
+// it back. It classifies itself just before it starts (the seed's
+// reclassification) and its admission is written with its first boundary,
+// which saves the session a write on the call and a round trip per call.
+// Each call admits only itself, and only once the writes of every call
+// before it are seen, so two calls never take one place; a stale cache only
+// delays. The first call of a turn is released with its admission, as the
+// session's plan says. It reports whether the call was admitted.
+func (r *ToolCallReconciler) admitSelf(ctx context.Context, s *callScope) (bool, error) {
+	tc := s.tc
+	sch := &tc.Status.Schedule
+	if sch.ExecutionMode != "" || s.session == nil || s.pipe == nil || tc.Spec.ParentRef != nil || sch.Refusal != "" || pipeline.PastPreExecute(s.st.Next) {
+		return false, nil
+	}
+	all, err := sessionCalls(ctx, r.Client, s.session)
+	if err != nil {
+		return false, fmt.Errorf("listing the session's calls: %w", err)
+	}
+	calls, _, _ := screen(s.session.Spec.Owner, all)
+	me := slices.IndexFunc(calls, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == tc.UID })
+	if me < 0 {
+		return false, nil
+	}
+	view := planView(calls, completeThrough(s.session))
+	plan := planOf(s.session, view, func(i int) pipeline.Mode {
+		if i != me {
+			return pipeline.Exclusive // another call's turn: not this call's to start
+		}
+		return s.pipe.Classify(requestOf(tc))
+	})
+	if plan.Admit != me || slices.Contains(plan.Refuse, me) {
+		return false, nil
+	}
+	log.FromContext(ctx).V(1).Info("call admitted", "call", tc.Name, "mode", plan.AdmitMode)
+	sch.ExecutionMode = toolgatev1alpha1.ExecutionMode(plan.AdmitMode)
+	if plan.Release == me {
+		seq := nextPlace(s.session, calls)
+		sch.Released, sch.CommitSequence = true, &seq
+	}
+	return true, nil
 }
 
 // releaseSelf releases a call whose body is done when the session's plan
@@ -380,24 +429,55 @@ func (r *ToolCallReconciler) releaseSelf(ctx context.Context, s *callScope) (boo
 	return true, nil
 }
 
-// nextInLine maps a call that committed to the first uncommitted call of
-// its session, which may now release itself.
+// nextInLine maps a call whose place in its session's plan changed to the
+// calls that may now move: the first uncommitted call of the session
+// (which may release itself) and the first that has not started (which may
+// admit itself).
 func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []reconcile.Request {
 	tc := o.(*toolgatev1alpha1.ToolCall)
-	session := &toolgatev1alpha1.AgentSession{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil {
+	return r.nextOf(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+}
+
+// nextOf lists the first uncommitted call of the session and the first
+// that has not started.
+func (r *ToolCallReconciler) nextOf(ctx context.Context, namespace, session string) []reconcile.Request {
+	list := &toolgatev1alpha1.ToolCallList{}
+	// Read only: the cache's objects are not copied.
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
-	calls, err := sessionCalls(ctx, r.Client, session)
-	if err != nil {
-		return nil
+	calls := make([]*toolgatev1alpha1.ToolCall, len(list.Items))
+	for i := range list.Items {
+		calls[i] = &list.Items[i]
 	}
+	sortModelOrder(calls)
+	var out []reconcile.Request
+	uncommitted, unstarted := false, false
 	for _, c := range calls {
-		if !committed(c) && c.Spec.ParentRef == nil && c.Status.Schedule.Refusal == "" {
-			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(c)}}
+		if committed(c) || c.Spec.ParentRef != nil || c.Status.Schedule.Refusal != "" {
+			continue
+		}
+		if !uncommitted {
+			uncommitted = true
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		}
+		if v := turnCallOf(c); !unstarted && !v.Started() && !v.BodyDone() {
+			unstarted = true
+			if len(out) == 0 || out[0].Name != c.Name {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+			}
+		}
+		if unstarted {
+			break
 		}
 	}
-	return nil
+	return out
+}
+
+// planMoved reports whether a call's update may let another call of its
+// session start or settle: what the plan reads of it changed.
+func planMoved(before, after client.Object) bool {
+	return turnCallOf(before.(*toolgatev1alpha1.ToolCall)) != turnCallOf(after.(*toolgatev1alpha1.ToolCall))
 }
 
 // warmPods is how many sandboxes the provider may keep ready for the

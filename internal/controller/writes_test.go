@@ -75,7 +75,7 @@ var _ = Describe("API writes", Ordered, func() {
 		Expect(sessionPatches.Load()).To(Equal(before), "a reconcile with nothing new patched the session's status")
 	})
 
-	It("a call that started releases itself: the session writes each call of a parallel turn once (its admission)", func() {
+	It("calls admit and release themselves: the session writes no call of a parallel turn, and each call has three versions at most", func() {
 		w, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 		Expect(err).NotTo(HaveOccurred())
 		watcher, err := w.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(ns))
@@ -107,15 +107,26 @@ var _ = Describe("API writes", Ordered, func() {
 		// write (a body done within milliseconds wakes its call before the
 		// watch delivers the dispatch write): no conflict, no retry.
 		Expect(controllerCounter("controller_runtime_reconcile_errors_total", "toolcall")).To(Equal(errorsBefore))
+		// The test's own watch has seen every call committed.
+		Eventually(func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, name := range []string{"c0", "c1", "c2"} {
+				if v := versions[name]; len(v) == 0 || !committed(v[len(v)-1]) {
+					return false
+				}
+			}
+			return true
+		}).Should(BeTrue())
 		mu.Lock()
 		defer mu.Unlock()
 		for _, name := range []string{"c0", "c1", "c2"} {
-			Expect(scheduleOnlyWrites(versions[name])).To(Equal(1), "writes by the session to %s", name)
-			// Its creation (with the finalizer), its admission, the
-			// boundary before the body, the result: a body done early waits
+			Expect(scheduleOnlyWrites(versions[name])).To(Equal(0), "writes by the session to %s", name)
+			// Its creation (with the finalizer), the boundary before the
+			// body with its admission, the result: a body done early waits
 			// for its turn without a write.
 			Expect(versions[name][0].Finalizers).To(ConsistOf(callFinalizer))
-			Expect(len(versions[name])).To(BeNumerically("<=", 4), "versions of %s: %s", name, stageTraces(versions[name]))
+			Expect(len(versions[name])).To(BeNumerically("<=", 3), "versions of %s: %s", name, stageTraces(versions[name]))
 		}
 	})
 })
@@ -285,9 +296,14 @@ var _ = Describe("a session with ttlSecondsAfterCommit", func() {
 		ns := newNamespace()
 		setup(processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
 			func(s *tu.AgentSessionWrapper) { s.Spec.TTLSecondsAfterCommit = ptr.To[int32](0) })
-		submit(ns, "a", "echo", `{"text":"a"}`, 0, 0, 2)
-		submit(ns, "b", "echo", `{"text":"b"}`, 0, 1, 2)
-		keep(ns, "a", "b") // read their results before they go
+		// Created holding the spec's finalizer, to read their results
+		// before they go (a call may commit and expire within
+		// milliseconds).
+		for i, name := range []string{"a", "b"} {
+			c := tu.MakeToolCall(ns, name, "s").Tool("echo", fmt.Sprintf(`{"text":%q}`, name)).At(0, int32(i)).Of(2).Obj()
+			c.Finalizers = append(c.Finalizers, keepFinalizer)
+			Expect(k8s.Create(ctx, c)).To(Succeed())
+		}
 		for i, name := range []string{"a", "b"} {
 			Expect(*committedCall(ns, name).Status.Schedule.CommitSequence).To(Equal(int64(i)))
 		}
