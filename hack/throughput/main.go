@@ -111,6 +111,7 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 type commit struct {
 	at      time.Time
 	outcome toolgatev1alpha1.Outcome
+	code    string // the error code and message of an outcome other than success
 	seq     int64
 }
 
@@ -372,7 +373,7 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
 				b.mu.Lock()
 				if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
-					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome, seq: *tc.Status.Schedule.CommitSequence}
+					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome, code: strings.TrimSpace(tc.Status.Result.ErrorCode + " " + tc.Status.Result.Message), seq: *tc.Status.Schedule.CommitSequence}
 				}
 				b.mu.Unlock()
 			}
@@ -578,7 +579,7 @@ func (b *bench) checkOutcomes(calls []*toolgatev1alpha1.ToolCall) error {
 	for _, tc := range calls {
 		c := b.done[tc.Namespace+"/"+tc.Name]
 		if c.outcome != toolgatev1alpha1.OutcomeSucceeded {
-			bad = append(bad, tc.Name+" ("+string(c.outcome)+")")
+			bad = append(bad, tc.Name+" ("+string(c.outcome)+" "+c.code+")")
 		}
 		// The calls are given in model order per session: their places in
 		// the log must follow it.
