@@ -528,6 +528,25 @@ agentNamespaces:
 	if n := get("toolgate-gateway"); n != 2 {
 		t.Fatalf("the gateway's replicas after the upgrade: %d", n)
 	}
+	// The API server serves each CRD's objects once its storage is ready.
+	// A CRD deleted before then (seconds after helm created or updated it)
+	// can stay Terminating for minutes: its finalizer cannot list the
+	// objects ("storage is (re)initializing") and retries with a backoff.
+	// Users do not uninstall seconds after installing; wait as they would.
+	for _, kind := range []string{"ToolProfileList", "AgentSessionList", "ToolCallList", "ApprovalRequestList"} {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion("toolgate.dev/v1alpha1")
+		list.SetKind(kind)
+		for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+			err := c.List(ctx, list)
+			if err == nil {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("%s not served a minute after the upgrade: %v", kind, err)
+			}
+		}
+	}
 	h("uninstall", release)
 	// The agent namespace is kept (helm.sh/resource-policy: keep), not
 	// deleted: an agent's sessions, calls and workspaces stay.
@@ -538,9 +557,10 @@ agentNamespaces:
 		t.Errorf("helm uninstall deletes the agent namespace agent-a")
 	}
 	// What helm deletes goes at once, except the CRDs: the API server
-	// removes their objects first (a finalizer of its own).
+	// removes their objects first (a finalizer of its own, which backs off
+	// when it cannot list them: up to minutes).
 	var left []string
-	for start := time.Now(); time.Since(start) < 2*time.Minute; time.Sleep(200 * time.Millisecond) {
+	for start := time.Now(); time.Since(start) < 5*time.Minute; time.Sleep(200 * time.Millisecond) {
 		if left = leftovers(t, c); len(left) == 0 {
 			return
 		}
