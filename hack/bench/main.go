@@ -80,23 +80,25 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 		}
 	}
 	// Interleave the kinds so all see the same cluster conditions.
-	var pods, cold, own, builtin, warm []time.Duration
+	var pods []time.Duration
+	took := make([][]time.Duration, len(kinds))
+	steps := make([]map[string][]time.Duration, len(kinds))
 	served := map[string]string{}
-	steps, ownSteps, builtinSteps := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
 	for i := 1; i <= n; i++ {
 		d, err := barePod(ctx, c, cs, ns, i)
 		if err != nil {
 			return err
 		}
 		pods = append(pods, d)
-		for _, k := range kinds {
+		for j, k := range kinds {
 			if k.warm {
 				if err := waitWarm(ctx, c, ns); err != nil {
 					return err
 				}
+			} else if steps[j] == nil {
+				steps[j] = map[string][]time.Duration{}
 			}
-			into := map[string]map[string][]time.Duration{coldSession: steps, ownRunnerSession: ownSteps, builtinSession: builtinSteps}[k.session]
-			d, uid, err := toolCall(ctx, c, ns, k, i, into)
+			d, uid, err := toolCall(ctx, c, ns, k, i, steps[j])
 			if err != nil {
 				return err
 			}
@@ -104,39 +106,37 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 				return fmt.Errorf("pod %s served two calls (%s and %s %d)", uid, prev, k.session, i)
 			}
 			served[uid] = fmt.Sprintf("%s %d", k.session, i)
-			switch k.session {
-			case coldSession:
-				cold = append(cold, d)
-			case ownRunnerSession:
-				own = append(own, d)
-			case builtinSession:
-				builtin = append(builtin, d)
-			default:
-				warm = append(warm, d)
-			}
+			took[j] = append(took[j], d)
 		}
 	}
 	p50p, p95p := pct(pods, 50), pct(pods, 95)
-	p50c, p95c := pct(cold, 50), pct(cold, 95)
-	p50w, p95w := pct(warm, 50), pct(warm, 95)
-	p50b, p95b := pct(builtin, 50), pct(builtin, 95)
-	p50o, p95o := pct(own, 50), pct(own, 95)
 	fmt.Printf("n=%d sequential (after one unmeasured warm-up of each), same command (/bin/echo), same restricted pod settings\n", n)
 	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "bare pod (create→Succeeded→logs)", ms(p50p), ms(p95p))
-	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold ToolCall (create→Committed)", ms(p50c), ms(p95c))
-	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold ToolCall, runner in the image", ms(p50o), ms(p95o))
-	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "cold built-in ToolCall (fs.list)", ms(p50b), ms(p95b))
-	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "warm ToolCall (create→Committed)", ms(p50w), ms(p95w))
-	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold ToolCall / bare pod", ms(p50c)/ms(p50p), ms(p95c)/ms(p95p))
-	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold, runner in image / bare pod", ms(p50o)/ms(p50p), ms(p95o)/ms(p95p))
-	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio cold built-in ToolCall / bare pod", ms(p50b)/ms(p50p), ms(p95b)/ms(p95p))
-	fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", "ratio warm ToolCall / bare pod", ms(p50w)/ms(p50p), ms(p95w)/ms(p95p))
+	for j, k := range kinds {
+		fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", k.label, ms(pct(took[j], 50)), ms(pct(took[j], 95)))
+	}
+	for j, k := range kinds {
+		fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", k.ratio, ms(pct(took[j], 50))/ms(p50p), ms(pct(took[j], 95))/ms(p95p))
+	}
 	fmt.Printf("%d calls, %d distinct pods: every call in a pod that served no other\n", len(kinds)*n, len(served))
 	fmt.Println("where a cold call's time goes (p50 of when each step was first seen, from the call's creation):")
-	fmt.Printf("  %-26s %9s %9s %9s\n", "", "container", "own run.", "built-in")
+	head := fmt.Sprintf("  %-26s", "")
+	for _, k := range kinds {
+		if !k.warm {
+			head += fmt.Sprintf(" %9s", k.column)
+		}
+	}
+	fmt.Println(head)
 	for _, step := range coldSteps {
-		if len(steps[step])+len(ownSteps[step])+len(builtinSteps[step]) > 0 {
-			fmt.Printf("  %-26s %9s %9s %9s\n", step, p50(steps[step]), p50(ownSteps[step]), p50(builtinSteps[step]))
+		line, seen := fmt.Sprintf("  %-26s", step), false
+		for j, k := range kinds {
+			if !k.warm {
+				line += fmt.Sprintf(" %9s", p50(steps[j][step]))
+				seen = seen || len(steps[j][step]) > 0
+			}
+		}
+		if seen {
+			fmt.Println(line)
 		}
 	}
 	return nil
@@ -175,14 +175,21 @@ var (
 type kind struct {
 	session, tool, arguments string
 	warm                     bool
+	// label, ratio and column name it in the printed figures (column: in
+	// the table of a cold call's steps).
+	label, ratio, column string
 }
 
-// kinds are measured in this order in each round.
+// kinds are measured, and printed, in this order in each round.
 var kinds = []kind{
-	{session: coldSession, tool: "echo", arguments: `{}`},
-	{session: ownRunnerSession, tool: "echo-own-runner", arguments: `{}`},
-	{session: builtinSession, tool: "ls", arguments: `{"path":""}`},
-	{session: warmSession, tool: "echo", arguments: `{}`, warm: true},
+	{session: coldSession, tool: "echo", arguments: `{}`,
+		label: "cold ToolCall (create→Committed)", ratio: "ratio cold ToolCall / bare pod", column: "container"},
+	{session: ownRunnerSession, tool: "echo-own-runner", arguments: `{}`,
+		label: "cold ToolCall, runner in the image", ratio: "ratio cold, runner in image / bare pod", column: "own run."},
+	{session: builtinSession, tool: "ls", arguments: `{"path":""}`,
+		label: "cold built-in ToolCall (fs.list)", ratio: "ratio cold built-in ToolCall / bare pod", column: "built-in"},
+	{session: warmSession, tool: "echo", arguments: `{}`, warm: true,
+		label: "warm ToolCall (create→Committed)", ratio: "ratio warm ToolCall / bare pod"},
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

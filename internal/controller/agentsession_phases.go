@@ -86,11 +86,7 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 		log.FromContext(ctx).Info("call refused", "call", calls[i].Name, "code", pipeline.CodeTurnClosed)
 		edits[i] = append(edits[i], func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = string(pipeline.CodeTurnClosed) })
 	}
-	idle := func(i int) bool {
-		v := view[i]
-		return !v.Started() && (v.Refused || v.BodyDone() || slices.Contains(plan.Refuse, i))
-	}
-	if i := plan.Release; i >= 0 && (idle(i) || !s.DeletionTimestamp.IsZero()) {
+	if i := plan.Release; i >= 0 && (plan.NeverStarts(view, i) || !s.DeletionTimestamp.IsZero()) {
 		// A call that starts is released by itself: the first of a turn
 		// with its admission (admitSelf), any other once its body is done
 		// (releaseSelf), its place written with its result, which saves

@@ -41,7 +41,7 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 		return ctrl.Result{}, false, nil
 	}
 	if askedApproval(tc) {
-		subj := approval.Subject{Owner: tc, Session: tc.Spec.SessionRef.Name}
+		subj := subjectOf(tc)
 		for _, a := range r.Approvals.All() {
 			if err := a.Close(ctx, subj, pipeline.Code(tc.Status.Result.ErrorCode)); err != nil {
 				return ctrl.Result{}, true, fmt.Errorf("closing the approval request: %w", err)
@@ -208,7 +208,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		return ctrl.Result{}, true, fmt.Errorf("resolving the profile: %w", err) // transient: never settle on it
 	}
 	opts := pipeline.Options{Clock: r.Clock, PollInterval: r.PollInterval}
-	s.subject = approval.Subject{Owner: tc, Session: tc.Spec.SessionRef.Name}
+	s.subject = subjectOf(tc)
 	s.runner.job = sandbox.Job{
 		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID,
 		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), SessionUID: session.UID, ClaimName: session.Status.WorkspaceClaimName},
@@ -319,7 +319,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	}
 	if !s.st.Done() && s.st.Next == pipeline.StageCall && len(s.st.Records) == 0 {
 		// Not admitted yet: nothing has happened to the call to write. The
-		// calls before it wake it (nextToStart); the poll is a safety net.
+		// calls before it wake it (nextInLine); the poll is a safety net.
 		return ctrl.Result{RequeueAfter: r.PollInterval}, true, nil
 	}
 	if !s.st.Done() && pipeline.BodyDone(s.st.Next) && !gateOpen(s.tc, s.st) && pipeline.PastPreExecute(nextStage(s.base)) {
@@ -369,24 +369,14 @@ func (r *ToolCallReconciler) admitSelf(ctx context.Context, s *callScope) (bool,
 	if sch.ExecutionMode != "" || s.session == nil || s.pipe == nil || tc.Spec.ParentRef != nil || sch.Refusal != "" || pipeline.PastPreExecute(s.st.Next) {
 		return false, nil
 	}
-	all, err := sessionCalls(ctx, r.Client, s.session)
-	if err != nil {
-		return false, fmt.Errorf("listing the session's calls: %w", err)
-	}
-	calls, _, _ := screen(s.session.Spec.Owner, all)
-	me := slices.IndexFunc(calls, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == tc.UID })
-	if me < 0 {
-		return false, nil
-	}
-	view := planView(calls, completeThrough(s.session))
-	plan := planOf(s.session, view, func(i int) pipeline.Mode {
+	me, calls, plan, err := r.planOfSelf(ctx, s, func(i, me int) pipeline.Mode {
 		if i != me {
 			return pipeline.Exclusive // another call's turn: not this call's to start
 		}
 		return s.pipe.Classify(requestOf(tc))
 	})
-	if plan.Admit != me || slices.Contains(plan.Refuse, me) {
-		return false, nil
+	if err != nil || me < 0 || plan.Admit != me || slices.Contains(plan.Refuse, me) {
+		return false, err
 	}
 	log.FromContext(ctx).V(1).Info("call admitted", "call", tc.Name, "mode", plan.AdmitMode)
 	sch.ExecutionMode = toolgatev1alpha1.ExecutionMode(plan.AdmitMode)
@@ -409,65 +399,74 @@ func (r *ToolCallReconciler) releaseSelf(ctx context.Context, s *callScope) (boo
 	if sch.Released || s.session == nil || tc.Spec.ParentRef != nil || sch.Refusal != "" || !pipeline.BodyDone(s.st.Next) {
 		return false, nil
 	}
-	all, err := sessionCalls(ctx, r.Client, s.session)
-	if err != nil {
-		return false, fmt.Errorf("listing the session's calls: %w", err)
-	}
-	calls, _, _ := screen(s.session.Spec.Owner, all)
-	view := planView(calls, completeThrough(s.session))
-	me := slices.IndexFunc(calls, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == tc.UID })
-	if me < 0 {
-		return false, nil
-	}
-	view[me].Next = s.st.Next // what this reconcile knows and the cache does not yet
-	plan := planOf(s.session, view, func(int) pipeline.Mode { return pipeline.Exclusive })
-	if plan.Release != me {
-		return false, nil
+	me, calls, plan, err := r.planOfSelf(ctx, s, func(int, int) pipeline.Mode { return pipeline.Exclusive })
+	if err != nil || me < 0 || plan.Release != me {
+		return false, err
 	}
 	seq := nextPlace(s.session, calls)
 	sch.Released, sch.CommitSequence = true, &seq
 	return true, nil
 }
 
-// nextInLine maps a call whose place in its session's plan changed to the
-// calls that may now move: the first uncommitted call of the session
-// (which may release itself) and the first that has not started (which may
-// admit itself).
-func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []reconcile.Request {
-	tc := o.(*toolgatev1alpha1.ToolCall)
-	return r.nextOf(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+// planOfSelf is the session's plan as the call's reconcile sees it: the
+// session's calls in its log from the cache, this call's place among them
+// (-1 when it has none) with its stage as this reconcile knows it (ahead of
+// the cache), and planOf's answer; classify is asked of call i given this
+// call's place me.
+func (r *ToolCallReconciler) planOfSelf(ctx context.Context, s *callScope, classify func(i, me int) pipeline.Mode) (int, []*toolgatev1alpha1.ToolCall, pipeline.Plan, error) {
+	all, err := sessionCalls(ctx, r.Client, s.session)
+	if err != nil {
+		return -1, nil, pipeline.Plan{}, fmt.Errorf("listing the session's calls: %w", err)
+	}
+	calls, _, _ := screen(s.session.Spec.Owner, all)
+	me := slices.IndexFunc(calls, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == s.tc.UID })
+	if me < 0 {
+		return -1, nil, pipeline.Plan{}, nil
+	}
+	view := planView(calls, completeThrough(s.session))
+	view[me].Next = s.st.Next
+	return me, calls, planOf(s.session, view, func(i int) pipeline.Mode { return classify(i, me) }), nil
 }
 
-// nextOf lists the first uncommitted call of the session and the first
-// that has not started.
-func (r *ToolCallReconciler) nextOf(ctx context.Context, namespace, session string) []reconcile.Request {
-	list := &toolgatev1alpha1.ToolCallList{}
-	// Read only: the cache's objects are not copied.
-	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy); err != nil {
+// nextInLine maps a call whose place in its session's plan changed to the
+// calls that may now move (nextOf).
+func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []reconcile.Request {
+	tc := o.(*toolgatev1alpha1.ToolCall)
+	calls, err := cachedCalls(ctx, r.Client, tc.Namespace, tc.Spec.SessionRef.Name)
+	if err != nil {
 		return nil
 	}
-	calls := make([]*toolgatev1alpha1.ToolCall, len(list.Items))
-	for i := range list.Items {
-		calls[i] = &list.Items[i]
+	return nextOf(calls)
+}
+
+// cachedCalls lists a session's calls from the cache without copying them
+// (read only).
+func cachedCalls(ctx context.Context, c client.Reader, namespace, session string) ([]toolgatev1alpha1.ToolCall, error) {
+	list := &toolgatev1alpha1.ToolCallList{}
+	err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy)
+	return list.Items, err
+}
+
+// nextOf are the calls of a session that may move: the first uncommitted
+// one in model order (which may release itself) and the first that has not
+// started (which may admit itself).
+func nextOf(items []toolgatev1alpha1.ToolCall) []reconcile.Request {
+	calls := make([]*toolgatev1alpha1.ToolCall, 0, len(items))
+	for i := range items {
+		if c := &items[i]; !committed(c) && c.Spec.ParentRef == nil && c.Status.Schedule.Refusal == "" {
+			calls = append(calls, c)
+		}
 	}
 	sortModelOrder(calls)
 	var out []reconcile.Request
-	uncommitted, unstarted := false, false
-	for _, c := range calls {
-		if committed(c) || c.Spec.ParentRef != nil || c.Status.Schedule.Refusal != "" {
-			continue
-		}
-		if !uncommitted {
-			uncommitted = true
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
-		}
-		if v := turnCallOf(c); !unstarted && !v.Started() && !v.BodyDone() {
-			unstarted = true
-			if len(out) == 0 || out[0].Name != c.Name {
+	if len(calls) > 0 {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(calls[0])})
+	}
+	for i, c := range calls {
+		if v := turnCallOf(c); !v.Started() && !v.BodyDone() {
+			if i > 0 {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 			}
-		}
-		if unstarted {
 			break
 		}
 	}
@@ -698,6 +697,12 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// subjectOf is what an approval provider is asked about: the call, named
+// with its session.
+func subjectOf(tc *toolgatev1alpha1.ToolCall) approval.Subject {
+	return approval.Subject{Owner: tc, Session: tc.Spec.SessionRef.Name}
 }
 
 // askedApproval reports whether pre-execute asked a person about the call.

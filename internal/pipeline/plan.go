@@ -94,13 +94,7 @@ func PlanTurn(calls []TurnCall, maxParallel int, classify func(i int) Mode) Plan
 	if first == end || calls[first].Index != first-start {
 		return plan // waiting for a call of the turn that has not arrived
 	}
-	// A call that never starts (refused, or settled without starting)
-	// needs no admission: it is released when first in line, and it is no
-	// barrier for the calls after it.
-	idle := func(i int) bool {
-		c := calls[i]
-		return c.Mode == "" && (c.Refused || c.BodyDone() || slices.Contains(plan.Refuse, i))
-	}
+	idle := func(i int) bool { return plan.NeverStarts(calls, i) }
 	if c := calls[first]; !c.Released && (c.Started() || idle(first)) {
 		plan.Release = first
 	}
@@ -111,6 +105,15 @@ func PlanTurn(calls []TurnCall, maxParallel int, classify func(i int) Mode) Plan
 		plan.Release = first
 	}
 	return plan
+}
+
+// NeverStarts reports whether call i of calls (as given to PlanTurn) never
+// starts: refused (now or before), or settled without starting. It needs
+// no admission: it is released when first in line, and it is no barrier
+// for the calls after it.
+func (p Plan) NeverStarts(calls []TurnCall, i int) bool {
+	c := calls[i]
+	return c.Mode == "" && (c.Refused || c.BodyDone() || slices.Contains(p.Refuse, i))
 }
 
 // refused lists the calls before the latest started call in model order

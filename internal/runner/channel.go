@@ -40,7 +40,7 @@ const (
 	// EnvManagerKey holds the manager's public key (hex) in the pod.
 	EnvManagerKey = "TOOLGATE_MANAGER_KEY"
 
-	helloPrefix     = "TOOLGATE-CHANNEL/1 "
+	helloPrefix     = greetingFamily + channelVersion + " "
 	requestPrefix   = "TOOLGATE-REQUEST/1 "
 	refusalPrefix   = "TOOLGATE-REFUSED/1 "
 	subcallPrefix   = "TOOLGATE-SUBCALL/1 "
@@ -98,9 +98,12 @@ var ErrRefused = errors.New("runner: the request was refused")
 // manager hands it nothing.
 var ErrProtocol = errors.New("runner: another channel protocol")
 
-// greetingFamily is the greeting's prefix without its version: the number
-// after it changes with any incompatible change of the channel.
-const greetingFamily = "TOOLGATE-CHANNEL/"
+// The greeting is greetingFamily, then channelVersion: the version changes
+// with any incompatible change of the channel.
+const (
+	greetingFamily = "TOOLGATE-CHANNEL/"
+	channelVersion = "1"
+)
 
 // NewManagerKey makes the manager's channel key.
 func NewManagerKey() (*ecdh.PrivateKey, error) { return ecdh.X25519().GenerateKey(rand.Reader) }
@@ -410,8 +413,7 @@ func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request, sub func(SubCall
 	if !strings.HasPrefix(line, helloPrefix) {
 		if version, ok := strings.CutPrefix(line, greetingFamily); ok {
 			version, _, _ = strings.Cut(version, " ")
-			return nil, nil, fmt.Errorf("%w: the runner speaks version %q, this manager %q", ErrProtocol,
-				textutil.Truncate(version, 16), strings.TrimSuffix(strings.TrimPrefix(helloPrefix, greetingFamily), " "))
+			return nil, nil, fmt.Errorf("%w: the runner speaks version %q, this manager %q", ErrProtocol, textutil.Truncate(version, 16), channelVersion)
 		}
 		return nil, nil, errors.New("runner: no greeting")
 	}

@@ -95,76 +95,81 @@ func (t *Turn) Results(ctx context.Context) iter.Seq2[Result, error] {
 			}
 			return true
 		}
-		selector := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.sessionRef.name", t.s.Name)}
-		for next < len(done) {
-			list := &toolgatev1alpha1.ToolCallList{}
-			if err := t.s.c.c.List(ctx, list, client.InNamespace(t.s.Namespace), selector); err != nil {
-				yield(Result{}, err)
-				return
-			}
+		list := &toolgatev1alpha1.ToolCallList{}
+		opts := []client.ListOption{client.InNamespace(t.s.Namespace),
+			client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.sessionRef.name", t.s.Name)}}
+		err := observe(ctx, t.s.c.c, list, opts, func() (bool, error) {
 			present := map[string]bool{}
 			for i := range list.Items {
 				present[list.Items[i].Name] = true
 				record(&list.Items[i])
 			}
 			if !emit() {
-				return
+				return true, nil
 			}
 			for i := next; i < len(done); i++ {
 				if done[i] == nil && !present[t.Names[i]] {
-					yield(Result{}, ErrDeleted)
-					return
+					return true, ErrDeleted
 				}
 			}
-			if next == len(done) {
-				return
+			return next == len(done), nil
+		}, func(ev watch.Event) (bool, error) {
+			tc, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
+			if !isCall {
+				return false, nil
 			}
-			w, err := t.s.c.c.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(t.s.Namespace), selector,
-				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
-			if err != nil {
-				yield(Result{}, err)
-				return
+			record(tc)
+			if ev.Type == watch.Deleted && t.owns(tc) && int(tc.Spec.Index) >= next {
+				if _, ok := final(tc); !ok {
+					return true, ErrDeleted
+				}
 			}
-			stop, err := t.follow(ctx, w, record, emit, len(done), &next)
-			w.Stop()
-			if err != nil {
-				yield(Result{}, err)
-				return
-			}
-			if stop {
-				return
-			}
-			// The watch ended: list again and watch from there.
+			return !emit() || next == len(done), nil
+		})
+		if err != nil {
+			yield(Result{}, err)
 		}
 	}
 }
 
-// follow reads one watch until every result is out or the consumer stopped
-// (true), the watch ends (false, nil), or an error.
-func (t *Turn) follow(ctx context.Context, w watch.Interface, record func(*toolgatev1alpha1.ToolCall), emit func() bool, total int, next *int) (bool, error) {
+// observe lists into list and then watches from the list's version: it
+// asks listed after each list, and seen for each event, until either says
+// done (or fails). A watch the API server ends is listed and watched
+// again. It never polls.
+func observe(ctx context.Context, c client.WithWatch, list client.ObjectList, opts []client.ListOption, listed func() (bool, error), seen func(watch.Event) (bool, error)) error {
+	for {
+		if err := c.List(ctx, list, opts...); err != nil {
+			return err
+		}
+		if done, err := listed(); done || err != nil {
+			return err
+		}
+		w, err := c.Watch(ctx, list, append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion()}})...)
+		if err != nil {
+			return err
+		}
+		done, err := drain(ctx, w, seen)
+		w.Stop()
+		if done || err != nil {
+			return err
+		}
+		// The watch ended: list again and watch from there.
+	}
+}
+
+// drain hands seen each event of one watch until seen is done (true), the
+// watch ends (false, nil), or the context does.
+func drain(ctx context.Context, w watch.Interface, seen func(watch.Event) (bool, error)) (bool, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return true, ctx.Err()
 		case ev, ok := <-w.ResultChan():
 			if !ok || ev.Type == watch.Error {
 				return false, nil
 			}
-			tc, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
-			if !isCall {
-				continue
-			}
-			record(tc)
-			if ev.Type == watch.Deleted && t.owns(tc) && int(tc.Spec.Index) >= *next {
-				if _, ok := final(tc); !ok {
-					return false, ErrDeleted
-				}
-			}
-			if !emit() {
-				return true, nil
-			}
-			if *next == total {
-				return true, nil
+			if done, err := seen(ev); done || err != nil {
+				return true, err
 			}
 		}
 	}
@@ -207,55 +212,29 @@ var ErrContextsReplaced = errors.New("a later turn completed first; the session 
 // complete shortly after its last call commits, so right after Results it
 // may still hold the turn before: Contexts waits for it, by watch.
 func (t *Turn) Contexts(ctx context.Context) ([]toolgatev1alpha1.SessionContext, error) {
-	selector := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", t.s.Name)}
-	for {
-		list := &toolgatev1alpha1.AgentSessionList{}
-		if err := t.s.c.c.List(ctx, list, client.InNamespace(t.s.Namespace), selector); err != nil {
-			return nil, err
-		}
+	gone := fmt.Errorf("agentsession %s/%s is gone", t.s.Namespace, t.s.Name)
+	list := &toolgatev1alpha1.AgentSessionList{}
+	opts := []client.ListOption{client.InNamespace(t.s.Namespace),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", t.s.Name)}}
+	var contexts []toolgatev1alpha1.SessionContext
+	err := observe(ctx, t.s.c.c, list, opts, func() (done bool, err error) {
 		if len(list.Items) == 0 {
-			return nil, fmt.Errorf("agentsession %s/%s is gone", t.s.Namespace, t.s.Name)
+			return true, gone
 		}
-		if contexts, done, err := t.released(&list.Items[0]); done {
-			return contexts, err
+		contexts, done, err = t.released(&list.Items[0])
+		return done, err
+	}, func(ev watch.Event) (done bool, err error) {
+		s, isSession := ev.Object.(*toolgatev1alpha1.AgentSession)
+		switch {
+		case !isSession:
+			return false, nil
+		case ev.Type == watch.Deleted:
+			return true, gone
 		}
-		w, err := t.s.c.c.Watch(ctx, &toolgatev1alpha1.AgentSessionList{}, client.InNamespace(t.s.Namespace), selector,
-			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
-		if err != nil {
-			return nil, err
-		}
-		contexts, done, err := t.awaitRelease(ctx, w)
-		w.Stop()
-		if done {
-			return contexts, err
-		}
-		// The watch ended: list again and watch from there.
-	}
-}
-
-// awaitRelease reads one watch of the session until the turn's contexts
-// are out (done), or the watch ends (not done).
-func (t *Turn) awaitRelease(ctx context.Context, w watch.Interface) ([]toolgatev1alpha1.SessionContext, bool, error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, true, ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok || ev.Type == watch.Error {
-				return nil, false, nil
-			}
-			s, isSession := ev.Object.(*toolgatev1alpha1.AgentSession)
-			if !isSession {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				return nil, true, fmt.Errorf("agentsession %s/%s is gone", t.s.Namespace, t.s.Name)
-			}
-			if contexts, done, err := t.released(s); done {
-				return contexts, true, err
-			}
-		}
-	}
+		contexts, done, err = t.released(s)
+		return done, err
+	})
+	return contexts, err
 }
 
 // released returns the turn's contexts once the session recorded the turn

@@ -191,12 +191,14 @@ func failureOf(pod *corev1.Pod) error {
 				return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot start: "+w.Reason)
 			}
 		}
-		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
-			return pipeline.Fail(pipeline.CodeSandboxOOMKilled, "the tool exceeded its memory limit")
-		}
-		if t := cs.State.Terminated; t != nil && (t.Reason == "StartError" || t.Reason == "ContainerCannotRun") {
-			// For instance a runnerPath the tool image does not hold.
-			return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's container could not start: "+textutil.OneLine(t.Message, 300))
+		if t := cs.State.Terminated; t != nil {
+			switch t.Reason {
+			case "OOMKilled":
+				return pipeline.Fail(pipeline.CodeSandboxOOMKilled, "the tool exceeded its memory limit")
+			case "StartError", "ContainerCannotRun":
+				// For instance a runnerPath the tool image does not hold.
+				return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's container could not start: "+textutil.OneLine(t.Message, 300))
+			}
 		}
 	}
 	if !pod.DeletionTimestamp.IsZero() {

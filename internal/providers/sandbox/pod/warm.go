@@ -315,22 +315,18 @@ func (p *Provider) sweep(ctx context.Context) {
 		key := poolKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[LabelSession]}, pod.Labels[LabelTemplate])
 		pl := active[key]
 		age := now.Sub(pod.CreationTimestamp.Time)
-		if ended(pod) {
-			// It can never be claimed. No pod starts in its place here: the
-			// next call of its kind refills the pool, so a kind whose pods
-			// cannot start does not churn.
-			if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
-				log.Log.Error(err, "warm pod not released", "pod", pod.Name)
-			}
+		// An ended pod can never be claimed. None starts in its place here:
+		// the next call of its kind refills the pool, so a kind whose pods
+		// cannot start does not churn.
+		gone := ended(pod)
+		if release := gone || (pl == nil && age > WarmIdle) || age > warmMaxAge; !release {
 			continue
 		}
-		if (pl == nil && age > WarmIdle) || age > warmMaxAge {
-			if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
-				log.Log.Error(err, "warm pod not released", "pod", pod.Name)
-			}
-			if pl != nil {
-				refill[key] = pl
-			}
+		if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
+			log.Log.Error(err, "warm pod not released", "pod", pod.Name)
+		}
+		if pl != nil && !gone {
+			refill[key] = pl
 		}
 	}
 	for _, pl := range refill {
