@@ -126,6 +126,10 @@ type bench struct {
 	mu      sync.Mutex
 	done    map[string]commit // namespace/name → its commit, first seen
 	work    string
+	// last is the calls of the last sessionRun, and when their submission
+	// began: what hops profiles.
+	last      []*toolgatev1alpha1.ToolCall
+	lastStart time.Time
 
 	stopManager func()
 	restartWith func() error
@@ -225,6 +229,9 @@ func run(oneSession, sessions, long, workers, ttl, restarts int) error {
 		return err
 	}
 	report("one session", oneSession, took, w0, r0, c0)
+	if err := b.hops(10); err != nil {
+		return err
+	}
 
 	w0, r0, c0 = counters()
 	took, err = b.sessionRun("many", sessions, 20, "echo", 10)
@@ -233,13 +240,14 @@ func run(oneSession, sessions, long, workers, ttl, restarts int) error {
 	}
 	report(fmt.Sprintf("%d sessions", sessions), sessions*20, took, w0, r0, c0)
 
-	start := time.Now()
 	took, err = b.sessionRun("makespan", 1, 50, "nap", 50)
 	if err != nil {
 		return err
 	}
-	_ = start
 	fmt.Printf("makespan: one turn of 50 calls of 200 ms at maxParallel 10: %.2f s (ideal 1.00 s; ratio %.2f)\n", took.Seconds(), took.Seconds())
+	if err := b.hops(10); err != nil {
+		return err
+	}
 
 	if long > 0 {
 		return b.sustained(long, ttl, restarts)
@@ -373,7 +381,7 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
 				b.mu.Lock()
 				if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
-					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome, code: strings.TrimSpace(tc.Status.Result.ErrorCode + " " + tc.Status.Result.Message), seq: *tc.Status.Schedule.CommitSequence}
+					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome, code: strings.TrimSpace(tc.Status.Result.ErrorCode + " " + tc.Status.Result.Message + trail(tc)), seq: *tc.Status.Schedule.CommitSequence}
 				}
 				b.mu.Unlock()
 			}
@@ -490,10 +498,65 @@ func (b *bench) sessionRun(prefix string, n, perSession int, tool string, turnSi
 		return 0, err
 	}
 	start := time.Now()
+	b.last, b.lastStart = calls, start
 	if err := b.submit(calls); err != nil {
 		return 0, err
 	}
 	return b.waitCommitted(calls, start, 5*time.Minute)
+}
+
+// hops profiles the last sessionRun of one session, where a session's rate
+// is bound by latency: the calls of a turn are admitted one after another
+// (each once the previous one's pre-execute decision is durable and seen)
+// and commit one after another. It prints the p50 of each hop: admission
+// (dispatch to the next dispatch; the API's startTime, to the
+// microsecond), commit (commit to the next, as this process's watch saw
+// them), a pool slot (the commit that frees it to the next dispatch), a
+// turn (its last commit to the next turn's first dispatch), and the time
+// the submission took.
+func (b *bench) hops(maxParallel int) error {
+	calls := b.last
+	dispatched := make([]time.Time, len(calls))
+	for i, tc := range calls {
+		got := &toolgatev1alpha1.ToolCall{}
+		if err := b.c.Get(b.ctx, client.ObjectKeyFromObject(tc), got); err != nil {
+			return err
+		}
+		if got.Status.StartTime == nil {
+			return fmt.Errorf("call %s: no startTime", tc.Name)
+		}
+		dispatched[i] = got.Status.StartTime.Time
+	}
+	b.mu.Lock()
+	committedAt := make([]time.Time, len(calls))
+	for i, tc := range calls {
+		committedAt[i] = b.done[tc.Namespace+"/"+tc.Name].at
+	}
+	b.mu.Unlock()
+	var admit, commit, slot, turn []time.Duration
+	for i := 1; i < len(calls); i++ {
+		c, prev := calls[i], calls[i-1]
+		if c.Spec.Turn != prev.Spec.Turn {
+			turn = append(turn, dispatched[i].Sub(committedAt[i-1]))
+			continue
+		}
+		commit = append(commit, committedAt[i].Sub(committedAt[i-1]))
+		if int(c.Spec.Index) < maxParallel {
+			admit = append(admit, dispatched[i].Sub(dispatched[i-1]))
+		} else {
+			slot = append(slot, dispatched[i].Sub(committedAt[i-maxParallel]))
+		}
+	}
+	p50 := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return "-"
+		}
+		slices.Sort(ds)
+		return fmt.Sprintf("%.1f ms", float64(ds[len(ds)/2])/float64(time.Millisecond))
+	}
+	fmt.Printf("  hops (p50): admission %s, commit %s, pool slot %s, turn %s; first dispatch %.0f ms after the submission began\n",
+		p50(admit), p50(commit), p50(slot), p50(turn), float64(slices.MinFunc(dispatched, func(a, b time.Time) int { return a.Compare(b) }).Sub(b.lastStart))/float64(time.Millisecond))
+	return nil
 }
 
 // waitReady waits until the profile and n sessions are Ready.
@@ -567,6 +630,24 @@ func (b *bench) waitCommitted(calls []*toolgatev1alpha1.ToolCall, start time.Tim
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// trail is the boundaries a call that did not succeed crossed, each with
+// its time, to find the first that diverged; empty for a success.
+func trail(tc *toolgatev1alpha1.ToolCall) string {
+	if tc.Status.Result.Outcome == toolgatev1alpha1.OutcomeSucceeded {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "; attempt %d, created %s:", tc.Status.Attempt, tc.CreationTimestamp.Format("15:04:05"))
+	for _, r := range tc.Status.Stages {
+		fmt.Fprintf(&b, " %s/%s", r.Stage, r.Verdict)
+		if r.Reason != "" {
+			fmt.Fprintf(&b, "(%s)", r.Reason)
+		}
+		fmt.Fprintf(&b, "@%s", r.Time.Format("15:04:05"))
+	}
+	return b.String()
 }
 
 // checkOutcomes fails the run when a call did not succeed: a figure for

@@ -11,11 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -311,10 +313,28 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&toolgatev1alpha1.AgentSession{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Owns(&corev1.PersistentVolumeClaim{}).
-		Watches(&toolgatev1alpha1.ToolCall{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			tc := o.(*toolgatev1alpha1.ToolCall)
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}}}
-		})).
+		Watches(&toolgatev1alpha1.ToolCall{}, handler.Funcs{
+			CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				if r.onlyCounts(ctx, e.Object) {
+					q.AddAfter(sessionOf(e.Object), countsDelay)
+					return
+				}
+				q.Add(sessionOf(e.Object))
+			},
+			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				if r.onlyCounts(ctx, e.ObjectNew) {
+					q.AddAfter(sessionOf(e.ObjectNew), countsDelay)
+					return
+				}
+				q.Add(sessionOf(e.ObjectNew))
+			},
+			DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				q.Add(sessionOf(e.Object))
+			},
+			GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				q.Add(sessionOf(e.Object))
+			},
+		}).
 		Watches(&toolgatev1alpha1.ToolProfile{}, handler.EnqueueRequestsFromMapFunc(r.sessionsOfProfile)).
 		Named("agentsession").
 		Complete(r)
@@ -330,4 +350,44 @@ func (r *AgentSessionReconciler) sessionsOfProfile(ctx context.Context, o client
 		out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)}
 	}
 	return out
+}
+
+// countsDelay is how long the session waits to record what changes only
+// its counts and cursor: the calls of a turn created and committed within
+// it cost the session one status write, not one each.
+const countsDelay = 2 * time.Second
+
+// sessionOf is the request of a call's session.
+func sessionOf(o client.Object) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*toolgatev1alpha1.ToolCall).Spec.SessionRef.Name}}
+}
+
+// onlyCounts reports whether the session, reconciled after this call's
+// event, would only record counts and its cursor: no call to write (a
+// refusal, a nested call's admission, the release of a call that never
+// starts), no turn newly complete (its contexts are released, and the
+// agent waits for them), and the session is not being deleted. The calls
+// in flight admit and release themselves meanwhile.
+func (r *AgentSessionReconciler) onlyCounts(ctx context.Context, o client.Object) bool {
+	tc := o.(*toolgatev1alpha1.ToolCall)
+	session := &toolgatev1alpha1.AgentSession{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil || !session.DeletionTimestamp.IsZero() {
+		return false
+	}
+	items, err := cachedCalls(ctx, r.Client, tc.Namespace, tc.Spec.SessionRef.Name)
+	if err != nil {
+		return false
+	}
+	all := make([]*toolgatev1alpha1.ToolCall, len(items))
+	for i := range items {
+		all[i] = &items[i] // read only: the cache's own objects
+	}
+	sortModelOrder(all)
+	calls, work := scheduleWork(session, all)
+	if len(work) > 0 {
+		return false
+	}
+	through := session.Status.CommittedTurn
+	setSessionStatus(session, calls) // the session is this function's copy
+	return session.Status.CommittedTurn == through
 }

@@ -57,55 +57,76 @@ func turnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
 // admits nested calls. Each call gets at most one write. It returns the
 // calls in the log, in model order.
 func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall) ([]*toolgatev1alpha1.ToolCall, error) {
+	calls, work := scheduleWork(s, all)
+	for _, w := range work {
+		switch {
+		case w.refusal != "":
+			log.FromContext(ctx).Info("call refused", "call", w.call.Name, "code", w.refusal)
+		case w.nested:
+			log.FromContext(ctx).V(1).Info("nested call admitted", "call", w.call.Name)
+		}
+		if err := r.patchSchedule(ctx, w.call, w.edits); err != nil {
+			return nil, err
+		}
+	}
+	return calls, nil
+}
+
+// callWork is what the session writes on one call: its edits, and what
+// they are for the log.
+type callWork struct {
+	call    *toolgatev1alpha1.ToolCall
+	edits   []func(*toolgatev1alpha1.CallSchedule)
+	refusal string // the call is refused with this code
+	nested  bool   // a nested call is admitted
+}
+
+// scheduleWork is schedule's decision, without writing it: the calls in
+// the log in model order, and the writes on calls, in the order they are
+// made.
+func scheduleWork(s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall) ([]*toolgatev1alpha1.ToolCall, []callWork) {
 	calls, nested, out := screen(s.Spec.Owner, all)
+	var work []callWork
 	for _, c := range all { // in model order
 		if code := out[c]; code != "" && c.Status.Schedule.Refusal != code {
-			log.FromContext(ctx).Info("call refused", "call", c.Name, "code", code)
-			if err := r.patchSchedule(ctx, c, []func(*toolgatev1alpha1.CallSchedule){func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = code }}); err != nil {
-				return nil, err
-			}
+			work = append(work, callWork{call: c, refusal: code, edits: []func(*toolgatev1alpha1.CallSchedule){
+				func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = code }}})
 		}
 	}
 	for _, c := range nested {
 		if c.Status.Schedule.ExecutionMode == "" {
 			// Within its parent's slot: it starts and may settle at once.
-			log.FromContext(ctx).V(1).Info("nested call admitted", "call", c.Name)
-			if err := r.patchSchedule(ctx, c, []func(*toolgatev1alpha1.CallSchedule){func(sch *toolgatev1alpha1.CallSchedule) {
-				sch.ExecutionMode, sch.Released = toolgatev1alpha1.ModeParallel, true
-			}}); err != nil {
-				return nil, err
-			}
+			work = append(work, callWork{call: c, nested: true, edits: []func(*toolgatev1alpha1.CallSchedule){
+				func(sch *toolgatev1alpha1.CallSchedule) {
+					sch.ExecutionMode, sch.Released = toolgatev1alpha1.ModeParallel, true
+				}}})
 		}
 	}
 	// Calls admit themselves (admitSelf), each classified just before it
 	// starts; the plan is asked here for refusals and releases only.
 	view := planView(calls, completeThrough(s))
 	plan := planOf(s, view, func(int) pipeline.Mode { return pipeline.Exclusive })
-	edits := map[int][]func(*toolgatev1alpha1.CallSchedule){}
-	for _, i := range plan.Refuse {
-		log.FromContext(ctx).Info("call refused", "call", calls[i].Name, "code", pipeline.CodeTurnClosed)
-		edits[i] = append(edits[i], func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = string(pipeline.CodeTurnClosed) })
-	}
-	if i := plan.Release; i >= 0 && (plan.NeverStarts(view, i) || !s.DeletionTimestamp.IsZero()) {
-		// A call that starts is released by itself: the first of a turn
-		// with its admission (admitSelf), any other once its body is done
-		// (releaseSelf), its place written with its result, which saves
-		// this write and a round trip. The session releases the calls that
-		// never start, and every call of a session being deleted.
-		seq := nextPlace(s, calls)
-		edits[i] = append(edits[i], func(sch *toolgatev1alpha1.CallSchedule) {
-			sch.Released, sch.CommitSequence = true, &seq
-		})
-	}
 	for i := range calls { // in model order
-		if len(edits[i]) == 0 {
-			continue
+		w := callWork{call: calls[i]}
+		if slices.Contains(plan.Refuse, i) {
+			w.refusal = string(pipeline.CodeTurnClosed)
+			w.edits = append(w.edits, func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = string(pipeline.CodeTurnClosed) })
 		}
-		if err := r.patchSchedule(ctx, calls[i], edits[i]); err != nil {
-			return nil, err
+		if i == plan.Release && (plan.NeverStarts(view, i) || !s.DeletionTimestamp.IsZero()) {
+			// A call that starts is released by itself: the first of a
+			// turn with its admission (admitSelf), any other once its body
+			// is done (releaseSelf), its place written with its result,
+			// which saves this write and a round trip. The session
+			// releases the calls that never start, and every call of a
+			// session being deleted.
+			seq := nextPlace(s, calls)
+			w.edits = append(w.edits, func(sch *toolgatev1alpha1.CallSchedule) { sch.Released, sch.CommitSequence = true, &seq })
+		}
+		if len(w.edits) > 0 {
+			work = append(work, w)
 		}
 	}
-	return calls, nil
+	return calls, work
 }
 
 // planOf is the plan of the calls in the session's log (in model order,

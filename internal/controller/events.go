@@ -21,8 +21,8 @@ import (
 // derived from what it reports, so a second manager (or this one after a
 // restart) finds it exists and creates nothing.
 const (
-	// EventSettled (Normal on success, Warning otherwise), on a ToolCall:
-	// the call's outcome and code.
+	// EventSettled (Warning), on a ToolCall that did not succeed: the
+	// call's outcome and code. A success has none (the metrics count it).
 	EventSettled = "Settled"
 	// EventApprovalRequested (Normal), on a ToolCall: a person is asked;
 	// the note names the ApprovalRequest to decide.

@@ -59,7 +59,11 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 		}
 		workLeft = !gone
 	}
-	r.announce(ctx, tc, durableSettlement(tc.Status.Result))
+	if tc.Status.Result.Outcome != toolgatev1alpha1.OutcomeSucceeded {
+		// A success was counted live, before its result was written, and
+		// has no Event whose loss this would make up for.
+		r.announce(ctx, tc, durableSettlement(tc.Status.Result))
+	}
 	if deleting(tc) {
 		return r.letGo(ctx, s, workLeft)
 	}
@@ -653,7 +657,8 @@ func durableSettlement(res *toolgatev1alpha1.ToolCallResult) settlement {
 // announceLive is the live tools/result of the seed: once the observe stage
 // has run, the frozen outcome is announced before the durable result is
 // written. A crash between the two repeats the stages from the last
-// boundary, and the Event, named after the call, is not created twice.
+// boundary, and a failure's Event, named after the call, is not created
+// twice.
 func (r *ToolCallReconciler) announceLive(ctx context.Context, s *callScope) {
 	if s.st.Next != pipeline.StageResult || s.st.Result == nil {
 		return
@@ -662,15 +667,19 @@ func (r *ToolCallReconciler) announceLive(ctx context.Context, s *callScope) {
 	r.announce(ctx, s.tc, settlement{outcome: toolgatev1alpha1.Outcome(res.Outcome), code: string(res.Code), at: r.Clock.Now()})
 }
 
-// announce emits the call's Settled Event and counts it in the metrics,
-// once per outcome: the Event's name is derived from the call and the
-// outcome, so a second manager (or this one after a restart) finds it
-// already exists and counts nothing. Only when a crash between the live
-// and the durable result loses the body's work (the process sandbox, a pod
-// deleted by someone else) can the durable outcome differ from the live
-// one; it then gets its own Event.
+// announce counts the call's outcome in the metrics and, for an outcome
+// other than success, emits its Settled Event (Warning): someone may act
+// on a failure, nobody on a success, which would cost a write per call.
+// A failure is counted once per outcome: the Event's name is derived from
+// the call and the outcome, so a second manager (or this one after a
+// restart) finds it already exists and counts nothing. A success is
+// counted once per process; only a crash between the live and the durable
+// result lets the next process count it again. Only when such a crash
+// loses the body's work (the process sandbox, a pod deleted by someone
+// else) can the durable outcome differ from the live one; it is then
+// announced too.
 // Events are for people and the result does not depend on one: a failure
-// is logged, and the metrics still count the call.
+// to create one is logged, and the metrics still count the call.
 func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.ToolCall, res settlement) {
 	key := client.ObjectKeyFromObject(tc)
 	if uid, done := r.announced.Load(key); done && uid == tc.UID {
@@ -680,12 +689,8 @@ func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.
 		r.announced.Store(key, tc.UID)
 		return
 	}
-	kind := corev1.EventTypeNormal
-	if res.outcome != toolgatev1alpha1.OutcomeSucceeded {
-		kind = corev1.EventTypeWarning
-	}
-	if emit(ctx, r.Client, r.Clock.Now(), regardingCall(tc), eventName(tc, strings.ToLower(string(res.outcome))), kind, EventSettled, "Settle",
-		fmt.Sprintf("outcome %s, code %s", res.outcome, orNone(res.code))) {
+	if res.outcome == toolgatev1alpha1.OutcomeSucceeded || emit(ctx, r.Client, r.Clock.Now(), regardingCall(tc), eventName(tc, strings.ToLower(string(res.outcome))),
+		corev1.EventTypeWarning, EventSettled, "Settle", fmt.Sprintf("outcome %s, code %s", res.outcome, orNone(res.code))) {
 		callsSettled.WithLabelValues(toolLabel(tc), string(res.outcome), orNone(res.code)).Inc()
 		callDuration.WithLabelValues(string(res.outcome)).Observe(res.at.Sub(tc.CreationTimestamp.Time).Seconds())
 	}

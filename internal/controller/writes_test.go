@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -128,6 +129,30 @@ var _ = Describe("API writes", Ordered, func() {
 			Expect(versions[name][0].Finalizers).To(ConsistOf(callFinalizer))
 			Expect(len(versions[name])).To(BeNumerically("<=", 3), "versions of %s: %s", name, stageTraces(versions[name]))
 		}
+	})
+
+	It("the session records a turn's commits together, not one status write per call, and the turn's completion at once", func() {
+		Eventually(func(g Gomega) {
+			g.Expect(session(ns).Status.CommittedTurn).To(Equal(int64(0)))
+		}).Should(Succeed())
+		before := sessionPatches.Load()
+		const size = 8
+		for i := range size {
+			submit(ns, fmt.Sprintf("t1-c%d", i), "echo", `{"text":"hello"}`, 1, int32(i), size)
+		}
+		for i := range size {
+			Expect(*committedCall(ns, fmt.Sprintf("t1-c%d", i)).Status.Schedule.CommitSequence).To(Equal(int64(3 + i)))
+		}
+		Eventually(func(g Gomega) {
+			st := session(ns).Status
+			g.Expect(st.CommittedTurn).To(Equal(int64(1)))
+			g.Expect(st.NextSequence).To(Equal(int64(3 + size)))
+			g.Expect(st.Counts.Succeeded).To(Equal(int64(3 + size)))
+		}).Should(Succeed())
+		// The turn's start and its completion; the commits before the
+		// last only change counts and are recorded with it (one write per
+		// commit before: 9 or more here).
+		Consistently(sessionPatches.Load, countsDelay+200*time.Millisecond).Should(BeNumerically("<=", before+4))
 	})
 })
 
