@@ -4,6 +4,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -164,5 +165,13 @@ func TestCheckRefs(t *testing.T) {
 	p.stages = p.stages[:1]
 	if err := checkRefs(p, refs); err == nil || !strings.Contains(err.Error(), "names stage manager, which is not defined") {
 		t.Errorf("a missing stage: %v", err)
+	}
+}
+
+func TestTheUsersBuildSettingsDoNotReachTheBuild(t *testing.T) {
+	got := buildEnv([]string{"PATH=/usr/bin", "GOFLAGS=-tags=netgo", "GOAMD64=v3", "GOPROXY=https://proxy.example", "GOEXPERIMENT=arenas", "HOME=/root"})
+	want := []string{"PATH=/usr/bin", "GOPROXY=https://proxy.example", "HOME=/root"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("build environment %q, want %q: the Dockerfile's golang image sets no GOFLAGS, GOAMD64 or GOEXPERIMENT", got, want)
 	}
 }

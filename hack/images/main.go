@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -91,9 +92,27 @@ func main() {
 
 func execRun(dir string, env, argv []string) error {
 	c := exec.Command(argv[0], argv[1:]...)
-	c.Dir, c.Env = dir, append(os.Environ(), env...)
+	c.Dir, c.Env = dir, append(buildEnv(os.Environ()), env...)
 	c.Stdout, c.Stderr = os.Stderr, os.Stderr
 	return c.Run()
+}
+
+// changesBinary are the variables of the user's environment that would
+// make other binaries than the Dockerfile's golang image (where none is
+// set); the Dockerfile's own are added after.
+var changesBinary = []string{"GOFLAGS", "GOAMD64", "GOARM64", "GOEXPERIMENT"}
+
+// buildEnv is environ without changesBinary: the module proxy, caches and
+// toolchain stay the user's.
+func buildEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(changesBinary, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func execGoVersion(dir string) (string, error) {

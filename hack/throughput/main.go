@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -69,7 +70,19 @@ func main() {
 	logFile := flag.String("log", "", "write the manager's log to this file")
 	restarts := flag.Int("restarts", 0, "the sustained run restarts the manager this many times, evenly through the run (a crash: the process sandbox's bodies die with it)")
 	ttl := flag.Int("ttl", -1, "the sustained run's sessions delete committed calls this many seconds after their turn completes (spec.ttlSecondsAfterCommit; -1: keep them)")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the manager and the bench; not the API server's) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "throughput:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var logTo io.Writer = discard{}
 	if *logFile != "" {
 		f, err := os.Create(*logFile)
@@ -82,16 +95,22 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logTo)))
 	if err := run(*oneSession, *sessions, *long, *workers, *ttl, *restarts); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
 }
 
 // writes counts the manager's write requests by the transport.
-type writes struct{ requests, conflicts atomic.Int64 }
+type writes struct {
+	requests, conflicts atomic.Int64
+	mu                  sync.Mutex
+	callPatches         []time.Duration // round trips of ToolCall status patches, since reset
+}
 
 func (w *writes) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		start := time.Now()
 		resp, err := rt.RoundTrip(req)
 		if req.Method != http.MethodGet {
 			w.requests.Add(1)
@@ -99,8 +118,23 @@ func (w *writes) wrap(rt http.RoundTripper) http.RoundTripper {
 				w.conflicts.Add(1)
 			}
 		}
+		if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/toolcalls/") && strings.HasSuffix(req.URL.Path, "/status") {
+			w.mu.Lock()
+			w.callPatches = append(w.callPatches, time.Since(start))
+			w.mu.Unlock()
+		}
 		return resp, err
 	})
+}
+
+// patchRoundTrips returns the round trips of ToolCall status patches since
+// the last call, and forgets them.
+func (w *writes) patchRoundTrips() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.callPatches
+	w.callPatches = nil
+	return out
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -499,6 +533,7 @@ func (b *bench) sessionRun(prefix string, n, perSession int, tool string, turnSi
 	}
 	start := time.Now()
 	b.last, b.lastStart = calls, start
+	b.mgr.patchRoundTrips()
 	if err := b.submit(calls); err != nil {
 		return 0, err
 	}
@@ -512,8 +547,9 @@ func (b *bench) sessionRun(prefix string, n, perSession int, tool string, turnSi
 // (dispatch to the next dispatch; the API's startTime, to the
 // microsecond), commit (commit to the next, as this process's watch saw
 // them), a pool slot (the commit that frees it to the next dispatch), a
-// turn (its last commit to the next turn's first dispatch), and the time
-// the submission took.
+// turn (its last commit to the next turn's first dispatch), the round trip
+// of the manager's ToolCall status patches (the write in each hop), and
+// when the first dispatch came.
 func (b *bench) hops(maxParallel int) error {
 	calls := b.last
 	dispatched := make([]time.Time, len(calls))
@@ -554,8 +590,8 @@ func (b *bench) hops(maxParallel int) error {
 		slices.Sort(ds)
 		return fmt.Sprintf("%.1f ms", float64(ds[len(ds)/2])/float64(time.Millisecond))
 	}
-	fmt.Printf("  hops (p50): admission %s, commit %s, pool slot %s, turn %s; first dispatch %.0f ms after the submission began\n",
-		p50(admit), p50(commit), p50(slot), p50(turn), float64(slices.MinFunc(dispatched, func(a, b time.Time) int { return a.Compare(b) }).Sub(b.lastStart))/float64(time.Millisecond))
+	fmt.Printf("  hops (p50): admission %s, commit %s, pool slot %s, turn %s; a ToolCall status patch's round trip %s; first dispatch %.0f ms after the submission began\n",
+		p50(admit), p50(commit), p50(slot), p50(turn), p50(b.mgr.patchRoundTrips()), float64(slices.MinFunc(dispatched, func(a, b time.Time) int { return a.Compare(b) }).Sub(b.lastStart))/float64(time.Millisecond))
 	return nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
 // ownWrites remembers, per call, the resourceVersions this process's own
@@ -14,9 +16,15 @@ import (
 // the watch has delivered the dispatch write): stepping from that state
 // would redo work and fail on the optimistic lock. The watch event of the
 // write follows and reconciles the call.
+//
+// It also keeps the call as this process last wrote it, until the cache
+// shows that write: the calls after it in its session plan from it
+// (current), so the next in line starts or commits as soon as the write
+// is durable, not once its watch event has come back.
 type ownWrites struct {
 	mu       sync.Mutex
 	replaced map[types.NamespacedName][]string
+	written  map[types.NamespacedName]*toolgatev1alpha1.ToolCall
 }
 
 // wrote records that a write replaced version rv of the call.
@@ -27,6 +35,34 @@ func (o *ownWrites) wrote(key types.NamespacedName, rv string) {
 		o.replaced = map[types.NamespacedName][]string{}
 	}
 	o.replaced[key] = append(o.replaced[key], rv)
+	delete(o.written, key) // what was kept is older than this write
+}
+
+// wroteCall records a status write that replaced version rv of the call,
+// and keeps the call as written (the API server's answer: its own, never
+// to be changed) for current.
+func (o *ownWrites) wroteCall(rv string, written *toolgatev1alpha1.ToolCall) {
+	key := types.NamespacedName{Namespace: written.Namespace, Name: written.Name}
+	o.wrote(key, rv)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.written == nil {
+		o.written = map[types.NamespacedName]*toolgatev1alpha1.ToolCall{}
+	}
+	o.written[key] = written
+}
+
+// current is the newer of c, read from the cache, and the call as this
+// process last wrote it: the latter while the cache is behind that write.
+// Neither may be changed.
+func (o *ownWrites) current(c *toolgatev1alpha1.ToolCall) *toolgatev1alpha1.ToolCall {
+	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if w := o.written[key]; w != nil && w.UID == c.UID && slices.Contains(o.replaced[key], c.ResourceVersion) {
+		return w
+	}
+	return c
 }
 
 // behind reports whether version rv, read from the cache, is one this
@@ -39,6 +75,7 @@ func (o *ownWrites) behind(key types.NamespacedName, rv string) bool {
 		return true
 	}
 	delete(o.replaced, key)
+	delete(o.written, key)
 	return false
 }
 
@@ -47,4 +84,5 @@ func (o *ownWrites) forget(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.replaced, key)
+	delete(o.written, key)
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
 func TestOwnWritesTellACacheBehindThem(t *testing.T) {
@@ -30,5 +32,41 @@ func TestOwnWritesTellACacheBehindThem(t *testing.T) {
 	o.forget(key)
 	if o.behind(key, "3") {
 		t.Fatal("a forgotten call is behind")
+	}
+}
+
+func TestOwnWritesKeepTheCallAsWrittenWhileTheCacheIsBehind(t *testing.T) {
+	var o ownWrites
+	cached := &toolgatev1alpha1.ToolCall{}
+	cached.Namespace, cached.Name, cached.UID, cached.ResourceVersion = "ns", "c", "u1", "1"
+	if got := o.current(cached); got != cached {
+		t.Fatal("a call this process never wrote is not the cache's")
+	}
+	written := cached.DeepCopy()
+	written.ResourceVersion, written.Status.Phase = "2", toolgatev1alpha1.PhaseCommitted
+	o.wroteCall("1", written)
+	if got := o.current(cached); got != written {
+		t.Fatal("the cache is behind this process's write, and the call planned from is not the written one")
+	}
+	// Another call of the same name (deleted and created again) is not it.
+	other := cached.DeepCopy()
+	other.UID = "u2"
+	if got := o.current(other); got != other {
+		t.Fatal("the write of a call that is gone stands for another of its name")
+	}
+	// Caught up: the cache's version is the written one, or later.
+	later := written.DeepCopy()
+	later.ResourceVersion = "3"
+	if got := o.current(later); got != later {
+		t.Fatal("a cache past this process's write is not read")
+	}
+	if o.behind(types.NamespacedName{Namespace: "ns", Name: "c"}, "3") || o.current(cached) != cached {
+		t.Fatal("the written call is kept after the cache caught up")
+	}
+	// A later write of another kind (the finalizer) drops what was kept.
+	o.wroteCall("1", written)
+	o.wrote(types.NamespacedName{Namespace: "ns", Name: "c"}, "2")
+	if got := o.current(cached); got != cached {
+		t.Fatal("a call kept from before a later write stands for it")
 	}
 }

@@ -413,15 +413,21 @@ func (r *ToolCallReconciler) releaseSelf(ctx context.Context, s *callScope) (boo
 }
 
 // planOfSelf is the session's plan as the call's reconcile sees it: the
-// session's calls in its log from the cache, this call's place among them
+// session's calls in its log from the cache (not copied: read only), this
+// call's place among them
 // (-1 when it has none) with its stage as this reconcile knows it (ahead of
 // the cache), and planOf's answer; classify is asked of call i given this
 // call's place me.
 func (r *ToolCallReconciler) planOfSelf(ctx context.Context, s *callScope, classify func(i, me int) pipeline.Mode) (int, []*toolgatev1alpha1.ToolCall, pipeline.Plan, error) {
-	all, err := sessionCalls(ctx, r.Client, s.session)
+	items, err := cachedCalls(ctx, r.Client, s.session.Namespace, s.session.Name)
 	if err != nil {
 		return -1, nil, pipeline.Plan{}, fmt.Errorf("listing the session's calls: %w", err)
 	}
+	all := make([]*toolgatev1alpha1.ToolCall, len(items))
+	for i := range items {
+		all[i] = r.own.current(&items[i]) // this process's writes the cache has not shown yet
+	}
+	sortModelOrder(all)
 	calls, _, _ := screen(s.session.Spec.Owner, all)
 	me := slices.IndexFunc(calls, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == s.tc.UID })
 	if me < 0 {
@@ -565,11 +571,38 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	if err := r.Client.Status().Patch(ctx, tc, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing the call's status: %w", err)
 	}
-	r.own.wrote(client.ObjectKeyFromObject(tc), s.base.ResourceVersion)
+	written := tc.DeepCopy()
+	r.own.wroteCall(s.base.ResourceVersion, written)
 	statusWrites.WithLabelValues("toolcall").Inc()
 	r.observeStages(s, before)
-	s.base = tc.DeepCopy()
+	moved := planMoved(s.base, written)
+	s.base = written.DeepCopy()
+	if moved {
+		r.wakeNext(ctx, written)
+	}
 	return nil
+}
+
+// wakeNext wakes the calls of tc's session that may move now that tc's
+// write is durable (nextOf, planning from it: ownWrites.current), without
+// waiting for the write's watch event (nextInLine, which follows).
+func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.ToolCall) {
+	if tc.Spec.ParentRef != nil {
+		return
+	}
+	items, err := cachedCalls(ctx, r.Client, tc.Namespace, tc.Spec.SessionRef.Name)
+	if err != nil {
+		return
+	}
+	view := make([]toolgatev1alpha1.ToolCall, len(items))
+	for i := range items {
+		view[i] = *r.own.current(&items[i]) // a shallow copy, read only
+	}
+	for _, req := range nextOf(view) {
+		if req.Name != tc.Name {
+			r.Wake.Notify(req.NamespacedName)
+		}
+	}
 }
 
 // observeStages counts the boundaries a write made durable, from the
