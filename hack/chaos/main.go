@@ -667,7 +667,7 @@ func (r *chaos) report(ctx context.Context) int {
 		calls = append(calls, c)
 	}
 	slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.name, b.name) })
-	results, lost := 0, 0
+	results, lost, strayTimeouts := 0, 0, 0
 	codes := map[string]int{}
 	for _, c := range calls {
 		if c.obj == nil || c.obj.Status.Result == nil {
@@ -677,6 +677,9 @@ func (r *chaos) report(ctx context.Context) int {
 		results++
 		res := c.obj.Status.Result
 		codes[string(res.Outcome)+"/"+orNone(res.ErrorCode)]++
+		if res.Outcome == toolgatev1alpha1.OutcomeTimedOut && c.tool != "overtime" {
+			strayTimeouts++ // only overtime outlives its timeout: a fault must not look like one
+		}
 	}
 	// Commit order and duplicates, per session.
 	duplicates, misordered := 0, 0
@@ -754,6 +757,7 @@ func (r *chaos) report(ctx context.Context) int {
 	row("non-idempotent bodies run more than once", doubleRuns, true)
 	row("commits out of model order", misordered, true)
 	row("tool pods left after every call settled", leaked, true)
+	row("timed out, of a tool that ends within its timeout", strayTimeouts, true)
 	fmt.Printf("  %-52s %6d\n", "warm pods ready for the next calls", warm)
 	fmt.Printf("  %-52s %6d\n", "body runs (markers)", runs)
 	fmt.Printf("  %-52s %6d\n", "idempotent bodies run again (allowed)", idempotentReruns)

@@ -315,23 +315,12 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Watches(&toolgatev1alpha1.ToolCall{}, handler.Funcs{
 			CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				if r.onlyCounts(ctx, e.Object) {
-					q.AddAfter(sessionOf(e.Object), countsDelay)
-					return
-				}
-				q.Add(sessionOf(e.Object))
+				r.enqueue(ctx, e.Object, q)
 			},
 			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				if r.onlyCounts(ctx, e.ObjectNew) {
-					q.AddAfter(sessionOf(e.ObjectNew), countsDelay)
-					return
-				}
-				q.Add(sessionOf(e.ObjectNew))
+				r.enqueue(ctx, e.ObjectNew, q)
 			},
 			DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				q.Add(sessionOf(e.Object))
-			},
-			GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				q.Add(sessionOf(e.Object))
 			},
 		}).
@@ -356,6 +345,17 @@ func (r *AgentSessionReconciler) sessionsOfProfile(ctx context.Context, o client
 // its counts and cursor: the calls of a turn created and committed within
 // it cost the session one status write, not one each.
 const countsDelay = 2 * time.Second
+
+// enqueue asks for a reconcile of the session of call o: after countsDelay
+// when it would only record counts and its cursor (onlyCounts), at once
+// otherwise.
+func (r *AgentSessionReconciler) enqueue(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if r.onlyCounts(ctx, o) {
+		q.AddAfter(sessionOf(o), countsDelay)
+		return
+	}
+	q.Add(sessionOf(o))
+}
 
 // sessionOf is the request of a call's session.
 func sessionOf(o client.Object) reconcile.Request {

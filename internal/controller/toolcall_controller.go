@@ -195,13 +195,13 @@ func turnRecorded(before, after client.Object) bool {
 // hold their finalizer, and the calls next in line (a turn recorded
 // complete may let the next one start).
 func (r *ToolCallReconciler) deletedCallsOf(ctx context.Context, o client.Object) []reconcile.Request {
-	items, err := cachedCalls(ctx, r.Client, o.GetNamespace(), o.GetName())
+	calls, err := r.currentCalls(ctx, o.GetNamespace(), o.GetName())
 	if err != nil {
 		return nil
 	}
-	out := nextOf(items)
-	for i := range items {
-		if c := &items[i]; deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
+	out := nextOf(calls)
+	for _, c := range calls {
+		if deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 		}
 	}

@@ -419,13 +419,9 @@ func (r *ToolCallReconciler) releaseSelf(ctx context.Context, s *callScope) (boo
 // the cache), and planOf's answer; classify is asked of call i given this
 // call's place me.
 func (r *ToolCallReconciler) planOfSelf(ctx context.Context, s *callScope, classify func(i, me int) pipeline.Mode) (int, []*toolgatev1alpha1.ToolCall, pipeline.Plan, error) {
-	items, err := cachedCalls(ctx, r.Client, s.session.Namespace, s.session.Name)
+	all, err := r.currentCalls(ctx, s.session.Namespace, s.session.Name)
 	if err != nil {
 		return -1, nil, pipeline.Plan{}, fmt.Errorf("listing the session's calls: %w", err)
-	}
-	all := make([]*toolgatev1alpha1.ToolCall, len(items))
-	for i := range items {
-		all[i] = r.own.current(&items[i]) // this process's writes the cache has not shown yet
 	}
 	sortModelOrder(all)
 	calls, _, _ := screen(s.session.Spec.Owner, all)
@@ -442,11 +438,26 @@ func (r *ToolCallReconciler) planOfSelf(ctx context.Context, s *callScope, class
 // calls that may now move (nextOf).
 func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []reconcile.Request {
 	tc := o.(*toolgatev1alpha1.ToolCall)
-	calls, err := cachedCalls(ctx, r.Client, tc.Namespace, tc.Spec.SessionRef.Name)
+	calls, err := r.currentCalls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
 	if err != nil {
 		return nil
 	}
 	return nextOf(calls)
+}
+
+// currentCalls are a session's calls as this process knows them: from the
+// cache, not copied, or as this process last wrote them while the cache is
+// behind that write (ownWrites.current). Read only.
+func (r *ToolCallReconciler) currentCalls(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
+	items, err := cachedCalls(ctx, r.Client, namespace, session)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*toolgatev1alpha1.ToolCall, len(items))
+	for i := range items {
+		out[i] = r.own.current(&items[i])
+	}
+	return out, nil
 }
 
 // cachedCalls lists a session's calls from the cache without copying them
@@ -460,10 +471,10 @@ func cachedCalls(ctx context.Context, c client.Reader, namespace, session string
 // nextOf are the calls of a session that may move: the first uncommitted
 // one in model order (which may release itself) and the first that has not
 // started (which may admit itself).
-func nextOf(items []toolgatev1alpha1.ToolCall) []reconcile.Request {
+func nextOf(items []*toolgatev1alpha1.ToolCall) []reconcile.Request {
 	calls := make([]*toolgatev1alpha1.ToolCall, 0, len(items))
-	for i := range items {
-		if c := &items[i]; !committed(c) && c.Spec.ParentRef == nil && c.Status.Schedule.Refusal == "" {
+	for _, c := range items {
+		if !committed(c) && c.Spec.ParentRef == nil && c.Status.Schedule.Refusal == "" {
 			calls = append(calls, c)
 		}
 	}
@@ -590,15 +601,11 @@ func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.
 	if tc.Spec.ParentRef != nil {
 		return
 	}
-	items, err := cachedCalls(ctx, r.Client, tc.Namespace, tc.Spec.SessionRef.Name)
+	calls, err := r.currentCalls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
 	if err != nil {
 		return
 	}
-	view := make([]toolgatev1alpha1.ToolCall, len(items))
-	for i := range items {
-		view[i] = *r.own.current(&items[i]) // a shallow copy, read only
-	}
-	for _, req := range nextOf(view) {
+	for _, req := range nextOf(calls) {
 		if req.Name != tc.Name {
 			r.Wake.Notify(req.NamespacedName)
 		}
