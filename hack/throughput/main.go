@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -68,6 +69,7 @@ func main() {
 	long := flag.Int("long", 0, "calls of the sustained run (0 skips it)")
 	workers := flag.Int("session-workers", 0, "AgentSession workers (0: the manager's default)")
 	logFile := flag.String("log", "", "write the manager's log to this file")
+	verbose := flag.Bool("v", false, "the log has the manager's V(1) messages too (admissions, expiries)")
 	restarts := flag.Int("restarts", 0, "the sustained run restarts the manager this many times, evenly through the run (a crash: the process sandbox's bodies die with it)")
 	ttl := flag.Int("ttl", -1, "the sustained run's sessions delete committed calls this many seconds after their turn completes (spec.ttlSecondsAfterCommit; -1: keep them)")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the manager and the bench; not the API server's) to this file")
@@ -93,7 +95,11 @@ func main() {
 		defer func() { _ = f.Close() }()
 		logTo = f
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logTo)))
+	level := zapcore.InfoLevel
+	if *verbose {
+		level = zapcore.DebugLevel
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logTo), zap.Level(level)))
 	if err := run(*oneSession, *sessions, *long, *workers, *ttl, *restarts); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "throughput:", err)
