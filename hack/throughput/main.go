@@ -161,6 +161,7 @@ type bench struct {
 	c       client.WithWatch
 	mgr     *writes
 	created atomic.Int64 // the agent's creations (write requests too)
+	stalls  atomic.Int64 // turns that went stallReport without a commit
 	changes atomic.Int64 // watch events: effective writes
 	byKind  sync.Map     // kind → *atomic.Int64, the same by kind
 	mu      sync.Mutex
@@ -649,6 +650,7 @@ func (b *bench) submit(calls []*toolgatev1alpha1.ToolCall) error {
 // from start to the last commit.
 func (b *bench) waitCommitted(calls []*toolgatev1alpha1.ToolCall, start time.Time, limit time.Duration) (time.Duration, error) {
 	deadline := start.Add(limit)
+	progress, lastMissing, reported := time.Now(), -1, false
 	for {
 		var last time.Time
 		missing := 0
@@ -670,8 +672,56 @@ func (b *bench) waitCommitted(calls []*toolgatev1alpha1.ToolCall, start time.Tim
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("%d of %d calls not committed after %s", missing, len(calls), limit)
 		}
+		if missing != lastMissing {
+			progress, lastMissing = time.Now(), missing
+		} else if !reported && time.Since(progress) > stallReport {
+			reported = true
+			b.stalls.Add(1)
+			b.reportStall(calls)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// stallReport is how long a turn may go without a commit before the bench
+// prints where its calls stand.
+const stallReport = 20 * time.Second
+
+// reportStall prints the state of a turn's uncommitted calls and of their
+// session, as the API server has them, to find what holds them.
+func (b *bench) reportStall(calls []*toolgatev1alpha1.ToolCall) {
+	var out strings.Builder
+	fmt.Fprintf(&out, "stall: no commit for %s in turn %d of %s\n", stallReport, calls[0].Spec.Turn, calls[0].Spec.SessionRef.Name)
+	s := &toolgatev1alpha1.AgentSession{}
+	if err := b.c.Get(b.ctx, client.ObjectKey{Namespace: calls[0].Namespace, Name: calls[0].Spec.SessionRef.Name}, s); err == nil {
+		fmt.Fprintf(&out, "  session: nextSequence %d committedTurn %d currentTurn %d committedCalls %d deleting %t\n",
+			s.Status.NextSequence, s.Status.CommittedTurn, s.Status.CurrentTurn, s.Status.CommittedCalls, !s.DeletionTimestamp.IsZero())
+	}
+	list := &toolgatev1alpha1.ToolCallList{}
+	if err := b.c.List(b.ctx, list, client.InNamespace(calls[0].Namespace)); err == nil {
+		for i := range list.Items {
+			tc := &list.Items[i]
+			if tc.Spec.SessionRef.Name != calls[0].Spec.SessionRef.Name {
+				continue
+			}
+			sch := tc.Status.Schedule
+			fmt.Fprintf(&out, "  %s: phase %q mode %q released %t refusal %q deleting %t finalizers %v attempt %d next %q trail",
+				tc.Name, tc.Status.Phase, sch.ExecutionMode, sch.Released, sch.Refusal, !tc.DeletionTimestamp.IsZero(), tc.Finalizers, tc.Status.Attempt, nextOf(tc))
+			for _, r := range tc.Status.Stages {
+				fmt.Fprintf(&out, " %s/%s", r.Stage, r.Verdict)
+			}
+			out.WriteString("\n")
+		}
+	}
+	fmt.Fprint(os.Stderr, out.String())
+}
+
+// nextOf is a call's next stage as its checkpoint says.
+func nextOf(tc *toolgatev1alpha1.ToolCall) string {
+	if tc.Status.Checkpoint == nil {
+		return ""
+	}
+	return tc.Status.Checkpoint.Next
 }
 
 // trail is the boundaries a call that did not succeed crossed, each with
@@ -789,7 +839,7 @@ func (b *bench) sustained(n, ttl, restarts int) error {
 	if ttl >= 0 {
 		retention = fmt.Sprintf("ttlSecondsAfterCommit %d", ttl)
 	}
-	fmt.Printf("sustained (%s, %d manager restarts; each call one result, succeeded, in model order): %d calls in %.0f s = %.1f calls/s; after them: heap %.0f MiB, RSS %.0f MiB\n", retention, restarts, committed.Load(), took.Seconds(), float64(committed.Load())/took.Seconds(), heap, rss)
+	fmt.Printf("sustained (%s, %d manager restarts; each call one result, succeeded, in model order): %d calls in %.0f s = %.1f calls/s; turns %s without a commit: %d; after them: heap %.0f MiB, RSS %.0f MiB\n", retention, restarts, committed.Load(), took.Seconds(), float64(committed.Load())/took.Seconds(), stallReport, b.stalls.Load(), heap, rss)
 	return nil
 }
 

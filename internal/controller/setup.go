@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
@@ -62,4 +64,16 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 		return fmt.Errorf("ToolCall controller: %w", err)
 	}
 	return nil
+}
+
+// controllerOptions are every toolgate controller's: workers, and a FIFO
+// work queue. controller-runtime's default priority queue gives what a
+// starting manager's initial list enqueues the lowest priority, below
+// every change; while busy sessions keep changing, those objects wait.
+// After a restart they are what must not wait: calls whose attempts were
+// lost or whose output was held, sessions that have turns to record. The
+// sustained run with restarts (hack/throughput) found whole sessions
+// stalled for 60-130 s with the priority queue (docs/reliability.md).
+func controllerOptions(workers int) controller.Options {
+	return controller.Options{MaxConcurrentReconciles: workers, UsePriorityQueue: ptr.To(false)}
 }

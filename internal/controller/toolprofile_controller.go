@@ -135,6 +135,7 @@ func (r *ToolProfileReconciler) resolveSandbox(p toolgatev1alpha1.SandboxPolicy)
 func (r *ToolProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&toolgatev1alpha1.ToolProfile{}).
+		WithOptions(controllerOptions(1)).
 		Named("toolprofile").
 		Complete(r)
 }
