@@ -146,15 +146,17 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 	return next, nil
 }
 
-// sessionCalls lists the session's calls, in model order.
+// sessionCalls lists the session's calls, in model order: the cache's own
+// objects, not copied (a session may hold thousands), so read only; a
+// write copies the call first (patchSchedule).
 func sessionCalls(ctx context.Context, c client.Reader, s *toolgatev1alpha1.AgentSession) ([]*toolgatev1alpha1.ToolCall, error) {
-	list := &toolgatev1alpha1.ToolCallList{}
-	if err := c.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingFields{indexCallSession: s.Name}); err != nil {
+	items, err := cachedCalls(ctx, c, s.Namespace, s.Name)
+	if err != nil {
 		return nil, err
 	}
-	out := make([]*toolgatev1alpha1.ToolCall, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
+	out := make([]*toolgatev1alpha1.ToolCall, len(items))
+	for i := range items {
+		out[i] = &items[i]
 	}
 	sortModelOrder(out)
 	return out, nil
@@ -171,6 +173,7 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 		}
 		pending = true
 		if !c.Spec.CancelRequested {
+			c = c.DeepCopy() // the cache's: written on a copy
 			base := c.DeepCopy()
 			c.Spec.CancelRequested = true
 			if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -373,15 +376,10 @@ func (r *AgentSessionReconciler) onlyCounts(ctx context.Context, o client.Object
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil || !session.DeletionTimestamp.IsZero() {
 		return false
 	}
-	items, err := cachedCalls(ctx, r.Client, tc.Namespace, tc.Spec.SessionRef.Name)
+	all, err := sessionCalls(ctx, r.Client, session)
 	if err != nil {
 		return false
 	}
-	all := make([]*toolgatev1alpha1.ToolCall, len(items))
-	for i := range items {
-		all[i] = &items[i] // read only: the cache's own objects
-	}
-	sortModelOrder(all)
 	calls, work := scheduleWork(session, all)
 	if len(work) > 0 {
 		return false

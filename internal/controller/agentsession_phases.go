@@ -65,8 +65,12 @@ func (r *AgentSessionReconciler) schedule(ctx context.Context, s *toolgatev1alph
 		case w.nested:
 			log.FromContext(ctx).V(1).Info("nested call admitted", "call", w.call.Name)
 		}
-		if err := r.patchSchedule(ctx, w.call, w.edits); err != nil {
+		written, err := r.patchSchedule(ctx, w.call, w.edits)
+		if err != nil {
 			return nil, err
+		}
+		if i := slices.Index(calls, w.call); i >= 0 {
+			calls[i] = written // the status is derived from the calls as written
 		}
 	}
 	return calls, nil
@@ -179,15 +183,16 @@ func nextSequence(calls []*toolgatev1alpha1.ToolCall) int64 {
 
 // patchSchedule changes the session's part of a call's status under
 // optimistic locking: a conflict with the call's own controller is retried,
-// never overwritten.
-func (r *AgentSessionReconciler) patchSchedule(ctx context.Context, c *toolgatev1alpha1.ToolCall, edits []func(*toolgatev1alpha1.CallSchedule)) error {
-	base := c.DeepCopy()
+// never overwritten. It writes a copy of cached (the cache's, never
+// changed) and returns it as written.
+func (r *AgentSessionReconciler) patchSchedule(ctx context.Context, cached *toolgatev1alpha1.ToolCall, edits []func(*toolgatev1alpha1.CallSchedule)) (*toolgatev1alpha1.ToolCall, error) {
+	c, base := cached.DeepCopy(), cached.DeepCopy()
 	for _, edit := range edits {
 		edit(&c.Status.Schedule)
 	}
 	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
+		return nil, err
 	}
 	statusWrites.WithLabelValues("agentsession").Inc()
-	return nil
+	return c, nil
 }
