@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -258,5 +259,34 @@ func TestLostAttempt(t *testing.T) {
 		if res.Code != want || h.bodies.Load() != map[bool]int32{false: 0, true: 1}[idempotent] {
 			t.Errorf("idempotent=%v: code %q bodies %d", idempotent, res.Code, h.bodies.Load())
 		}
+	}
+}
+
+// TestAttemptsLostToTheBound: an idempotent body whose attempts keep being
+// lost is dispatched again up to the bound, then settles as interrupted,
+// saying so (not that the body is not idempotent).
+func TestAttemptsLostToTheBound(t *testing.T) {
+	h := newHarness(t)
+	h.echo("echo", func(d *Definition) {
+		d.Reattach, d.Idempotent = true, true
+		d.Execute = func(context.Context, Arguments, *Exec) (any, error) {
+			h.bodies.Add(1)
+			return nil, ErrAttemptLost // every attempt's work is gone
+		}
+	})
+	h.allowAll()
+	st := NewState(req("echo", `{"text":"x"}`))
+	p := h.pipeline(Options{})
+	for i := 0; i < 100 && !st.Done(); i++ {
+		p.Step(context.Background(), st)
+	}
+	if !st.Done() || st.Result.Code != CodeInterrupted {
+		t.Fatalf("done %v, result %+v: want interrupted", st.Done(), st.Result)
+	}
+	if st.Attempt != maxInterruptedAttempts {
+		t.Fatalf("%d attempts, want %d", st.Attempt, maxInterruptedAttempts)
+	}
+	if strings.Contains(st.Result.Message, "not idempotent") || !strings.Contains(st.Result.Message, "3") {
+		t.Fatalf("message %q: an idempotent body is not said to be otherwise, and the bound is named", st.Result.Message)
 	}
 }

@@ -305,12 +305,17 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 // interrupted handles an attempt that may have run in a process that is gone:
 // an idempotent body is dispatched again, any other is never run twice.
 func (p *Pipeline) interrupted(st *State, def Definition, now time.Time) (Progress, time.Duration) {
-	if def.Idempotent && st.Attempt < max(def.MaxAttempts, maxInterruptedAttempts) {
+	bound := max(def.MaxAttempts, maxInterruptedAttempts)
+	if def.Idempotent && st.Attempt < bound {
 		st.record(StageExecute, VerdictInterrupted, "rerun-idempotent", now)
 		st.Next = StageDispatch
 		return Advanced, 0
 	}
 	st.record(StageExecute, VerdictInterrupted, string(CodeInterrupted), now)
+	if def.Idempotent {
+		st.settle(CodeInterrupted, fmt.Sprintf("the attempt was interrupted, the %d attempts an idempotent body gets after lost work are spent", bound))
+		return Advanced, 0
+	}
 	st.settle(CodeInterrupted, "the attempt was interrupted and the body is not idempotent; it is never run twice")
 	return Advanced, 0
 }
