@@ -28,3 +28,17 @@ case "${TOOLGATE_INSTALL:-kustomize}" in
 esac
 kubectl -n toolgate-system rollout restart deployment/toolgate-controller-manager >/dev/null
 kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s
+
+# The API server serves a new or updated CRD's objects only once their
+# storage is ready, which can lag the CRD by seconds (503 ServiceUnavailable
+# on a create right after a fresh install). Wait until a ToolCall create is
+# answered by anything else: a server-side dry run, which the policies may
+# refuse (this probe is nobody's call), and which writes nothing.
+probe='{"apiVersion":"toolgate.dev/v1alpha1","kind":"ToolCall","metadata":{"name":"deploy-probe","namespace":"toolgate-system"},"spec":{"sessionRef":{"name":"deploy-probe"},"turn":0,"index":0,"callID":"deploy-probe","tool":"deploy-probe","requester":"deploy-probe"}}'
+for i in $(seq 1 120); do
+  if out=$(echo "$probe" | kubectl create --dry-run=server -f - 2>&1) || ! grep -q 'ServiceUnavailable\|storage is' <<<"$out"; then
+    break
+  fi
+  [ "$i" -lt 120 ] || { echo "deploy: the API server does not serve ToolCalls after 60 s: $out" >&2; exit 1; }
+  sleep 0.5
+done
