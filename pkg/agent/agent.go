@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,8 +26,9 @@ const maxTurnProbes = 64
 
 // Client submits tool calls as one identity: the user of its credentials.
 type Client struct {
-	c    client.WithWatch
-	user string
+	c       client.WithWatch
+	user    string
+	retries []time.Duration
 }
 
 // Client-side bounds on the Client's API requests when cfg sets none
@@ -63,7 +65,7 @@ func New(ctx context.Context, cfg *rest.Config) (*Client, error) {
 
 // NewForClient returns a Client using c, whose credentials are user's.
 func NewForClient(c client.WithWatch, user string) *Client {
-	return &Client{c: c, user: user}
+	return &Client{c: c, user: user, retries: createRetries}
 }
 
 // User is the identity the Client acts as.
@@ -110,7 +112,8 @@ func (c *Client) Open(ctx context.Context, namespace, name string, opts SessionO
 			MaxParallel: opts.MaxParallel, Workspace: opts.Workspace,
 		},
 	}
-	if err := c.c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err = c.retrying(ctx, func() error { return c.c.Create(ctx, obj.DeepCopy()) })
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating agentsession %s/%s: %w", namespace, name, err)
 	}
 	return c.Attach(ctx, namespace, name)
@@ -212,15 +215,21 @@ func (s *Session) create(ctx context.Context, turn int64, index int32, calls []C
 	if tc.Spec.CallID == "" {
 		tc.Spec.CallID = CallID(turn, index)
 	}
-	err := s.c.c.Create(ctx, tc)
-	if err == nil || !attach || !apierrors.IsAlreadyExists(err) {
+	// A create the API server answered with a transient error is sent
+	// again; if an earlier attempt landed, the call found is compared like
+	// one a resumed SubmitAt finds, so a retry never claims a second turn.
+	retried, err := s.c.retrying(ctx, func() error { return s.c.c.Create(ctx, tc.DeepCopy()) })
+	if err == nil || !(attach || retried) || !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	found := &toolgatev1alpha1.ToolCall{}
 	if err := s.c.c.Get(ctx, client.ObjectKeyFromObject(tc), found); err != nil {
 		return err
 	}
-	if found.Spec.Tool != tc.Spec.Tool || found.Spec.Arguments != args || found.Spec.TurnSize != tc.Spec.TurnSize || found.Spec.Requester != s.c.user {
+	if found.Spec.Tool != tc.Spec.Tool || found.Spec.Arguments != args || found.Spec.TurnSize != tc.Spec.TurnSize || found.Spec.Requester != s.c.user || found.Spec.CallID != tc.Spec.CallID {
+		if !attach {
+			return err // Submit takes the next turn
+		}
 		return fmt.Errorf("turn %d index %d of agentsession %s/%s already holds another call (toolcall %s)", turn, index, s.Namespace, s.Name, found.Name)
 	}
 	return nil
