@@ -219,7 +219,7 @@ func (s *Session) create(ctx context.Context, turn int64, index int32, calls []C
 	// again; if an earlier attempt landed, the call found is compared like
 	// one a resumed SubmitAt finds, so a retry never claims a second turn.
 	retried, err := s.c.retrying(ctx, func() error { return s.c.c.Create(ctx, tc.DeepCopy()) })
-	if err == nil || !(attach || retried) || !apierrors.IsAlreadyExists(err) {
+	if err == nil || (!attach && !retried) || !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	found := &toolgatev1alpha1.ToolCall{}
