@@ -150,16 +150,12 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 // objects, not copied (a session may hold thousands), so read only; a
 // write copies the call first (patchSchedule).
 func sessionCalls(ctx context.Context, c client.Reader, s *toolgatev1alpha1.AgentSession) ([]*toolgatev1alpha1.ToolCall, error) {
-	items, err := cachedCalls(ctx, c, s.Namespace, s.Name)
+	calls, err := cachedCalls(ctx, c, s.Namespace, s.Name)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*toolgatev1alpha1.ToolCall, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	sortModelOrder(out)
-	return out, nil
+	sortModelOrder(calls)
+	return calls, nil
 }
 
 // reconcileDelete cancels every unsettled call, keeps scheduling so each
@@ -173,8 +169,8 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 		}
 		pending = true
 		if !c.Spec.CancelRequested {
-			c = c.DeepCopy() // the cache's: written on a copy
-			base := c.DeepCopy()
+			base := c // the cache's, read only: the patch is written on a copy
+			c = c.DeepCopy()
 			c.Spec.CancelRequested = true
 			if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 				return err

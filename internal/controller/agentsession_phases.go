@@ -186,11 +186,11 @@ func nextSequence(calls []*toolgatev1alpha1.ToolCall) int64 {
 // never overwritten. It writes a copy of cached (the cache's, never
 // changed) and returns it as written.
 func (r *AgentSessionReconciler) patchSchedule(ctx context.Context, cached *toolgatev1alpha1.ToolCall, edits []func(*toolgatev1alpha1.CallSchedule)) (*toolgatev1alpha1.ToolCall, error) {
-	c, base := cached.DeepCopy(), cached.DeepCopy()
+	c := cached.DeepCopy()
 	for _, edit := range edits {
 		edit(&c.Status.Schedule)
 	}
-	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(cached, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, err
 	}
 	statusWrites.WithLabelValues("agentsession").Inc()

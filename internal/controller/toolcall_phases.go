@@ -449,23 +449,28 @@ func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []
 // cache, not copied, or as this process last wrote them while the cache is
 // behind that write (ownWrites.current). Read only.
 func (r *ToolCallReconciler) currentCalls(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
-	items, err := cachedCalls(ctx, r.Client, namespace, session)
+	calls, err := cachedCalls(ctx, r.Client, namespace, session)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*toolgatev1alpha1.ToolCall, len(items))
-	for i := range items {
-		out[i] = r.own.current(&items[i])
+	for i, c := range calls {
+		calls[i] = r.own.current(c)
 	}
-	return out, nil
+	return calls, nil
 }
 
 // cachedCalls lists a session's calls from the cache without copying them
 // (read only).
-func cachedCalls(ctx context.Context, c client.Reader, namespace, session string) ([]toolgatev1alpha1.ToolCall, error) {
+func cachedCalls(ctx context.Context, c client.Reader, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
 	list := &toolgatev1alpha1.ToolCallList{}
-	err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy)
-	return list.Items, err
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make([]*toolgatev1alpha1.ToolCall, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }
 
 // nextOf are the calls of a session that may move: the first uncommitted
@@ -587,7 +592,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	statusWrites.WithLabelValues("toolcall").Inc()
 	r.observeStages(s, before)
 	moved := planMoved(s.base, written)
-	s.base = written.DeepCopy()
+	s.base = written // read only, as ownWrites keeps it
 	if moved {
 		r.wakeNext(ctx, written)
 	}

@@ -112,7 +112,7 @@ func (c *Client) Open(ctx context.Context, namespace, name string, opts SessionO
 			MaxParallel: opts.MaxParallel, Workspace: opts.Workspace,
 		},
 	}
-	_, err = c.retrying(ctx, func() error { return c.c.Create(ctx, obj.DeepCopy()) })
+	_, err = c.retrying(ctx, func() error { return c.c.Create(ctx, obj) })
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating agentsession %s/%s: %w", namespace, name, err)
 	}
@@ -218,7 +218,7 @@ func (s *Session) create(ctx context.Context, turn int64, index int32, calls []C
 	// A create the API server answered with a transient error is sent
 	// again; if an earlier attempt landed, the call found is compared like
 	// one a resumed SubmitAt finds, so a retry never claims a second turn.
-	retried, err := s.c.retrying(ctx, func() error { return s.c.c.Create(ctx, tc.DeepCopy()) })
+	retried, err := s.c.retrying(ctx, func() error { return s.c.c.Create(ctx, tc) })
 	if err == nil || (!attach && !retried) || !apierrors.IsAlreadyExists(err) {
 		return err
 	}
