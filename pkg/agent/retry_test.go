@@ -125,3 +125,17 @@ func TestSubmitGivesUpWithTheError(t *testing.T) {
 		t.Fatalf("err %v after %d creates; want 403 after 1", err, *creates)
 	}
 }
+
+// Opening a session sends its create again too, and attaches to the session
+// made.
+func TestOpenRetriesAnUnavailableAPIServer(t *testing.T) {
+	s, inner, creates := flakyCreates(t, 2, apierrors.NewServiceUnavailable("busy"), false)
+	opened, err := s.c.Open(context.Background(), "ns", "new", SessionOptions{Profile: "p"})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	got := &toolgatev1alpha1.AgentSession{}
+	if err := inner.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "new"}, got); err != nil || got.Spec.Owner != "agent" || opened.Name != "new" || *creates != 3 {
+		t.Fatalf("session %+v (%v) after %d creates; want one owned by agent after 3", got.Spec, err, *creates)
+	}
+}
