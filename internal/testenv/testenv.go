@@ -1,12 +1,16 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -126,7 +130,40 @@ func Start() (*Env, error) {
 		_ = env.Stop()
 		return nil, err
 	}
+	if err := waitServed(c); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
 	return &Env{Environment: env, Config: cfg, Client: c, Scheme: scheme}, nil
+}
+
+// waitServed waits until the API server answers a create of each toolgate
+// kind with anything but 503: envtest returns once discovery lists the
+// CRDs, but a create may still be refused for a moment ("Resource kind …
+// not found"), which once failed a spec's first create. The probe is a
+// server-side dry run of an empty object: refused by validation, written
+// nowhere.
+func waitServed(c client.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, kind := range []string{"ToolProfile", "AgentSession", "ToolCall", "ApprovalRequest"} {
+		probe := &unstructured.Unstructured{}
+		probe.SetGroupVersionKind(GVK(kind))
+		probe.SetNamespace("default")
+		probe.SetName("testenv-probe")
+		for {
+			err := c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+			if !apierrors.IsServiceUnavailable(err) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the API server does not serve %s after 30 s: %w", kind, err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // Stop stops the API server and etcd.
