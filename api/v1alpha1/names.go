@@ -1,0 +1,69 @@
+package v1alpha1
+
+import (
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The names toolgate puts on objects, in one place: the manager, its
+// providers, the gateway, pkg/agent, the hack/ tools and the tests all
+// speak of them through these constants.
+const (
+	// FinalizerStopWork is on every ToolCall: deleting the call stops its
+	// work first and still commits its one result.
+	FinalizerStopWork = "toolgate.dev/stop-work"
+	// FinalizerSettleCalls is on every AgentSession: deleting the session
+	// cancels its calls, and each still settles and commits.
+	FinalizerSettleCalls = "toolgate.dev/settle-calls"
+
+	// LabelSandbox marks every tool pod ("true").
+	LabelSandbox = "toolgate.dev/sandbox"
+	// LabelEgress is "true" on a tool pod its profile allows egress.
+	LabelEgress = "toolgate.dev/egress"
+	// LabelCall names the ToolCall a pod serves.
+	LabelCall = "toolgate.dev/call"
+	// LabelCallUID is the UID of the ToolCall a pod serves.
+	LabelCallUID = "toolgate.dev/call-uid"
+	// LabelAttempt is the attempt of the call a pod serves.
+	LabelAttempt = "toolgate.dev/attempt"
+	// LabelWarm is "true" while a warm pod waits for a call.
+	LabelWarm = "toolgate.dev/warm"
+	// LabelSession names the session a warm pod was started for.
+	LabelSession = "toolgate.dev/session"
+	// LabelTemplate is the hash of a warm pod's spec: a call takes a warm
+	// pod only of its own template.
+	LabelTemplate = "toolgate.dev/template"
+
+	// AnnotationClaimed records when a warm pod was claimed by its call.
+	AnnotationClaimed = "toolgate.dev/claimed"
+	// AnnotationArgumentsDigest is the digest of the arguments an
+	// ApprovalRequest shows, so that a person approves exactly those.
+	AnnotationArgumentsDigest = "toolgate.dev/arguments-digest"
+)
+
+// Settled reports whether the call's result is durable: it is never
+// rewritten, and only the work that follows a settlement is left.
+func (tc *ToolCall) Settled() bool {
+	return tc.Status.Result != nil && tc.Status.Checkpoint == nil
+}
+
+// Committed reports whether the call's result is committed to its
+// session's log, in model order.
+func (tc *ToolCall) Committed() bool {
+	return tc.Status.Phase == PhaseCommitted
+}
+
+// Final reports whether the call's result is what its caller gets for
+// good: committed to the log, or settled where it will never be (the
+// Committed condition is False: refused out of the log, nested, or without
+// a session). An agent waits for this, not for Committed alone.
+func (tc *ToolCall) Final() bool {
+	if tc.Status.Result == nil {
+		return false
+	}
+	if tc.Committed() {
+		return true
+	}
+	cond := apimeta.FindStatusCondition(tc.Status.Conditions, ToolCallConditionCommitted)
+	return cond != nil && cond.Status == metav1.ConditionFalse
+}
