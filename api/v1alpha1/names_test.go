@@ -11,8 +11,8 @@ func TestCallStates(t *testing.T) {
 	notCommitted := []metav1.Condition{{Type: ToolCallConditionCommitted, Status: metav1.ConditionFalse}}
 	unknown := []metav1.Condition{{Type: ToolCallConditionCommitted, Status: metav1.ConditionUnknown}}
 	for _, tc := range []struct {
-		name                       string
-		status                     ToolCallStatus
+		name                      string
+		status                    ToolCallStatus
 		settled, committed, final bool
 	}{
 		{name: "new", status: ToolCallStatus{}},
