@@ -3,7 +3,8 @@
 // drivers here, and the controllers, which persist each boundary in
 // ToolCall.status).
 //
-// How the specification (seed/tool-execution-pipeline.txt) maps to the code:
+// How the specification's requirements (quoted) map to the code;
+// docs/pipeline.md records the decisions it leaves open:
 //
 //   - "Register a typed tool at the tools boundary": Definition (name,
 //     description, parameters, mandatory Output{Schema, Render}, Execute,
@@ -64,7 +65,7 @@
 //   - dispatch: records a new attempt; harmless.
 //   - execute: the body. Resumed after the dispatch boundary, an attempt may
 //     already have run: a Reattach body is re-invoked with Exec.Resumed (it
-//     re-attaches, e.g. to a pod with a deterministic name), an Idempotent
+//     re-attaches, e.g. to the pod it started), an Idempotent
 //     body is dispatched again (up to max(MaxAttempts, 3) attempts in all),
 //     and any other body is never run again — the call settles as
 //     CodeInterrupted. Retries likewise re-run only

@@ -44,9 +44,9 @@ type Definition struct {
 	// resuming a call whose attempt was interrupted.
 	Idempotent bool
 	// Reattach declares that re-invoking Execute for an interrupted attempt
-	// re-attaches to the work that attempt started (for example a pod with a
-	// deterministic name) instead of starting it again; such a body may also
-	// answer Pending.
+	// re-attaches to the work that attempt started (for example the pod it
+	// started, found again by its name or labels) instead of starting it
+	// again; such a body may also answer Pending.
 	Reattach bool
 	// MaxAttempts is the retry budget (first attempt included) for an
 	// idempotent body; values below 2 mean no retry.
@@ -188,8 +188,10 @@ type Exec struct {
 	// Resumed is true when Execute is re-invoked for an attempt that was
 	// already started (Reattach bodies re-attach to it).
 	Resumed bool
-	// StartedAt is the persisted start of the first attempt; timeouts are
-	// measured from it.
+	// StartedAt is when this attempt was dispatched (persisted, so the same
+	// after a restart): the attempt's Timeout runs from it unless the body
+	// TimesItself, and a body may bound its own waiting by it (a sandbox
+	// provider, the time its sandbox takes to get ready).
 	StartedAt time.Time
 	// Truncated is set by a body whose output hit its bound and was cut;
 	// the result carries the flag, so a cut is never silent.

@@ -49,7 +49,8 @@ type Compiled struct {
 // Dispose releases the registry's registrations.
 func (c *Compiled) Dispose() { c.scope.Dispose() }
 
-// Compile compiles a profile. run executes tool bodies.
+// Compile compiles a profile. Its tools' bodies run through the driver's
+// Runner (pipeline.Exec.Run), so compiling needs no sandbox.
 func Compile(p *toolgatev1alpha1.ToolProfile) (*Compiled, error) {
 	env, err := celEnv()
 	if err != nil {
