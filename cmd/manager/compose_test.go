@@ -3,11 +3,11 @@ package main
 import (
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/compose"
 	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/testenv"
 )
@@ -28,14 +28,14 @@ func TestProcessSandboxOnlyWhenAsked(t *testing.T) {
 	}
 	process := string(toolgatev1alpha1.SandboxProviderProcess)
 	for _, tt := range []struct {
-		opts    options
+		opts    compose.Options
 		mounted bool
 	}{
-		{opts: options{}, mounted: false},
-		{opts: options{processSandbox: true, processWorkspaceDir: t.TempDir()}, mounted: true},
+		{opts: compose.Options{Approvals: approvals}, mounted: false},
+		{opts: compose.Options{Approvals: approvals, ProcessSandbox: true, ProcessWorkspaceDir: t.TempDir(), ProcessSubCalls: true}, mounted: true},
 	} {
 		scope := lifecycle.NewScope()
-		cfg, err := compose(mgr, scope, tt.opts)
+		cfg, err := compose.Providers(mgr, scope, tt.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,23 +48,5 @@ func TestProcessSandboxOnlyWhenAsked(t *testing.T) {
 			}
 		}
 		scope.Dispose()
-	}
-}
-
-// The manager's cache holds no managed fields: on a busy cluster they are
-// a large share of every cached call.
-func TestCacheStripsManagedFields(t *testing.T) {
-	transform := cacheOptions(options{}).DefaultTransform
-	if transform == nil {
-		t.Fatal("the cache keeps managed fields: no default transform")
-	}
-	tc := &toolgatev1alpha1.ToolCall{}
-	tc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}
-	out, err := transform(tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := out.(*toolgatev1alpha1.ToolCall).ManagedFields; got != nil {
-		t.Fatalf("managed fields kept in the cache: %v", got)
 	}
 }

@@ -9,23 +9,20 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/compose"
 	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/lifecycle"
-	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
 )
 
 func main() {
@@ -71,9 +68,11 @@ func main() {
 		log.Error(err, "invalid flag", "flag", "watch-namespaces")
 		os.Exit(2)
 	}
-	o := options{
-		processSandbox: processBox, processWorkspaceDir: workspaceDir, runnerImage: runnerImage, networkPolicyEnforced: netpolicy,
-		namespace: namespace, channelKeySecret: keySecret, managerLabels: managerLabels, watchNamespaces: watchNamespaces,
+	o := compose.Options{
+		Approvals:      approvals,
+		ProcessSandbox: processBox, ProcessWorkspaceDir: workspaceDir, ProcessSubCalls: true,
+		RunnerImage: runnerImage, NetworkPolicyEnforced: netpolicy,
+		Namespace: namespace, ChannelKeySecret: keySecret, ManagerLabels: managerLabels, WatchNamespaces: watchNamespaces,
 	}
 
 	scheme := runtime.NewScheme()
@@ -90,7 +89,7 @@ func main() {
 		// lease over at once is safe, and a rollout does not stall for a
 		// lease to expire.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(o),
+		Cache:                         compose.Cache(o),
 	})
 	if err != nil {
 		log.Error(err, "manager not created")
@@ -100,7 +99,7 @@ func main() {
 	// the Process provider runs as processes of this manager).
 	scope := lifecycle.NewScope()
 	defer scope.Dispose()
-	cfg, err := compose(mgr, scope, o)
+	cfg, err := compose.Providers(mgr, scope, o)
 	if err != nil {
 		log.Error(err, "providers not mounted")
 		os.Exit(1)
@@ -118,8 +117,8 @@ func main() {
 		os.Exit(1)
 	}
 	watching := "all"
-	if len(o.watchNamespaces) > 0 {
-		watching = strings.Join(o.watchNamespaces, ",")
+	if len(o.WatchNamespaces) > 0 {
+		watching = strings.Join(o.WatchNamespaces, ",")
 	}
 	log.Info("manager starting", "namespaces", watching)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
@@ -132,29 +131,8 @@ func main() {
 // managers elect their leader with.
 const leaderElectionID = "toolgate-manager.toolgate.dev"
 
-// cacheOptions restrict what the manager's informers list and watch: among
-// pods, only tool pods; and with watchNamespaces, every kind only in those
-// namespaces (Pods too: a ByObject without namespaces takes
-// DefaultNamespaces). Nothing is then listed or watched cluster-wide, so
-// Roles in those namespaces suffice, and no object elsewhere ever reaches a
-// reconciler.
-func cacheOptions(o options) cache.Options {
-	opts := cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelSandbox: "true"})},
-		},
-		// Managed fields are a large share of every cached call and session,
-		// and toolgate never reads them: memory follows the objects.
-		DefaultTransform: cache.TransformStripManagedFields(),
-	}
-	if len(o.watchNamespaces) > 0 {
-		opts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range o.watchNamespaces {
-			opts.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
-	return opts
-}
+// approvals are the approval providers every manager mounts.
+var approvals = []toolgatev1alpha1.ApprovalProvider{toolgatev1alpha1.ApprovalProviderAPIServer, toolgatev1alpha1.ApprovalProviderNone}
 
 // parseNamespaces reads --watch-namespaces: namespace names separated by
 // commas; empty means every namespace.

@@ -27,7 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/compose"
 	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/testenv"
 	tu "github.com/toolgate/toolgate/internal/testutil"
@@ -84,7 +84,7 @@ func TestNamespacedInstall(t *testing.T) {
 	// Every watched namespace, and no other, has the manager's Role.
 	g.Expect(managerBindings).To(ConsistOf(inst.watch))
 
-	o := options{processSandbox: true, processWorkspaceDir: t.TempDir(), watchNamespaces: inst.watch}
+	o := compose.Options{Approvals: approvals, ProcessSandbox: true, ProcessWorkspaceDir: t.TempDir(), ProcessSubCalls: true, WatchNamespaces: inst.watch}
 	sa := rest.CopyConfig(env.Config)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", inst.managerNamespace, inst.serviceAccount)}
 	for i, run := range []struct {
@@ -223,11 +223,11 @@ func untouched(ctx context.Context, c client.Client, ns, name string) error {
 	return nil
 }
 
-// startManager starts the controllers as cmd/manager does (cacheOptions,
-// compose, controller.Setup, leader election in the manager's namespace),
+// startManager starts the controllers as cmd/manager does (compose.Cache,
+// compose.Setup, leader election in the manager's namespace),
 // acting as cfg's identity. done closes when the manager stops; stop stops
 // it and waits (also at the test's cleanup).
-func startManager(t *testing.T, cfg *rest.Config, env *testenv.Env, o options, namespace string) (done <-chan struct{}, stop func()) {
+func startManager(t *testing.T, cfg *rest.Config, env *testenv.Env, o compose.Options, namespace string) (done <-chan struct{}, stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        env.Scheme,
@@ -237,7 +237,7 @@ func startManager(t *testing.T, cfg *rest.Config, env *testenv.Env, o options, n
 		LeaderElectionNamespace:       namespace,
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(o),
+		Cache:                         compose.Cache(o),
 		// The test starts two managers in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -245,11 +245,7 @@ func startManager(t *testing.T, cfg *rest.Config, env *testenv.Env, o options, n
 		t.Fatal(err)
 	}
 	scope := lifecycle.NewScope()
-	ccfg, err := compose(mgr, scope, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controller.Setup(mgr, ccfg); err != nil {
+	if err := compose.Setup(mgr, scope, o); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

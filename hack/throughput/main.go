@@ -45,21 +45,15 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/controller"
-	"github.com/toolgate/toolgate/internal/lifecycle"
-	"github.com/toolgate/toolgate/internal/providers/approval"
-	approvalnone "github.com/toolgate/toolgate/internal/providers/approval/none"
-	"github.com/toolgate/toolgate/internal/providers/sandbox"
-	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
+	"github.com/toolgate/toolgate/internal/compose"
 	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/testmanager"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
@@ -443,38 +437,27 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 // it again.
 func (b *bench) startManager(cfg *rest.Config, env *testenv.Env, workers int) error {
 	b.restartWith = func() error { return b.startManager(cfg, env, workers) }
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		// As cmd/manager: no managed fields in the cache.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
-	})
-	if err != nil {
-		return err
-	}
-	scope := lifecycle.NewScope()
-	cc := controller.Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(4096), SessionWorkers: workers}
-	if err := cc.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{}); err != nil {
-		return err
-	}
-	if err := cc.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), process.New(b.work, cc.Wake.Notify)); err != nil {
-		return err
-	}
-	if err := controller.Setup(mgr, cc); err != nil {
-		return err
-	}
 	mctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan struct{})
+	done, err := testmanager.Run(mctx, cfg, env.Scheme,
+		// As cmd/manager: no managed fields in the cache.
+		cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		compose.Options{
+			Approvals:      []toolgatev1alpha1.ApprovalProvider{toolgatev1alpha1.ApprovalProviderNone},
+			ProcessSandbox: true, ProcessWorkspaceDir: b.work,
+			WakeBuffer: 4096, SessionWorkers: workers,
+		})
+	if err != nil {
+		cancel()
+		return err
+	}
+	stopped := make(chan struct{})
 	b.stopManager = func() {
 		cancel()
-		<-done
-		scope.Dispose()
+		<-stopped
 	}
 	go func() {
-		defer close(done)
-		if err := mgr.Start(mctx); err != nil {
+		defer close(stopped)
+		if err := <-done; err != nil {
 			fmt.Fprintln(os.Stderr, "throughput: manager:", err)
 			os.Exit(1)
 		}

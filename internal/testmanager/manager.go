@@ -4,19 +4,17 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/utils/clock"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/compose"
 	"github.com/toolgate/toolgate/internal/lifecycle"
-	"github.com/toolgate/toolgate/internal/providers/approval"
-	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
-	"github.com/toolgate/toolgate/internal/providers/sandbox"
-	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
 	"github.com/toolgate/toolgate/internal/testenv"
 )
 
@@ -24,29 +22,35 @@ import (
 // sets it.
 const pollInterval = 500 * time.Millisecond
 
-// Start runs the controllers against env until ctx ends; tools run in
-// workspaceDir. The returned channel closes once the manager has stopped,
-// carrying its error if it failed.
+// Start runs the controllers against env until ctx ends, with the APIServer
+// approval provider; tools run in workspaceDir. The returned channel closes
+// once the manager has stopped, carrying its error if it failed.
 func Start(ctx context.Context, env *testenv.Env, workspaceDir string) (<-chan error, error) {
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
+	return Run(ctx, env.Config, env.Scheme, cache.Options{}, compose.Options{
+		Approvals:      []toolgatev1alpha1.ApprovalProvider{toolgatev1alpha1.ApprovalProviderAPIServer},
+		ProcessSandbox: true, ProcessWorkspaceDir: workspaceDir,
+		PollInterval: pollInterval,
+	})
+}
+
+// Run runs the controllers composed with o against cfg until ctx ends,
+// with no metrics or probe endpoints; any number may run in one process.
+// The returned channel closes once the manager has stopped and its
+// providers' work is gone, carrying its error if it failed.
+func Run(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, cacheOpts cache.Options, o compose.Options) (<-chan error, error) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  cacheOpts,
 	})
 	if err != nil {
 		return nil, err
 	}
 	scope := lifecycle.NewScope()
-	cfg := controller.Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(1024), PollInterval: pollInterval}
-	if err := cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{})); err != nil {
-		return nil, err
-	}
-	box := process.New(workspaceDir, cfg.Wake.Notify)
-	if err := cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box); err != nil {
-		return nil, err
-	}
-	if err := controller.Setup(mgr, cfg); err != nil {
+	if err := compose.Setup(mgr, scope, o); err != nil {
+		scope.Dispose()
 		return nil, err
 	}
 	done := make(chan error, 1)

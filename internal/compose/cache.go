@@ -1,0 +1,34 @@
+package compose
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// Cache restricts what the manager's informers list and watch: among
+// pods, only tool pods; and with WatchNamespaces, every kind only in those
+// namespaces (Pods too: a ByObject without namespaces takes
+// DefaultNamespaces). Nothing is then listed or watched cluster-wide, so
+// Roles in those namespaces suffice, and no object elsewhere ever reaches a
+// reconciler.
+func Cache(o Options) cache.Options {
+	opts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{toolgatev1alpha1.LabelSandbox: "true"})},
+		},
+		// Managed fields are a large share of every cached call and session,
+		// and toolgate never reads them: memory follows the objects.
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
+	if len(o.WatchNamespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.WatchNamespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}

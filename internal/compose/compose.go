@@ -1,0 +1,164 @@
+// Package compose composes toolgate's manager: the providers each seam
+// mounts, the controllers' configuration and the manager's cache. It is the
+// one place that names concrete providers; cmd/manager, internal/testmanager
+// (the envtest suites, hack/throughput, hack/gatewaybench) and cmd/manager's
+// namespaced test all compose the manager here, and what they choose
+// differently is in Options.
+package compose
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
+	approvalnone "github.com/toolgate/toolgate/internal/providers/approval/none"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
+)
+
+// Options are what a composition of the manager chooses.
+type Options struct {
+	// Approvals are the approval providers mounted (of APIServer and None).
+	Approvals []toolgatev1alpha1.ApprovalProvider
+	// ProcessSandbox mounts the Process sandbox provider, which runs tools
+	// as processes of the manager itself: for tests and development only.
+	// Its bodies keep their workspaces under ProcessWorkspaceDir; with
+	// ProcessSubCalls they are given an endpoint for sub-calls.
+	ProcessSandbox      bool
+	ProcessWorkspaceDir string
+	ProcessSubCalls     bool
+	// RunnerImage, when set, mounts the Pod sandbox provider.
+	RunnerImage           string
+	NetworkPolicyEnforced bool
+	// The pod sandbox's channel key lives in Secret Namespace/ChannelKeySecret;
+	// ManagerLabels select the manager's pods (the only ingress tool pods
+	// allow).
+	Namespace        string
+	ChannelKeySecret string
+	ManagerLabels    map[string]string
+	// WatchNamespaces, when not empty, are the only namespaces the
+	// manager's cache lists and watches (Cache).
+	WatchNamespaces []string
+	// WakeBuffer is the room for pending wake-ups of calls whose work ended
+	// (0: 1024).
+	WakeBuffer int
+	// PollInterval and SessionWorkers are the controllers' (controller.Config;
+	// 0: its defaults).
+	PollInterval   time.Duration
+	SessionWorkers int
+}
+
+// defaultWakeBuffer is the room for pending wake-ups when Options leave it
+// unset.
+const defaultWakeBuffer = 1024
+
+// Setup mounts the providers o chooses under scope and sets the
+// controllers up on mgr.
+func Setup(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) error {
+	cfg, err := Providers(mgr, scope, o)
+	if err != nil {
+		return err
+	}
+	return controller.Setup(mgr, cfg)
+}
+
+// Providers mounts the providers of each seam under scope and returns the
+// controllers' configuration.
+func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.Config, error) {
+	wake := o.WakeBuffer
+	if wake == 0 {
+		wake = defaultWakeBuffer
+	}
+	cfg := controller.Config{
+		Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(wake),
+		PollInterval: o.PollInterval, SessionWorkers: o.SessionWorkers,
+	}
+	mount := func(err error) error {
+		if err != nil {
+			return fmt.Errorf("mounting a provider: %w", err)
+		}
+		return nil
+	}
+	for _, name := range o.Approvals {
+		var p approval.Provider
+		switch name {
+		case toolgatev1alpha1.ApprovalProviderAPIServer:
+			p = approvalapiserver.New(mgr.GetClient(), clock.RealClock{})
+		case toolgatev1alpha1.ApprovalProviderNone:
+			p = approvalnone.Provider{}
+		default:
+			return cfg, fmt.Errorf("no approval provider %q", name)
+		}
+		if err := mount(cfg.Approvals.Mount(scope, string(name), p)); err != nil {
+			return cfg, err
+		}
+	}
+	if o.ProcessSandbox {
+		box := process.New(o.ProcessWorkspaceDir, cfg.Wake.Notify)
+		if o.ProcessSubCalls {
+			box.SubCalls = controller.SubCalls(mgr.GetClient())
+		}
+		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)); err != nil {
+			return cfg, err
+		}
+	}
+	if o.RunnerImage != "" {
+		provider, err := podProvider(mgr, o, cfg.Wake)
+		if err != nil {
+			return cfg, err
+		}
+		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderPod), provider)); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// podProvider makes the Pod sandbox provider, its channel key read, and
+// wakes its follower at every change of a tool pod.
+func podProvider(mgr ctrl.Manager, o Options, wake *controller.Wake) (*pod.Provider, error) {
+	if o.Namespace == "" {
+		return nil, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
+	}
+	// Read directly: the manager's cache is not started, and must never
+	// watch Secrets.
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, err
+	}
+	key, err := pod.LoadChannelKey(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
+	if err != nil {
+		return nil, err
+	}
+	provider := &pod.Provider{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
+		SubCalls: controller.SubCalls(mgr.GetClient()),
+		Config:   pod.Config{RunnerImage: o.RunnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels},
+	}
+	// A tool pod's change wakes its follower: a cold pod is handed its
+	// call as soon as its runner runs.
+	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    provider.PodChanged,
+		UpdateFunc: func(_, obj any) { provider.PodChanged(obj) },
+		DeleteFunc: provider.PodChanged,
+	}); err != nil {
+		return nil, err
+	}
+	return provider, nil
+}
