@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Fault kinds.
+const (
+	faultManager    = "manager-sigkill"
+	faultApiserver  = "kube-apiserver-restart"
+	faultEtcd       = "etcd-restart"
+	faultKubelet    = "kubelet-restart"
+	faultContainerd = "containerd-restart"
+	faultPod        = "tool-pod-deleted"
+)
+
+// inject injects faults at random times until done: manager kills first
+// among them, and every other kind at least once.
+func (r *chaos) inject(done <-chan struct{}) {
+	var plan []string
+	for range r.o.kills {
+		plan = append(plan, faultManager)
+	}
+	for _, f := range r.o.faults {
+		if f != faultManager {
+			plan = append(plan, f)
+		}
+	}
+	r.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	for i := 0; ; i++ {
+		wait := time.Duration(float64(r.o.interval) * (0.5 + r.rng.Float64()))
+		select {
+		case <-done:
+			return
+		case <-time.After(wait):
+		}
+		kind := faultManager
+		if i < len(plan) {
+			kind = plan[i]
+		} else if !slices.Contains(r.o.faults, faultManager) {
+			continue
+		} else if i >= len(plan)+r.o.kills {
+			continue // the plan is done: the load finishes in peace
+		}
+		note, err := r.fault(kind)
+		if errors.Is(err, errNoTarget) {
+			i-- // not injected: tried again at the next tick
+			continue
+		}
+		if err != nil {
+			note = "failed: " + err.Error()
+		}
+		r.mu.Lock()
+		r.faults = append(r.faults, fault{kind: kind, at: time.Now(), note: note})
+		r.mu.Unlock()
+		fmt.Printf("chaos: %6.1fs %-24s %s\n", time.Since(r.start).Seconds(), kind, note)
+	}
+}
+
+func (r *chaos) fault(kind string) (string, error) {
+	switch kind {
+	case faultManager:
+		return r.killLeader()
+	case faultPod:
+		pods := &corev1.PodList{}
+		if err := r.c.List(context.Background(), pods, client.InNamespace(r.ns), client.MatchingLabels{"toolgate.dev/sandbox": "true"}); err != nil {
+			return "", err
+		}
+		var running []corev1.Pod
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Labels["toolgate.dev/warm"] != "true" {
+				running = append(running, p)
+			}
+		}
+		if len(running) == 0 {
+			return "", errNoTarget
+		}
+		p := running[r.rng.IntN(len(running))]
+		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, p.Labels["toolgate.dev/call"]), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
+	default:
+		name := map[string]string{faultApiserver: "kube-apiserver", faultEtcd: "etcd", faultKubelet: "kubelet", faultContainerd: "containerd"}[kind]
+		return r.restart(name)
+	}
+}
+
+// killLeader SIGKILLs the manager process that leads (any manager
+// process when none does): the container's process, not a pod deletion,
+// so the lease is not released. Replicas share the host's network, and so
+// its hostname, which the lease's holder names: the leader is the process
+// whose current container log says it acquired the lease.
+func (r *chaos) killLeader() (string, error) {
+	procs := managerProcs()
+	if len(procs) == 0 || len(procs) < r.o.replicas {
+		// Every kill tests a failover: wait until the standby runs again.
+		return "", errNoTarget
+	}
+	for _, p := range procs {
+		if p.leader {
+			return fmt.Sprintf("SIGKILL pid %d, the leader, of %d processes", p.pid, len(procs)), syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	}
+	return "", errNoTarget // a failover is under way: wait for its leader
+}
+
+// errNoTarget: the fault has nothing to act on now; tried again later.
+var errNoTarget = errors.New("nothing to act on")
+
+type managerProc struct {
+	pid    int
+	leader bool
+}
+
+// managerProcs are the manager containers' processes.
+func managerProcs() []managerProc {
+	entries, _ := os.ReadDir("/proc")
+	var out []managerProc
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.HasPrefix(string(cmdline), "/manager\x00") {
+			continue
+		}
+		out = append(out, managerProc{pid: pid, leader: leads(pid)})
+	}
+	return out
+}
+
+// leads tells whether the process's container log (the newest log of its
+// pod's manager container) says it acquired the leader lease.
+func leads(pid int) bool {
+	cgroup, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(cgroup), "/pod")
+	if !ok {
+		return false
+	}
+	uid, _, _ := strings.Cut(rest, "/")
+	logs, _ := filepath.Glob(filepath.Join("/var/log/pods", "*_"+uid, "manager", "*.log"))
+	newest, at := "", time.Time{}
+	for _, l := range logs {
+		if fi, err := os.Stat(l); err == nil && fi.ModTime().After(at) {
+			newest, at = l, fi.ModTime()
+		}
+	}
+	data, err := os.ReadFile(newest)
+	return err == nil && strings.Contains(strings.ToLower(string(data)), "successfully acquired lease")
+}
+
+// restart SIGKILLs one component of the local cluster and brings it back
+// with hack/cluster-up.sh (which starts what is not running).
+func (r *chaos) restart(name string) (string, error) {
+	pidFile := filepath.Join(r.o.clusterDir, "pids", name)
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return "", err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return "", err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return "", err
+	}
+	for syscall.Kill(pid, 0) == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	start := time.Now()
+	cmd := exec.Command(filepath.Join(r.o.root, "hack", "cluster-up.sh"))
+	cmd.Env = append(os.Environ(), "TOOLGATE_SKIP_IMAGES=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("cluster-up: %v: %s", err, out)
+	}
+	return fmt.Sprintf("SIGKILL pid %d, back in %.1fs", pid, time.Since(start).Seconds()), nil
+}

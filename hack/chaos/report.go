@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// report checks every promise and prints the figures; it returns how many
+// promises were broken.
+func (r *chaos) report(ctx context.Context) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	broken := 0
+	var calls []*call
+	for _, c := range r.calls {
+		calls = append(calls, c)
+	}
+	slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.name, b.name) })
+	results, lost, strayTimeouts := 0, 0, 0
+	codes := map[string]int{}
+	for _, c := range calls {
+		if c.obj == nil || c.obj.Status.Result == nil {
+			lost++
+			continue
+		}
+		results++
+		res := c.obj.Status.Result
+		codes[string(res.Outcome)+"/"+orNone(res.ErrorCode)]++
+		if res.Outcome == toolgatev1alpha1.OutcomeTimedOut && c.tool != "overtime" {
+			strayTimeouts++ // only overtime outlives its timeout: a fault must not look like one
+		}
+	}
+	// Commit order and duplicates, per session.
+	duplicates, misordered := 0, 0
+	bySession := map[string][]*call{}
+	for _, c := range calls {
+		if c.obj != nil && c.obj.Status.Schedule.CommitSequence != nil {
+			bySession[c.session] = append(bySession[c.session], c)
+		}
+	}
+	for s, cs := range bySession {
+		slices.SortFunc(cs, func(a, b *call) int {
+			return int(*a.obj.Status.Schedule.CommitSequence - *b.obj.Status.Schedule.CommitSequence)
+		})
+		for i, c := range cs {
+			seq := *c.obj.Status.Schedule.CommitSequence
+			if seq != int64(i) {
+				duplicates++
+				fmt.Printf("chaos: session %s: %s has sequence %d at position %d\n", s, c.name, seq, i)
+			}
+			if i > 0 {
+				p := cs[i-1]
+				if p.turn > c.turn || (p.turn == c.turn && p.index >= c.index) {
+					misordered++
+					fmt.Printf("chaos: session %s: %s committed after %s\n", s, c.name, p.name)
+				}
+			}
+		}
+	}
+	// Body runs, counted from the markers in the workspaces.
+	doubleRuns, idempotentReruns, runs := 0, 0, 0
+	for _, c := range calls {
+		n := countLines(filepath.Join(r.o.clusterDir, "pv", r.ns, c.session, "runs", c.name))
+		runs += n
+		switch {
+		case n > 1 && nonIdempotent[c.tool]:
+			doubleRuns++
+			fmt.Printf("chaos: %s (%s, not idempotent) ran %d times\n", c.name, c.tool, n)
+		case n > 1:
+			idempotentReruns++
+		}
+	}
+	// Pods left once every call has its result.
+	// Warm pods (kept ready for the sessions' next calls, holding no call)
+	// are not left behind: they go when their session is idle or deleted.
+	leaked, warm := -1, 0
+	_ = r.waitFor(ctx, 60*time.Second, func() bool {
+		pods := &corev1.PodList{}
+		if r.c.List(ctx, pods, client.InNamespace(r.ns), client.MatchingLabels{"toolgate.dev/sandbox": "true"}) != nil {
+			return false
+		}
+		leaked, warm = 0, 0
+		for _, p := range pods.Items {
+			if p.Labels["toolgate.dev/warm"] == "true" {
+				warm++
+			} else {
+				leaked++
+			}
+		}
+		return leaked == 0
+	})
+
+	fmt.Printf("\nchaos: %d calls in %d sessions, %.0fs, %d faults, seed %d\n", len(calls), r.o.sessions, time.Since(r.start).Seconds(), len(r.faults), r.o.seed)
+	row := func(what string, n int, must bool) {
+		mark := ""
+		if must && n != 0 {
+			mark = "  <- BROKEN"
+			broken++
+		}
+		fmt.Printf("  %-52s %6d%s\n", what, n, mark)
+	}
+	fmt.Printf("  %-52s %6d\n", "calls submitted", len(calls))
+	fmt.Printf("  %-52s %6d\n", "results", results)
+	row("calls without a result (lost)", lost, true)
+	row("duplicate or missing commit positions", duplicates, true)
+	row("non-idempotent bodies run more than once", doubleRuns, true)
+	row("commits out of model order", misordered, true)
+	row("tool pods left after every call settled", leaked, true)
+	row("timed out, of a tool that ends within its timeout", strayTimeouts, true)
+	fmt.Printf("  %-52s %6d\n", "warm pods ready for the next calls", warm)
+	fmt.Printf("  %-52s %6d\n", "body runs (markers)", runs)
+	fmt.Printf("  %-52s %6d\n", "idempotent bodies run again (allowed)", idempotentReruns)
+	fmt.Println("  outcomes:")
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range codes {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, k := range keys {
+		fmt.Printf("    %-50s %6d\n", k, codes[k])
+	}
+	fmt.Println("  calls ended interrupted or sandbox_lost (explained):")
+	for _, c := range calls {
+		if c.obj == nil || c.obj.Status.Result == nil {
+			continue
+		}
+		if code := c.obj.Status.Result.ErrorCode; code == "interrupted" || code == "sandbox_lost" {
+			settled := c.obj.Status.Result.SettledAt.Time
+			cause := "no fault before it"
+			for _, f := range r.faults {
+				switch {
+				case f.kind == faultPod && strings.HasSuffix(f.note, "the pod of call "+c.name):
+					cause = fmt.Sprintf("its pod was deleted by the fault (%s)", f.note)
+				case !f.at.After(settled) && !strings.HasPrefix(cause, "its pod"):
+					cause = fmt.Sprintf("last fault before it: %s (%s), %.0fs earlier", f.kind, f.note, settled.Sub(f.at).Seconds())
+				}
+			}
+			fmt.Printf("    %-22s %-11s %s: %s; %s\n", c.name, c.tool, code, c.obj.Status.Result.Message, cause)
+		}
+	}
+	fmt.Println("  faults (kind, count, time from the fault to the next commit: median / max):")
+	byKind := map[string][]time.Duration{}
+	for _, f := range r.faults {
+		next := time.Duration(-1)
+		for _, c := range calls {
+			if !c.committedAt.IsZero() && c.committedAt.After(f.at) && (next < 0 || c.committedAt.Sub(f.at) < next) {
+				next = c.committedAt.Sub(f.at)
+			}
+		}
+		byKind[f.kind] = append(byKind[f.kind], next)
+	}
+	for _, kind := range slices.Sorted(func(yield func(string) bool) {
+		for k := range byKind {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		ds := byKind[kind]
+		var known []time.Duration
+		for _, d := range ds {
+			if d >= 0 {
+				known = append(known, d)
+			}
+		}
+		slices.Sort(known)
+		med, mx := "-", "-"
+		if len(known) > 0 {
+			med, mx = fmt.Sprintf("%.1fs", known[len(known)/2].Seconds()), fmt.Sprintf("%.1fs", known[len(known)-1].Seconds())
+		}
+		fmt.Printf("    %-28s %4d   %8s / %8s\n", kind, len(ds), med, mx)
+	}
+	for _, p := range managerProcs() {
+		if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid)); err == nil {
+			for _, l := range strings.Split(string(status), "\n") {
+				if strings.HasPrefix(l, "VmRSS:") {
+					fmt.Printf("  manager pid %d (leader %v) RSS %s\n", p.pid, p.leader, strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")))
+				}
+			}
+		}
+	}
+	return broken
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func countLines(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = f.Close() }()
+	n := 0
+	for s := bufio.NewScanner(f); s.Scan(); {
+		n++
+	}
+	return n
+}
