@@ -1,0 +1,250 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
+)
+
+type follower struct {
+	pod  types.NamespacedName
+	uid  types.UID
+	done chan struct{}
+	wake chan struct{} // the pod changed (PodChanged): look again now
+	res  *runner.Result
+	err  error // a final answer (a pipeline failure)
+}
+
+func (p *Provider) follower(key string) *follower {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.followers[key]
+}
+
+// adopt returns the attempt's follower, starting one for a pod this
+// process has not followed yet (after a restart, the adopted pod's).
+func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.followers == nil {
+		p.followers = map[string]*follower{}
+	}
+	if f, ok := p.followers[job.Key]; ok {
+		return f
+	}
+	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p.followers[job.Key] = f
+	go p.follow(f, job)
+	return f
+}
+
+// follow hands the call to the pod's runner once it listens, or collects
+// the call handed over before (by this process or a previous one), until
+// the frame arrives or the pod can no longer give one.
+func (p *Provider) follow(f *follower, job sandbox.Job) {
+	defer func() {
+		close(f.done)
+		if p.Notify != nil {
+			p.Notify(job.Owner)
+		}
+	}()
+	ctx := context.Background()
+	workspace := ""
+	if job.Workspace.ClaimName != "" {
+		workspace = job.Policy.WorkspaceRoot
+	}
+	req := runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.RunnerSpec(job, workspace), Arguments: job.Arguments}
+	ready := job.Dispatched.Add(p.Config.startTimeout())
+	handed := false
+	// Between looks the follower waits for the pod to change (PodChanged)
+	// or for a poll that backs off, the safety net where no informer tells.
+	// Once the pod has an address, the runner's listening is awaited: no
+	// event marks it, so the poll restarts short.
+	minPoll, maxPoll := p.pollBounds()
+	backoff := minPoll
+	addressed, sawRunning := false, false
+	wait := func(most time.Duration) {
+		t := time.NewTimer(min(backoff, most))
+		defer t.Stop()
+		select {
+		case <-f.wake:
+		case <-t.C:
+			backoff = min(2*backoff, most)
+		}
+	}
+	notReady := func() error {
+		return pipeline.Fail(pipeline.CodeSandboxNotReady, fmt.Sprintf(
+			"the tool's pod was not ready within %s of dispatch; the body never started", p.Config.startTimeout()))
+	}
+	for {
+		pod := &corev1.Pod{}
+		if err := p.Reader.Get(ctx, f.pod, pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is gone")
+				return
+			}
+			wait(maxPoll)
+			continue
+		}
+		if pod.UID != f.uid {
+			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by another of the same name")
+			return
+		}
+		if fail := failureOf(pod); fail != nil {
+			f.err = fail
+			return
+		}
+		if terminated(pod) {
+			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's runner ended without a result")
+			return
+		}
+		late := !handed && p.now().After(ready)
+		up := running(pod)
+		if pod.Status.PodIP == "" || (late && !up) {
+			if late {
+				f.err = notReady()
+				return
+			}
+			wait(maxPoll)
+			continue
+		}
+		// The runner listens before the kubelet reports its container
+		// running (the kubelet reports at its next relist, up to a second
+		// later): it is tried as soon as the pod has an address.
+		if !addressed || (up && !sawRunning) {
+			addressed, sawRunning, backoff = true, up, min(backoff, runningPoll)
+		}
+		if late {
+			// Never start a body past the bound; collect one already started.
+			req.Op = runner.OpCollect
+		}
+		hello, res, err := p.exchange(ctx, pod, req, job)
+		if hello != nil && hello.State != runner.StateIdle {
+			handed = true
+		}
+		switch {
+		case err == nil:
+			f.res = res
+			return
+		case errors.Is(err, runner.ErrRefused) && late && !handed:
+			f.err = notReady()
+			return
+		case errors.Is(err, runner.ErrProtocol):
+			f.err = pipeline.Fail(pipeline.CodeSandboxUnavailable, "the runner in the tool's pod is of another release ("+err.Error()+
+				"): give the tool image the runner of the manager's release, or unset its runnerPath")
+			return
+		case errors.Is(err, runner.ErrRefused), errors.Is(err, runner.ErrForged):
+			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+err.Error())
+			return
+		}
+		// Not listening yet, or the connection broke: asked again, often
+		// until the container is reported running.
+		if up {
+			wait(maxPoll)
+		} else {
+			wait(min(maxPoll, startingPoll))
+		}
+	}
+}
+
+// Poll bounds of a follower: the first wait, the longest, the first once
+// the pod has an address or its runner's container runs, and the longest
+// while the runner is tried before its container is reported running.
+const (
+	defaultMinPoll = 50 * time.Millisecond
+	defaultMaxPoll = time.Second
+	runningPoll    = 10 * time.Millisecond
+	startingPoll   = 200 * time.Millisecond
+)
+
+func (p *Provider) pollBounds() (time.Duration, time.Duration) {
+	if p.minPoll > 0 && p.maxPoll > 0 {
+		return p.minPoll, p.maxPoll
+	}
+	return defaultMinPoll, defaultMaxPoll
+}
+
+// PodChanged tells the provider that a tool pod changed, so the follower
+// of its attempt looks at once instead of at its next poll: a cold pod is
+// handed its call as soon as its runner runs (polling alone found it up to
+// a backed-off second late). The composition calls it from the manager's
+// informer of tool pods; obj may be a deletion's final state.
+func (p *Provider) PodChanged(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := client.ObjectKeyFromObject(pod)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.followers {
+		if f.pod == key {
+			select {
+			case f.wake <- struct{}{}:
+			default: // a wake is already pending
+			}
+		}
+	}
+}
+
+// exchange is one connection to the pod's runner.
+func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Request, job sandbox.Job) (*runner.Hello, *runner.Result, error) {
+	dial := p.Dial
+	if dial == nil {
+		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	conn, err := dial(ctx, net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(runner.Port)))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	var sub func(runner.SubCall) runner.SubResult
+	if p.SubCalls != nil {
+		sub = func(c runner.SubCall) runner.SubResult { return p.SubCalls(ctx, job, c) }
+	}
+	return runner.Exchange(conn, p.Key, req, sub)
+}
+
+// running tells whether the tool container (the runner) has started.
+func running(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerTool && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func isDone(f *follower) bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func terminated(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerTool && cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
