@@ -12,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
 // report checks every promise and prints the figures; it returns how many
@@ -21,103 +19,44 @@ import (
 func (r *chaos) report(ctx context.Context) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	broken := 0
-	var calls []*call
-	for _, c := range r.calls {
-		calls = append(calls, c)
+	o := r.observe(ctx)
+	calls, warm := o.calls, o.warmPods
+	// Each breach's note first, then the figures.
+	verdicts := make([]verdict, len(promises))
+	for i, p := range promises {
+		verdicts[i] = p.check(o)
+		for _, note := range verdicts[i].notes {
+			fmt.Println(note)
+		}
 	}
-	slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.name, b.name) })
-	results, lost, strayTimeouts := 0, 0, 0
+	results, runs, idempotentReruns := 0, 0, 0
 	codes := map[string]int{}
 	for _, c := range calls {
+		n := o.runs[c.name]
+		runs += n
+		if n > 1 && !nonIdempotent[c.tool] {
+			idempotentReruns++
+		}
 		if c.obj == nil || c.obj.Status.Result == nil {
-			lost++
 			continue
 		}
 		results++
 		res := c.obj.Status.Result
 		codes[string(res.Outcome)+"/"+orNone(res.ErrorCode)]++
-		if res.Outcome == toolgatev1alpha1.OutcomeTimedOut && c.tool != "overtime" {
-			strayTimeouts++ // only overtime outlives its timeout: a fault must not look like one
-		}
 	}
-	// Commit order and duplicates, per session.
-	duplicates, misordered := 0, 0
-	bySession := map[string][]*call{}
-	for _, c := range calls {
-		if c.obj != nil && c.obj.Status.Schedule.CommitSequence != nil {
-			bySession[c.session] = append(bySession[c.session], c)
-		}
-	}
-	for s, cs := range bySession {
-		slices.SortFunc(cs, func(a, b *call) int {
-			return int(*a.obj.Status.Schedule.CommitSequence - *b.obj.Status.Schedule.CommitSequence)
-		})
-		for i, c := range cs {
-			seq := *c.obj.Status.Schedule.CommitSequence
-			if seq != int64(i) {
-				duplicates++
-				fmt.Printf("chaos: session %s: %s has sequence %d at position %d\n", s, c.name, seq, i)
-			}
-			if i > 0 {
-				p := cs[i-1]
-				if p.turn > c.turn || (p.turn == c.turn && p.index >= c.index) {
-					misordered++
-					fmt.Printf("chaos: session %s: %s committed after %s\n", s, c.name, p.name)
-				}
-			}
-		}
-	}
-	// Body runs, counted from the markers in the workspaces.
-	doubleRuns, idempotentReruns, runs := 0, 0, 0
-	for _, c := range calls {
-		n := countLines(filepath.Join(r.o.clusterDir, "pv", r.ns, c.session, "runs", c.name))
-		runs += n
-		switch {
-		case n > 1 && nonIdempotent[c.tool]:
-			doubleRuns++
-			fmt.Printf("chaos: %s (%s, not idempotent) ran %d times\n", c.name, c.tool, n)
-		case n > 1:
-			idempotentReruns++
-		}
-	}
-	// Pods left once every call has its result.
-	// Warm pods (kept ready for the sessions' next calls, holding no call)
-	// are not left behind: they go when their session is idle or deleted.
-	leaked, warm := -1, 0
-	_ = r.waitFor(ctx, 60*time.Second, func() bool {
-		pods := &corev1.PodList{}
-		if r.c.List(ctx, pods, client.InNamespace(r.ns), client.MatchingLabels{"toolgate.dev/sandbox": "true"}) != nil {
-			return false
-		}
-		leaked, warm = 0, 0
-		for _, p := range pods.Items {
-			if p.Labels["toolgate.dev/warm"] == "true" {
-				warm++
-			} else {
-				leaked++
-			}
-		}
-		return leaked == 0
-	})
 
 	fmt.Printf("\nchaos: %d calls in %d sessions, %.0fs, %d faults, seed %d\n", len(calls), r.o.sessions, time.Since(r.start).Seconds(), len(r.faults), r.o.seed)
-	row := func(what string, n int, must bool) {
+	fmt.Printf("  %-52s %6d\n", "calls submitted", len(calls))
+	fmt.Printf("  %-52s %6d\n", "results", results)
+	broken := 0
+	for i, p := range promises {
 		mark := ""
-		if must && n != 0 {
+		if !verdicts[i].kept() {
 			mark = "  <- BROKEN"
 			broken++
 		}
-		fmt.Printf("  %-52s %6d%s\n", what, n, mark)
+		fmt.Printf("  %-52s %6d%s\n", p.name, verdicts[i].count, mark)
 	}
-	fmt.Printf("  %-52s %6d\n", "calls submitted", len(calls))
-	fmt.Printf("  %-52s %6d\n", "results", results)
-	row("calls without a result (lost)", lost, true)
-	row("duplicate or missing commit positions", duplicates, true)
-	row("non-idempotent bodies run more than once", doubleRuns, true)
-	row("commits out of model order", misordered, true)
-	row("tool pods left after every call settled", leaked, true)
-	row("timed out, of a tool that ends within its timeout", strayTimeouts, true)
 	fmt.Printf("  %-52s %6d\n", "warm pods ready for the next calls", warm)
 	fmt.Printf("  %-52s %6d\n", "body runs (markers)", runs)
 	fmt.Printf("  %-52s %6d\n", "idempotent bodies run again (allowed)", idempotentReruns)
@@ -193,6 +132,38 @@ func (r *chaos) report(ctx context.Context) int {
 		}
 	}
 	return broken
+}
+
+// observe gathers what the run saw: every call as last seen, the body runs
+// their markers in the workspaces count, and the tool pods once every call
+// has its result (waiting up to a minute for them to go).
+func (r *chaos) observe(ctx context.Context) observations {
+	o := observations{runs: map[string]int{}, podsLeft: -1}
+	for _, c := range r.calls {
+		o.calls = append(o.calls, c)
+	}
+	slices.SortFunc(o.calls, func(a, b *call) int { return strings.Compare(a.name, b.name) })
+	for _, c := range o.calls {
+		o.runs[c.name] = countLines(filepath.Join(r.o.clusterDir, "pv", r.ns, c.session, "runs", c.name))
+	}
+	// Warm pods (kept ready for the sessions' next calls, holding no call)
+	// are not left behind: they go when their session is idle or deleted.
+	_ = r.waitFor(ctx, 60*time.Second, func() bool {
+		pods := &corev1.PodList{}
+		if r.c.List(ctx, pods, client.InNamespace(r.ns), client.MatchingLabels{"toolgate.dev/sandbox": "true"}) != nil {
+			return false
+		}
+		o.podsLeft, o.warmPods = 0, 0
+		for _, p := range pods.Items {
+			if p.Labels["toolgate.dev/warm"] == "true" {
+				o.warmPods++
+			} else {
+				o.podsLeft++
+			}
+		}
+		return o.podsLeft == 0
+	})
+	return o
 }
 
 func orNone(s string) string {
