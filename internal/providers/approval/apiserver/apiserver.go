@@ -37,12 +37,6 @@ func New(c client.Client, clk clock.PassiveClock) *Provider {
 	return &Provider{Client: c, Clock: clk}
 }
 
-// AnnotationArgumentsDigest records, on a request, the digest of the
-// arguments it was asked about: what binds a decision to the call. The
-// preview is what the approver read; it depends on the profile's redaction
-// list at the time and is never recomputed to match a request.
-const AnnotationArgumentsDigest = "toolgate.dev/arguments-digest"
-
 // Name is the deterministic name of the ApprovalRequest for a call: the
 // call's own name, so a restart finds (adopts) the one it created.
 func Name(call client.Object) string { return call.GetName() }
@@ -115,7 +109,7 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 	return &toolgatev1alpha1.ApprovalRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner),
-			Annotations: map[string]string{AnnotationArgumentsDigest: digest(q.Call.Args)},
+			Annotations: map[string]string{toolgatev1alpha1.AnnotationArgumentsDigest: digest(q.Call.Args)},
 		},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
 			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
@@ -143,8 +137,8 @@ func asks(found, want *toolgatev1alpha1.ApprovalRequest) bool {
 	if f.SessionRef != nil && w.SessionRef != nil && *f.SessionRef != *w.SessionRef {
 		return false
 	}
-	if d, ok := found.Annotations[AnnotationArgumentsDigest]; ok {
-		return d == want.Annotations[AnnotationArgumentsDigest]
+	if d, ok := found.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]; ok {
+		return d == want.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]
 	}
 	return f.ArgumentsPreview == w.ArgumentsPreview
 }

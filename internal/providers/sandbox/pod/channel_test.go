@@ -209,7 +209,7 @@ func TestWarmPods(t *testing.T) {
 	}
 	warmPods := func() []corev1.Pod {
 		list := &corev1.PodList{}
-		must(t, c.List(ctx, list, client.InNamespace(ns.Name), client.MatchingLabels{LabelWarm: "true"}))
+		must(t, c.List(ctx, list, client.InNamespace(ns.Name), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
 		return list.Items
 	}
 	waitWarm := func(not types.UID) corev1.Pod {
@@ -260,7 +260,7 @@ func TestWarmPods(t *testing.T) {
 	}
 	claimed := &corev1.Pod{}
 	must(t, c.Get(ctx, client.ObjectKeyFromObject(&warm), claimed))
-	if !metav1.IsControlledBy(claimed, calls[1]) || claimed.Labels[LabelWarm] != "" || claimed.Annotations[AnnotationClaimed] == "" {
+	if !metav1.IsControlledBy(claimed, calls[1]) || claimed.Labels[toolgatev1alpha1.LabelWarm] != "" || claimed.Annotations[toolgatev1alpha1.AnnotationClaimed] == "" {
 		t.Fatalf("the claimed pod: %+v", claimed.ObjectMeta)
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(calls[1].UID), 1)}, &corev1.Pod{}); err == nil {
@@ -353,7 +353,7 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	must(t, p.Prepare(ctx, job)) // a cold pod, and the session's pool starts
 	warm := func() int {
 		list := &corev1.PodList{}
-		must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{LabelWarm: "true"}))
+		must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
 		n := 0
 		for _, pod := range list.Items {
 			if pod.DeletionTimestamp.IsZero() {
@@ -381,7 +381,7 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	// be claimed: the sweep removes it at once, and starts none in its
 	// place (the next call of its kind does; a broken kind does not churn).
 	list := &corev1.PodList{}
-	must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{LabelWarm: "true"}))
+	must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
 	ended := list.Items[0]
 	ended.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128}}}}}

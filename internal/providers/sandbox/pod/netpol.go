@@ -54,7 +54,7 @@ func (p *Provider) Audit(ctx context.Context, namespace string, policy toolgatev
 	if err := p.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
 		return "", err
 	}
-	tool := labels.Set{LabelSandbox: "true", LabelEgress: fmt.Sprint(EgressAllowed(policy)), LabelManagedBy: managedBy}
+	tool := labels.Set{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: fmt.Sprint(EgressAllowed(policy)), LabelManagedBy: managedBy}
 	var found []string
 	for _, np := range list.Items {
 		if (np.Name == NetworkPolicyName || np.Name == EgressPolicyName) && np.Labels[LabelManagedBy] == managedBy {

@@ -263,7 +263,7 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) erro
 	} else if job.WarmPods > 0 {
 		warmClaims.WithLabelValues("miss").Inc()
 	}
-	pod.Labels[LabelCallUID] = string(job.OwnerUID)
+	pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
 	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
 	if err := p.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -290,7 +290,7 @@ func (p *Provider) now() time.Time {
 // Release deletes every pod of the call and forgets their followers.
 func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (bool, error) {
 	pods := &corev1.PodList{}
-	if err := p.Client.List(ctx, pods, client.InNamespace(owner.Namespace), client.MatchingLabels{LabelSandbox: "true"}); err != nil {
+	if err := p.Client.List(ctx, pods, client.InNamespace(owner.Namespace), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}); err != nil {
 		return false, err
 	}
 	left := 0

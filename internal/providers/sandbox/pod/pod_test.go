@@ -175,7 +175,7 @@ func TestOnAPIServer(t *testing.T) {
 			t.Fatalf("%v, want sandbox_lost", err)
 		}
 		for _, p := range pods() {
-			if p.Labels[LabelAttempt] == "4" {
+			if p.Labels[toolgatev1alpha1.LabelAttempt] == "4" {
 				t.Fatal("a second pod was created for the attempt")
 			}
 		}

@@ -24,13 +24,9 @@ import (
 	"github.com/toolgate/toolgate/internal/textutil"
 )
 
-// Labels and annotations on tool pods.
+// The NetworkPolicies' names and the tool pod's fixed values (its
+// toolgate.dev labels are api/v1alpha1's, shared with the manager's cache).
 const (
-	LabelSandbox = "toolgate.dev/sandbox"
-	LabelEgress  = "toolgate.dev/egress"
-	LabelCall    = "toolgate.dev/call"
-	LabelAttempt = "toolgate.dev/attempt"
-
 	// NetworkPolicyName is the per-namespace policy denying all traffic to
 	// and from tool pods that are not allowed egress.
 	NetworkPolicyName = "toolgate-sandbox-deny-all"
@@ -271,8 +267,8 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: job.Owner.Namespace,
 			Labels: map[string]string{
-				LabelSandbox: "true", LabelEgress: fmt.Sprint(egress), LabelCall: textutil.LabelValue(job.Owner.Name),
-				LabelAttempt: fmt.Sprint(job.Attempt), LabelManagedBy: managedBy,
+				toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: fmt.Sprint(egress), toolgatev1alpha1.LabelCall: textutil.LabelValue(job.Owner.Name),
+				toolgatev1alpha1.LabelAttempt: fmt.Sprint(job.Attempt), LabelManagedBy: managedBy,
 			},
 		},
 		Spec: corev1.PodSpec{
@@ -318,7 +314,7 @@ func (c Config) DenyAll(namespace string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicyName, Namespace: namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSandbox: "true", LabelEgress: "false"}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: "false"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress:     c.managerIngress(),
 		},
@@ -383,7 +379,7 @@ func (c Config) EgressPolicy(namespace string, apiServer []netip.Addr) *networki
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: EgressPolicyName, Namespace: namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSandbox: "true", LabelEgress: "true"}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: "true"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress:     c.managerIngress(),
 			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{

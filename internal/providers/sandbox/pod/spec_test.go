@@ -146,8 +146,8 @@ func TestPodSpecRestrictions(t *testing.T) {
 			check(ws.ReadOnly == tc.wantWorkspaceRO, "workspace read-only exactly in ReadOnly mode")
 			check(spec.Workspace == "/workspace" && spec.Writable == !tc.wantWorkspaceRO, "the runner knows the root and mode")
 		}
-		check(pod.Labels[LabelEgress] == map[bool]string{true: "true", false: "false"}[tc.wantEgressAllowed], "egress label")
-		check(pod.Labels[LabelSandbox] == "true", "sandbox label for the NetworkPolicy")
+		check(pod.Labels[toolgatev1alpha1.LabelEgress] == map[bool]string{true: "true", false: "false"}[tc.wantEgressAllowed], "egress label")
+		check(pod.Labels[toolgatev1alpha1.LabelSandbox] == "true", "sandbox label for the NetworkPolicy")
 	}
 }
 
@@ -347,7 +347,7 @@ func TestEgressPolicy(t *testing.T) {
 	if np.Name != EgressPolicyName || np.Namespace != "ns" || np.Name == NetworkPolicyName || np.Labels["app.kubernetes.io/managed-by"] != "toolgate" {
 		t.Fatalf("meta %+v", np.ObjectMeta)
 	}
-	if got := np.Spec.PodSelector.MatchLabels; len(got) != 2 || got[LabelSandbox] != "true" || got[LabelEgress] != "true" || len(np.Spec.PodSelector.MatchExpressions) != 0 {
+	if got := np.Spec.PodSelector.MatchLabels; len(got) != 2 || got[toolgatev1alpha1.LabelSandbox] != "true" || got[toolgatev1alpha1.LabelEgress] != "true" || len(np.Spec.PodSelector.MatchExpressions) != 0 {
 		t.Fatalf("selector %+v", np.Spec.PodSelector)
 	}
 	if pt := np.Spec.PolicyTypes; len(pt) != 2 || pt[0] != networkingv1.PolicyTypeIngress || pt[1] != networkingv1.PolicyTypeEgress {
@@ -372,7 +372,7 @@ func TestEgressPolicy(t *testing.T) {
 	}
 	// Pods without egress: one policy denying both directions.
 	deny := testConfig.DenyAll("ns")
-	if pt := deny.Spec.PolicyTypes; len(pt) != 2 || len(deny.Spec.Ingress)+len(deny.Spec.Egress) != 0 || deny.Spec.PodSelector.MatchLabels[LabelEgress] != "false" {
+	if pt := deny.Spec.PolicyTypes; len(pt) != 2 || len(deny.Spec.Ingress)+len(deny.Spec.Egress) != 0 || deny.Spec.PodSelector.MatchLabels[toolgatev1alpha1.LabelEgress] != "false" {
 		t.Fatalf("deny-all %+v", deny.Spec)
 	}
 }

@@ -32,13 +32,6 @@ import (
 // call. Pools are per session and template, learned from the calls made;
 // a session's pools go once it made no call for WarmIdle.
 const (
-	LabelWarm     = "toolgate.dev/warm"     // "true" while the pod waits for a call
-	LabelSession  = "toolgate.dev/session"  // the session a warm pod was started for
-	LabelTemplate = "toolgate.dev/template" // the hash of the pod spec (templateOf)
-	LabelCallUID  = "toolgate.dev/call-uid" // the call a pod serves
-	// AnnotationClaimed records when a warm pod was claimed by its call.
-	AnnotationClaimed = "toolgate.dev/claimed"
-
 	// WarmIdle is how long a session's warm pods are kept after its last
 	// call.
 	WarmIdle = 5 * time.Minute
@@ -81,7 +74,7 @@ func templateOf(pod *corev1.Pod) string {
 	b, _ := json.Marshal(struct {
 		Spec   *corev1.PodSpec
 		Egress string
-	}{spec, pod.Labels[LabelEgress]})
+	}{spec, pod.Labels[toolgatev1alpha1.LabelEgress]})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }
@@ -97,7 +90,7 @@ func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) 
 	}
 	list := &corev1.PodList{}
 	if err := p.Client.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
-		LabelWarm: "true", LabelSession: textutil.LabelValue(job.Workspace.Session.Name), LabelTemplate: template,
+		toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name), toolgatev1alpha1.LabelTemplate: template,
 	}); err != nil {
 		return nil
 	}
@@ -110,14 +103,14 @@ func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) 
 			continue
 		}
 		base := pod.DeepCopy()
-		delete(pod.Labels, LabelWarm)
-		pod.Labels[LabelCall] = textutil.LabelValue(job.Owner.Name)
-		pod.Labels[LabelAttempt] = fmt.Sprint(job.Attempt)
-		pod.Labels[LabelCallUID] = string(job.OwnerUID)
+		delete(pod.Labels, toolgatev1alpha1.LabelWarm)
+		pod.Labels[toolgatev1alpha1.LabelCall] = textutil.LabelValue(job.Owner.Name)
+		pod.Labels[toolgatev1alpha1.LabelAttempt] = fmt.Sprint(job.Attempt)
+		pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
-		pod.Annotations[AnnotationClaimed] = now.UTC().Format(time.RFC3339Nano)
+		pod.Annotations[toolgatev1alpha1.AnnotationClaimed] = now.UTC().Format(time.RFC3339Nano)
 		pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
 		if err := p.Client.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
@@ -135,7 +128,7 @@ func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) 
 func (p *Provider) claimed(ctx context.Context, job sandbox.Job) (*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := p.Reader.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
-		LabelCallUID: string(job.OwnerUID), LabelAttempt: fmt.Sprint(job.Attempt),
+		toolgatev1alpha1.LabelCallUID: string(job.OwnerUID), toolgatev1alpha1.LabelAttempt: fmt.Sprint(job.Attempt),
 	}); err != nil {
 		return nil, err
 	}
@@ -202,7 +195,7 @@ func (p *Provider) replenish(job sandbox.Job, template string) {
 func (p *Provider) fill(ctx context.Context, job sandbox.Job, template string, size int) error {
 	list := &corev1.PodList{}
 	if err := p.Reader.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
-		LabelWarm: "true", LabelSession: textutil.LabelValue(job.Workspace.Session.Name), LabelTemplate: template,
+		toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name), toolgatev1alpha1.LabelTemplate: template,
 	}); err != nil {
 		return err
 	}
@@ -240,11 +233,11 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 		prefix = prefix[:40]
 	}
 	pod.GenerateName = prefix + "-warm-"
-	delete(pod.Labels, LabelCall)
-	delete(pod.Labels, LabelAttempt)
-	pod.Labels[LabelWarm] = "true"
-	pod.Labels[LabelSession] = textutil.LabelValue(job.Workspace.Session.Name)
-	pod.Labels[LabelTemplate] = template
+	delete(pod.Labels, toolgatev1alpha1.LabelCall)
+	delete(pod.Labels, toolgatev1alpha1.LabelAttempt)
+	pod.Labels[toolgatev1alpha1.LabelWarm] = "true"
+	pod.Labels[toolgatev1alpha1.LabelSession] = textutil.LabelValue(job.Workspace.Session.Name)
+	pod.Labels[toolgatev1alpha1.LabelTemplate] = template
 	// A warm pod may wait up to warmMaxAge before its call starts.
 	pod.Spec.ActiveDeadlineSeconds = ptr.To(*pod.Spec.ActiveDeadlineSeconds + int64(warmMaxAge.Seconds()))
 	pod.OwnerReferences = []metav1.OwnerReference{{
@@ -288,7 +281,7 @@ func (p *Provider) startSweeper() {
 // those that ended; it replaces warm pods too old to be claimed.
 func (p *Provider) sweep(ctx context.Context) {
 	list := &corev1.PodList{}
-	if err := p.Client.List(ctx, list, client.MatchingLabels{LabelWarm: "true"}); err != nil {
+	if err := p.Client.List(ctx, list, client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}); err != nil {
 		return
 	}
 	now := p.now()
@@ -312,7 +305,7 @@ func (p *Provider) sweep(ctx context.Context) {
 	refill := map[string]*pool{}
 	for i := range list.Items {
 		pod := &list.Items[i]
-		key := poolKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[LabelSession]}, pod.Labels[LabelTemplate])
+		key := poolKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[toolgatev1alpha1.LabelSession]}, pod.Labels[toolgatev1alpha1.LabelTemplate])
 		pl := active[key]
 		age := now.Sub(pod.CreationTimestamp.Time)
 		// An ended pod can never be claimed. None starts in its place here:
