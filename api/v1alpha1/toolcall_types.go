@@ -152,10 +152,14 @@ type ToolCallStatus struct {
 	Checkpoint *PipelineCheckpoint `json:"checkpoint,omitempty"`
 }
 
-// CallSchedule is what the session decided about a call: when it may start
+// CallSchedule is the session's plan for a call: when it may start
 // (executionMode), when it may settle (released, with its place in the log)
-// or that it is refused. Only the AgentSession controller writes it; every
-// other status field is the ToolCall controller's.
+// or that it is refused. It has two writers, both under optimistic
+// locking: the AgentSession controller writes refusal, a nested call's
+// admission and the release of a call that never starts (or of any call of
+// a session being deleted); the ToolCall controller writes a call's own
+// admission and release, with its next boundary, when the session's plan
+// allows them. Every other status field is the ToolCall controller's.
 type CallSchedule struct {
 	// executionMode is Parallel or Exclusive, as classified just before the
 	// call started; the call starts once it is set.

@@ -30,7 +30,7 @@ const (
 	// sessionFinalizer keeps a deleted session until every call it owns has
 	// settled and committed: deleting a session cancels its calls, and each
 	// still gets its one result.
-	sessionFinalizer = "toolgate.dev/settle-calls"
+	sessionFinalizer = toolgatev1alpha1.FinalizerSettleCalls
 
 	// indexCallSession indexes ToolCalls by their session's name.
 	indexCallSession = "spec.sessionRef.name"
@@ -61,7 +61,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	calls, err := sessionCalls(ctx, r.Client, s)
+	calls, err := r.plans().inModelOrder(ctx, s.Namespace, s.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -71,7 +71,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !controllerutil.ContainsFinalizer(s, sessionFinalizer) {
 		base := s.DeepCopy()
 		controllerutil.AddFinalizer(s, sessionFinalizer)
-		if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := patch(ctx, r.Client, s, base, false, true); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -81,7 +81,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if equality.Semantic.DeepEqual(base.Status, s.Status) {
 			return // nothing new: no API write (an empty patch still costs a request)
 		}
-		if err := r.Client.Status().Patch(ctx, s, client.MergeFrom(base)); err != nil && retErr == nil {
+		if err := patch(ctx, r.Client, s, base, true, false); err != nil && retErr == nil {
 			retErr = client.IgnoreNotFound(err)
 		}
 	}()
@@ -90,12 +90,12 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	ready, profile := r.profileCondition(ctx, s)
-	var logged []*toolgatev1alpha1.ToolCall
+	sp := planSession(s, calls, nil)
+	logged := sp.logged
 	if conflict != "" {
 		// No call starts without the workspace it was promised.
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceConflict, conflict
-		logged, _, _ = screen(s.Spec.Owner, calls)
-	} else if logged, err = r.schedule(ctx, s, calls); err != nil {
+	} else if logged, err = r.schedule(ctx, sp); err != nil {
 		return ctrl.Result{}, err
 	}
 	setSessionStatus(s, logged)
@@ -127,7 +127,7 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 	through, now := completeThrough(persisted), r.Clock.Now()
 	var next time.Duration
 	for _, c := range calls {
-		if !committed(c) || c.Spec.Turn > through || deleting(c) {
+		if !c.Committed() || c.Spec.Turn > through || deleting(c) {
 			continue
 		}
 		left := c.Status.Result.SettledAt.Add(time.Duration(*ttl) * time.Second).Sub(now)
@@ -146,17 +146,8 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 	return next, nil
 }
 
-// sessionCalls lists the session's calls, in model order: the cache's own
-// objects, not copied (a session may hold thousands), so read only; a
-// write copies the call first (patchSchedule).
-func sessionCalls(ctx context.Context, c client.Reader, s *toolgatev1alpha1.AgentSession) ([]*toolgatev1alpha1.ToolCall, error) {
-	calls, err := cachedCalls(ctx, c, s.Namespace, s.Name)
-	if err != nil {
-		return nil, err
-	}
-	sortModelOrder(calls)
-	return calls, nil
-}
+// plans is the session's planner: the cache alone (patch.go says why).
+func (r *AgentSessionReconciler) plans() planner { return planner{reader: r.Client} }
 
 // reconcileDelete cancels every unsettled call, keeps scheduling so each
 // settles and commits (in model order, past any missing index:
@@ -164,7 +155,7 @@ func sessionCalls(ctx context.Context, c client.Reader, s *toolgatev1alpha1.Agen
 func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
 	pending := false
 	for _, c := range calls {
-		if committed(c) || ((outOfLog(c.Status.Schedule.Refusal) || c.Spec.ParentRef != nil) && c.Status.Result != nil) {
+		if c.Committed() || ((outOfLog(c.Status.Schedule.Refusal) || c.Spec.ParentRef != nil) && c.Status.Result != nil) {
 			continue
 		}
 		pending = true
@@ -172,13 +163,13 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 			base := c // the cache's, read only: the patch is written on a copy
 			c = c.DeepCopy()
 			c.Spec.CancelRequested = true
-			if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			if err := patch(ctx, r.Client, c, base, false, true); err != nil {
 				return err
 			}
 		}
 	}
 	if pending {
-		_, err := r.schedule(ctx, s, calls)
+		_, err := r.schedule(ctx, planSession(s, calls, nil))
 		return err
 	}
 	// Every call committed: they go with the session (a call holds no
@@ -191,7 +182,7 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 	}
 	base := s.DeepCopy()
 	controllerutil.RemoveFinalizer(s, sessionFinalizer)
-	return client.IgnoreNotFound(r.Client.Patch(ctx, s, client.MergeFrom(base)))
+	return client.IgnoreNotFound(patch(ctx, r.Client, s, base, false, false))
 }
 
 // profileCondition reports whether the session's profile is usable.
@@ -372,15 +363,11 @@ func (r *AgentSessionReconciler) onlyCounts(ctx context.Context, o client.Object
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil || !session.DeletionTimestamp.IsZero() {
 		return false
 	}
-	all, err := sessionCalls(ctx, r.Client, session)
-	if err != nil {
-		return false
-	}
-	calls, work := scheduleWork(session, all)
-	if len(work) > 0 {
+	sp, err := r.plans().plan(ctx, session, nil)
+	if err != nil || len(sp.work()) > 0 {
 		return false
 	}
 	through := session.Status.CommittedTurn
-	setSessionStatus(session, calls) // the session is this function's copy
+	setSessionStatus(session, sp.logged) // the session is this function's copy
 	return session.Status.CommittedTurn == through
 }

@@ -17,7 +17,7 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 	st.CurrentTurn = 0
 	var last *toolgatev1alpha1.ToolCall
 	for _, c := range calls {
-		if !committed(c) {
+		if !c.Committed() {
 			continue
 		}
 		last = c
@@ -43,7 +43,7 @@ func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 	closed := closedTurns(calls)
 	for i := len(calls) - 1; i >= 0; i-- {
 		c := calls[i]
-		if !committed(c) || closed[c.Spec.Turn] || !turnComplete(calls, c.Spec.Turn, through) {
+		if !c.Committed() || closed[c.Spec.Turn] || !turnComplete(calls, c.Spec.Turn, through) {
 			continue
 		}
 		st.CommittedTurn = c.Spec.Turn
@@ -96,20 +96,6 @@ func completeThrough(s *toolgatev1alpha1.AgentSession) int64 {
 	return s.Status.CommittedTurn
 }
 
-// planView is what turn planning sees of the session's calls: turns already
-// recorded complete, and closed turns, no longer count their declared size.
-func planView(calls []*toolgatev1alpha1.ToolCall, through int64) []pipeline.TurnCall {
-	closed := closedTurns(calls)
-	view := make([]pipeline.TurnCall, len(calls))
-	for i, c := range calls {
-		view[i] = turnCallOf(c)
-		if c.Spec.Turn <= through || closed[c.Spec.Turn] {
-			view[i].Size = 0
-		}
-	}
-	return view
-}
-
 // closedTurns are the turns whose calls were all refused as too late
 // (turn_closed): a later turn had started, so the calls the turn declared
 // and did not send can never be ordered either. Such a turn has no size to
@@ -133,7 +119,7 @@ func turnComplete(calls []*toolgatev1alpha1.ToolCall, turn, through int64) bool 
 		if c.Spec.Turn == turn {
 			size = int(c.Spec.TurnSize)
 			present++
-			if committed(c) {
+			if c.Committed() {
 				done++
 			}
 		}

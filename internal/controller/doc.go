@@ -1,10 +1,23 @@
 // Package controller holds toolgate's reconcilers: ToolProfile (resolves and
-// compiles a profile), AgentSession (plans a session's calls with
-// pipeline.PlanTurn and writes each call's status.schedule) and ToolCall
-// (drives one call through the pipeline, persisting each stage boundary;
-// every other field of its status is its own). Controllers consume provider
-// contracts from internal/providers and never import a concrete provider:
-// cmd/manager mounts the providers and hands them over in Config.
+// compiles a profile), AgentSession (screens and schedules a session's
+// calls, commits them in model order and keeps its log head) and ToolCall
+// (drives one call through the pipeline, persisting each stage boundary).
+// A session is planned in one place, planner.go, for both: the session
+// writes the part of status.schedule a call cannot write itself
+// (refusals, nested admissions, releases of calls that never start) and
+// each call admits and releases itself when the plan allows it
+// (toolcall_admit.go); patch.go is the one write path and lists who writes
+// which field. Every other field of a call's status is the ToolCall
+// controller's.
+//
+// Files, by concern: toolcall_controller.go (the reconciler, its scope and
+// phase list), toolcall_phases.go (the phases), toolcall_admit.go (a call
+// scheduling itself), toolcall_watch.go (what wakes a call),
+// toolcall_status.go and toolcall_state.go (the pipeline state in status),
+// toolcall_announce.go (Events and metrics of a call); the agentsession_*
+// files likewise. Controllers consume provider contracts from
+// internal/providers and never import a concrete provider: the
+// composition mounts the providers and hands them over in Config.
 // docs/architecture.md walks a call through the functions here.
 package controller
 

@@ -14,7 +14,8 @@ import (
 
 // Profiles compiles ToolProfiles once per generation and shares the result
 // between the controllers. A compiled profile is replaced, never edited;
-// the previous one is disposed.
+// the previous one is left to the garbage collector, never disposed
+// (Resolve says why).
 type Profiles struct {
 	Reader client.Reader
 
@@ -33,9 +34,10 @@ func NewProfiles(r client.Reader) *Profiles {
 	return &Profiles{Reader: r, entries: map[types.NamespacedName]*profileEntry{}}
 }
 
-// Resolve returns the compiled profile for key at its current generation.
-// found is false when the ToolProfile does not exist; cerr is set when it
-// does not compile.
+// Resolve returns the compiled profile for key at its current generation,
+// with the ToolProfile read. obj is nil when the ToolProfile does not
+// exist; compiled is nil and cerr set when it does not compile; err is a
+// failure to read it (transient: nothing settles on it).
 func (p *Profiles) Resolve(ctx context.Context, key types.NamespacedName) (compiled *profile.Compiled, obj *toolgatev1alpha1.ToolProfile, cerr *profile.Error, err error) {
 	obj = &toolgatev1alpha1.ToolProfile{}
 	if err := p.Reader.Get(ctx, key, obj); err != nil {

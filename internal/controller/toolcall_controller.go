@@ -12,11 +12,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -27,9 +25,9 @@ import (
 
 // callFinalizer keeps a deleted call until its work has stopped, its one
 // result is written and the session no longer needs its place in the log
-// (reconcileSettled, letGo). It is set with the session's owner reference,
-// before any work can start.
-const callFinalizer = "toolgate.dev/stop-work"
+// (reconcileSettled, letGo). It is set before any work can start
+// (reconcileFinalizer, or the admission policy toolcall-stop-work).
+const callFinalizer = toolgatev1alpha1.FinalizerStopWork
 
 // ToolCallReconciler drives one call through the pipeline. Each boundary is
 // written to status before the side effect that follows it (asking a
@@ -91,27 +89,37 @@ func (w *Wake) Notify(owner types.NamespacedName) {
 // and read it.
 type callScope struct {
 	tc      *toolgatev1alpha1.ToolCall
-	base    *toolgatev1alpha1.ToolCall // the status last written
+	base    *toolgatev1alpha1.ToolCall // the call as last written (read only)
 	session *toolgatev1alpha1.AgentSession
 	parent  *toolgatev1alpha1.ToolCall // a nested call's parent, when it exists
 	st      *pipeline.State
 	now     time.Time
+	// wasSettled: the call's result was durable when the reconcile began.
+	wasSettled bool
+	// without is why a phase settles the call without its body
+	// (settleWithoutBody); empty otherwise.
+	without pipeline.Code
 
 	pipe    *pipeline.Pipeline
 	subject approval.Subject
 	runner  callRunner
-
-	justSettled bool // this reconcile wrote the result
 }
 
 // callPhase is one step of a reconcile. It returns stop once the reconcile
 // has nothing more to do, with the result to return.
 type callPhase func(ctx context.Context, s *callScope) (res ctrl.Result, stop bool, err error)
 
-// Reconcile steps the call as far as the session's schedule allows. A
-// settled call only gets its post-settlement work (closing its question,
-// releasing its sandbox, announcing the outcome), which is idempotent, so
-// it survives a crash after the final status write.
+// Reconcile steps the call as far as the session's schedule allows, each
+// phase once, in order: find the session (reconcileSession), hold the
+// finalizer (reconcileFinalizer), build the pipeline of the profile
+// (reconcileProfile), settle a refused call (reconcileRefusal), step the
+// pipeline and persist each boundary (reconcileSteps), then do what follows
+// a durable result (reconcileSettled). A phase that finds the call cannot
+// run (no session, no profile, a refusal) settles it without its body
+// (settleWithoutBody) and the step loop drives it to its one result. A
+// call settled before this reconcile only gets its post-settlement work,
+// which is idempotent, so it survives a crash after the final status
+// write.
 func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tc := &toolgatev1alpha1.ToolCall{}
 	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
@@ -126,16 +134,12 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		// safety net only.
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
-	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now()}
-	phases := []callPhase{
-		r.reconcileSettled,
-		r.reconcileSession,
-		r.reconcileFinalizer,
-		r.reconcileProfile,
-		r.reconcileRefusal,
-		r.reconcileSteps,
-		r.reconcileSettled,
+	s := r.scopeOf(tc)
+	var phases []callPhase
+	if !s.wasSettled {
+		phases = []callPhase{r.reconcileSession, r.reconcileFinalizer, r.reconcileProfile, r.reconcileRefusal, r.reconcileSteps}
 	}
+	phases = append(phases, r.reconcileSettled)
 	for _, phase := range phases {
 		res, stop, err := phase(ctx, s)
 		if err != nil || stop {
@@ -144,6 +148,22 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	return ctrl.Result{}, nil
 }
+
+// scopeOf is the one place a reconcile builds the call's pipeline state:
+// from its status, with what this process knows of its current attempt.
+func (r *ToolCallReconciler) scopeOf(tc *toolgatev1alpha1.ToolCall) *callScope {
+	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now(), wasSettled: tc.Settled()}
+	s.st = stateOf(tc)
+	r.restore(tc.UID, s.st)
+	return s
+}
+
+// settling reports whether a phase settles the call without its body.
+func (s *callScope) settling() bool { return s.without != "" }
+
+// plans is the planner of this controller: the cache, and this process's
+// own writes where the cache is behind them.
+func (r *ToolCallReconciler) plans() planner { return planner{reader: r.Client, own: &r.own} }
 
 // SetupWithManager registers the reconciler.
 func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -182,30 +202,3 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("toolcall").
 		Complete(r)
 }
-
-// turnRecorded reports whether a session update may let a deleted call go:
-// a turn was recorded complete, or the session is being deleted.
-func turnRecorded(before, after client.Object) bool {
-	o, n := before.(*toolgatev1alpha1.AgentSession), after.(*toolgatev1alpha1.AgentSession)
-	return o.Status.CommittedTurn != n.Status.CommittedTurn || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
-}
-
-// deletedCallsOf lists the session's calls that are being deleted and still
-// hold their finalizer, and the calls next in line (a turn recorded
-// complete may let the next one start).
-func (r *ToolCallReconciler) deletedCallsOf(ctx context.Context, o client.Object) []reconcile.Request {
-	calls, err := r.currentCalls(ctx, o.GetNamespace(), o.GetName())
-	if err != nil {
-		return nil
-	}
-	out := nextOf(calls)
-	for _, c := range calls {
-		if deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
-		}
-	}
-	return out
-}
-
-// deleting reports whether someone deleted the call.
-func deleting(tc *toolgatev1alpha1.ToolCall) bool { return !tc.DeletionTimestamp.IsZero() }

@@ -113,7 +113,7 @@ var _ = Describe("API writes", Ordered, func() {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, name := range []string{"c0", "c1", "c2"} {
-				if v := versions[name]; len(v) == 0 || !committed(v[len(v)-1]) {
+				if v := versions[name]; len(v) == 0 || !v[len(v)-1].Committed() {
 					return false
 				}
 			}

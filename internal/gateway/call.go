@@ -11,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -261,19 +260,6 @@ func createRefusal(err error) *mcp.CallToolResult {
 // errDeleted says the watched call was deleted before it committed.
 var errDeleted = errors.New("the call was deleted")
 
-// final reports whether the call's result is final: committed to the log,
-// or settled outside it.
-func final(tc *toolgatev1alpha1.ToolCall) bool {
-	if tc.Status.Result == nil {
-		return false
-	}
-	if tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
-		return true
-	}
-	cond := apimeta.FindStatusCondition(tc.Status.Conditions, toolgatev1alpha1.ToolCallConditionCommitted)
-	return cond != nil && cond.Status == metav1.ConditionFalse
-}
-
 // await watches the call, as the caller, until its result is final,
 // telling observe of every version seen. A watch the API server ends is
 // resumed from the last version seen (or from a fresh read when that
@@ -281,7 +267,7 @@ func final(tc *toolgatev1alpha1.ToolCall) bool {
 func (g *Gateway) await(ctx context.Context, c *caller, tc *toolgatev1alpha1.ToolCall, observe func(*toolgatev1alpha1.ToolCall)) (*toolgatev1alpha1.ToolCall, error) {
 	for {
 		observe(tc)
-		if final(tc) {
+		if tc.Final() {
 			return tc, nil
 		}
 		w, err := c.client.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, &client.ListOptions{
@@ -336,7 +322,7 @@ func follow(ctx context.Context, w watch.Interface, tc *toolgatev1alpha1.ToolCal
 				}
 				*tc = *got
 				observe(tc)
-				if final(tc) {
+				if tc.Final() {
 					return tc, nil
 				}
 			}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
 // Keys of the MCP _meta objects the gateway reads and writes. A tools/call
@@ -41,7 +43,7 @@ const (
 // call stops its work first and still commits its one result. A call is
 // created holding it, which saves the manager a write where the admission
 // policy that adds it (toolcall-stop-work) is not installed.
-const StopWorkFinalizer = "toolgate.dev/stop-work"
+const StopWorkFinalizer = toolgatev1alpha1.FinalizerStopWork
 
 // maxNameLength is the longest object name the API server accepts (a DNS
 // subdomain).

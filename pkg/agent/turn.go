@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -47,22 +46,15 @@ type Result struct {
 // final.
 var ErrDeleted = errors.New("a call of the turn was deleted before it committed")
 
-// final returns the call's result once it is final: committed to the log,
+// finalResult returns the call's result once it is final: committed to the log,
 // or settled outside it.
-func final(tc *toolgatev1alpha1.ToolCall) (Result, bool) {
-	if tc.Status.Result == nil {
+func finalResult(tc *toolgatev1alpha1.ToolCall) (Result, bool) {
+	if !tc.Final() {
 		return Result{}, false
-	}
-	committed := tc.Status.Phase == toolgatev1alpha1.PhaseCommitted
-	if !committed {
-		cond := apimeta.FindStatusCondition(tc.Status.Conditions, toolgatev1alpha1.ToolCallConditionCommitted)
-		if cond == nil || cond.Status != metav1.ConditionFalse {
-			return Result{}, false
-		}
 	}
 	return Result{
 		Index: tc.Spec.Index, Name: tc.Name, CallID: tc.Spec.CallID, Tool: tc.Spec.Tool,
-		Committed: committed, CommitSequence: tc.Status.Schedule.CommitSequence,
+		Committed: tc.Committed(), CommitSequence: tc.Status.Schedule.CommitSequence,
 		ToolCallResult: *tc.Status.Result,
 	}, true
 }
@@ -82,7 +74,7 @@ func (t *Turn) Results(ctx context.Context) iter.Seq2[Result, error] {
 			if !t.owns(tc) {
 				return
 			}
-			if r, ok := final(tc); ok {
+			if r, ok := finalResult(tc); ok {
 				done[tc.Spec.Index] = &r
 			}
 		}
@@ -120,7 +112,7 @@ func (t *Turn) Results(ctx context.Context) iter.Seq2[Result, error] {
 			}
 			record(tc)
 			if ev.Type == watch.Deleted && t.owns(tc) && int(tc.Spec.Index) >= next {
-				if _, ok := final(tc); !ok {
+				if _, ok := finalResult(tc); !ok {
 					return true, ErrDeleted
 				}
 			}

@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// fieldOwner names toolgate's manager in the managedFields of what it
+// writes.
+const fieldOwner = client.FieldOwner("toolgate-manager")
+
+// Every write the controllers make on their own kinds goes through patch:
+// a merge patch of what changed from base (obj is base edited), as
+// fieldOwner.
+//
+// locked adds base's resourceVersion: a write that would overwrite
+// another writer's change fails with a conflict and is retried from a
+// fresh read. It is set wherever the object has another writer:
+//
+//   - a ToolCall's status has two writers. The ToolCall controller writes
+//     every field but status.schedule.refusal, and writes
+//     schedule.executionMode, released and commitSequence when the call
+//     admits or releases itself (admitSelf, releaseSelf). The AgentSession
+//     controller writes only status.schedule: refusal, the admission of a
+//     nested call (executionMode, released), and released and
+//     commitSequence of a call that never starts or of any call of a
+//     session being deleted (sessionPlan.work). scheduleWriters, in
+//     patch_test.go, holds the two lists to this.
+//   - a ToolCall's metadata and spec: the caller (cancelRequested) and
+//     the API server (deletion) beside the finalizer toolgate sets and
+//     removes; the session sets cancelRequested when it is deleted.
+//   - an AgentSession's finalizer, set beside the agent's own spec.
+//
+// An AgentSession's status has one writer, its controller, and is written
+// unlocked, once per reconcile.
+func patch(ctx context.Context, c client.Client, obj, base client.Object, status, locked bool) error {
+	p := client.MergeFrom(base)
+	if locked {
+		p = client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+	}
+	if status {
+		return c.Status().Patch(ctx, obj, p, client.FieldOwner(fieldOwner))
+	}
+	return c.Patch(ctx, obj, p, fieldOwner)
+}
+
+// patchCall is patch for the ToolCall controller's own writes on a call,
+// always locked: it records the version the write replaced, so that a
+// reconcile from a cache behind it waits for the watch (ownWrites), and,
+// for a status write, keeps the call as written for the plans of the calls
+// after it (ownWrites.current). It returns the call as written, which may
+// not be changed.
+func (r *ToolCallReconciler) patchCall(ctx context.Context, tc, base *toolgatev1alpha1.ToolCall, status bool) (*toolgatev1alpha1.ToolCall, error) {
+	if err := patch(ctx, r.Client, tc, base, status, true); err != nil {
+		return nil, err
+	}
+	written := tc.DeepCopy()
+	if status {
+		r.own.wroteCall(base.ResourceVersion, written)
+		statusWrites.WithLabelValues("toolcall").Inc()
+	} else {
+		r.own.wrote(client.ObjectKeyFromObject(tc), base.ResourceVersion)
+	}
+	return written, nil
+}

@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// scheduleWriters is who writes each field of status.schedule (patch.go):
+// a field added to CallSchedule must be listed here, with its writers.
+var scheduleWriters = map[string][]string{
+	"ExecutionMode":  {"agentsession", "toolcall"}, // a nested call's admission; a call's own
+	"Released":       {"agentsession", "toolcall"}, // a call that never starts, a nested call, a drained session; a call's own
+	"CommitSequence": {"agentsession", "toolcall"}, // with released
+	"Refusal":        {"agentsession"},
+}
+
+// TestScheduleWriters: every field of status.schedule has its writers
+// listed, and the session's writes touch only the fields listed for it.
+func TestScheduleWriters(t *testing.T) {
+	typ := reflect.TypeOf(toolgatev1alpha1.CallSchedule{})
+	var fields []string
+	for i := range typ.NumField() {
+		fields = append(fields, typ.Field(i).Name)
+		if _, ok := scheduleWriters[typ.Field(i).Name]; !ok {
+			t.Errorf("status.schedule.%s has no writers listed in scheduleWriters (and patch.go)", typ.Field(i).Name)
+		}
+	}
+	for f := range scheduleWriters {
+		if !slices.Contains(fields, f) {
+			t.Errorf("scheduleWriters lists %s, which CallSchedule does not have", f)
+		}
+	}
+
+	session := func(deleted bool) *toolgatev1alpha1.AgentSession {
+		s := tu.MakeAgentSession("ns", "s", "p").Obj()
+		s.Spec.MaxParallel = 2
+		if deleted {
+			now := metav1.Now()
+			s.DeletionTimestamp = &now
+		}
+		return s
+	}
+	call := func(name string, turn int64, index int32) *tu.ToolCallWrapper {
+		return tu.MakeToolCall("ns", name, "s").At(turn, index)
+	}
+	par := toolgatev1alpha1.ModeParallel
+	for _, tt := range []struct {
+		name    string
+		deleted bool
+		calls   []*tu.ToolCallWrapper
+		writes  int
+	}{
+		{name: "a call of someone else is refused", calls: []*tu.ToolCallWrapper{call("a", 0, 0).Requester("other")}, writes: 1},
+		{name: "a duplicate is refused", calls: []*tu.ToolCallWrapper{call("a", 0, 0).Admitted(par), call("b", 0, 0)}, writes: 1},
+		{name: "a late call is refused and released", calls: []*tu.ToolCallWrapper{
+			call("a", 0, 0).Of(2).Admitted(par).Committed(0), call("c", 1, 0).Admitted(par).NextStage(string(pipeline.StageExecute)), call("late", 0, 1).Of(2),
+		}, writes: 1},
+		{name: "a nested call is admitted", calls: []*tu.ToolCallWrapper{
+			call("p", 0, 0).Admitted(par).Released(0).NextStage(string(pipeline.StageExecute)), call("n", 0, 0).Parent("p"),
+		}, writes: 1},
+		{name: "a deleted session releases its first call", deleted: true, calls: []*tu.ToolCallWrapper{call("a", 0, 0).Admitted(par).NextStage(string(pipeline.StagePostExecute))}, writes: 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := make([]*toolgatev1alpha1.ToolCall, len(tt.calls))
+			for i, w := range tt.calls {
+				calls[i] = w.Obj()
+			}
+			sortModelOrder(calls)
+			work := planSession(session(tt.deleted), calls, nil).work()
+			if len(work) != tt.writes {
+				t.Fatalf("%d writes, want %d", len(work), tt.writes)
+			}
+			for _, w := range work {
+				before := w.call.Status.Schedule
+				after := *before.DeepCopy()
+				for _, edit := range w.edits {
+					edit(&after)
+				}
+				bv, av := reflect.ValueOf(before), reflect.ValueOf(after)
+				changed := 0
+				for i := range typ.NumField() {
+					if reflect.DeepEqual(bv.Field(i).Interface(), av.Field(i).Interface()) {
+						continue
+					}
+					changed++
+					if f := typ.Field(i).Name; !slices.Contains(scheduleWriters[f], "agentsession") {
+						t.Errorf("the session writes status.schedule.%s of %s, which patch.go leaves to the call", f, w.call.Name)
+					}
+				}
+				if changed == 0 {
+					t.Errorf("a write of %s that changes nothing", w.call.Name)
+				}
+			}
+		})
+	}
+}

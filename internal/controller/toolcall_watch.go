@@ -1,0 +1,77 @@
+package controller
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// What wakes a call besides its own events: the calls before it in its
+// session (nextInLine, and wakeNext, which does not wait for the watch),
+// and its session (deletedCallsOf). The planner says whom (nextOf).
+
+// turnRecorded reports whether a session update may let a deleted call go:
+// a turn was recorded complete, or the session is being deleted.
+func turnRecorded(before, after client.Object) bool {
+	o, n := before.(*toolgatev1alpha1.AgentSession), after.(*toolgatev1alpha1.AgentSession)
+	return o.Status.CommittedTurn != n.Status.CommittedTurn || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+}
+
+// deletedCallsOf lists the session's calls that are being deleted and still
+// hold their finalizer, and the calls next in line (a turn recorded
+// complete may let the next one start).
+func (r *ToolCallReconciler) deletedCallsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	calls, err := r.plans().calls(ctx, o.GetNamespace(), o.GetName())
+	if err != nil {
+		return nil
+	}
+	out := nextOf(calls)
+	for _, c := range calls {
+		if deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		}
+	}
+	return out
+}
+
+// nextInLine maps a call whose place in its session's plan changed to the
+// calls that may now move (nextOf).
+func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []reconcile.Request {
+	tc := o.(*toolgatev1alpha1.ToolCall)
+	next, err := r.plans().next(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	if err != nil {
+		return nil
+	}
+	return next
+}
+
+// planMoved reports whether a call's update may let another call of its
+// session start or settle: what the plan reads of it changed.
+func planMoved(before, after client.Object) bool {
+	return turnCallOf(before.(*toolgatev1alpha1.ToolCall)) != turnCallOf(after.(*toolgatev1alpha1.ToolCall))
+}
+
+// wakeNext wakes the calls of tc's session that may move now that tc's
+// write is durable (nextOf, planning from it: ownWrites.current), without
+// waiting for the write's watch event (nextInLine, which follows).
+func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.ToolCall) {
+	if tc.Spec.ParentRef != nil {
+		return
+	}
+	next, err := r.plans().next(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	if err != nil {
+		return
+	}
+	for _, req := range next {
+		if req.Name != tc.Name {
+			r.Wake.Notify(req.NamespacedName)
+		}
+	}
+}
+
+// deleting reports whether someone deleted the call.
+func deleting(tc *toolgatev1alpha1.ToolCall) bool { return !tc.DeletionTimestamp.IsZero() }
