@@ -148,7 +148,7 @@ func waitWarm(ctx context.Context, c client.Client, ns string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		list := &corev1.PodList{}
-		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"toolgate.dev/warm": "true", "toolgate.dev/session": warmSession}); err != nil {
+		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: warmSession}); err != nil {
 			return err
 		}
 		for _, p := range list.Items {
@@ -346,7 +346,7 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 		SessionRef: toolgatev1alpha1.LocalObjectReference{Name: k.session}, Turn: int64(i), CallID: name, Tool: k.tool,
 		Arguments: k.arguments, Requester: "admin",
 	}}
-	pw, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{"toolgate.dev/call": name})
+	pw, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelCall: name})
 	if err != nil {
 		return 0, "", err
 	}
@@ -380,7 +380,7 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 				continue
 			}
 			stamp("call running", t.Status.Phase == toolgatev1alpha1.PhaseRunning)
-			if t.Status.Phase != toolgatev1alpha1.PhaseCommitted {
+			if !t.Committed() {
 				continue
 			}
 			if t.Status.Result.Outcome != toolgatev1alpha1.OutcomeSucceeded {

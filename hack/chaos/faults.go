@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
 // Fault kinds.
@@ -76,12 +78,12 @@ func (r *chaos) fault(kind string) (string, error) {
 		return r.killLeader()
 	case faultPod:
 		pods := &corev1.PodList{}
-		if err := r.c.List(context.Background(), pods, client.InNamespace(r.ns), client.MatchingLabels{"toolgate.dev/sandbox": "true"}); err != nil {
+		if err := r.c.List(context.Background(), pods, client.InNamespace(r.ns), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}); err != nil {
 			return "", err
 		}
 		var running []corev1.Pod
 		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Labels["toolgate.dev/warm"] != "true" {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Labels[toolgatev1alpha1.LabelWarm] != "true" {
 				running = append(running, p)
 			}
 		}
@@ -89,7 +91,7 @@ func (r *chaos) fault(kind string) (string, error) {
 			return "", errNoTarget
 		}
 		p := running[r.rng.IntN(len(running))]
-		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, p.Labels["toolgate.dev/call"]), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
+		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, p.Labels[toolgatev1alpha1.LabelCall]), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
 	default:
 		name := map[string]string{faultApiserver: "kube-apiserver", faultEtcd: "etcd", faultKubelet: "kubelet", faultContainerd: "containerd"}[kind]
 		return r.restart(name)

@@ -156,7 +156,7 @@ func (r *chaos) see(tc *toolgatev1alpha1.ToolCall) {
 		return // created, not yet recorded: seen again at its next change or list
 	}
 	c.obj = tc.DeepCopy()
-	if tc.Status.Phase == toolgatev1alpha1.PhaseCommitted && c.committedAt.IsZero() {
+	if tc.Committed() && c.committedAt.IsZero() {
 		c.committedAt = time.Now()
 	}
 }

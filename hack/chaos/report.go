@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
 // report checks every promise and prints the figures; it returns how many
@@ -150,12 +152,12 @@ func (r *chaos) observe(ctx context.Context) observations {
 	// are not left behind: they go when their session is idle or deleted.
 	_ = r.waitFor(ctx, 60*time.Second, func() bool {
 		pods := &corev1.PodList{}
-		if r.c.List(ctx, pods, client.InNamespace(r.ns), client.MatchingLabels{"toolgate.dev/sandbox": "true"}) != nil {
+		if r.c.List(ctx, pods, client.InNamespace(r.ns), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}) != nil {
 			return false
 		}
 		o.podsLeft, o.warmPods = 0, 0
 		for _, p := range pods.Items {
-			if p.Labels["toolgate.dev/warm"] == "true" {
+			if p.Labels[toolgatev1alpha1.LabelWarm] == "true" {
 				o.warmPods++
 			} else {
 				o.podsLeft++

@@ -55,7 +55,7 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 			kind := fmt.Sprintf("%T", ev.Object)
 			v, _ := b.byKind.LoadOrStore(kind[strings.LastIndex(kind, ".")+1:], &atomic.Int64{})
 			v.(*atomic.Int64).Add(1)
-			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Committed() {
 				b.mu.Lock()
 				if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
 					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome, code: strings.TrimSpace(tc.Status.Result.ErrorCode + " " + tc.Status.Result.Message + trail(tc)), seq: *tc.Status.Schedule.CommitSequence}
