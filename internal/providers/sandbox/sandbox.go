@@ -127,7 +127,12 @@ type Provider interface {
 	// Validate refuses a policy the provider cannot run at all (a profile
 	// using it is not Ready); nil when it can.
 	Validate(policy toolgatev1alpha1.SandboxPolicy) error
-	// Forget releases what the provider keeps about a settled attempt.
+	// Discard ends a settled attempt: it removes what is left of its work
+	// at once (the pod provider deletes its pod) and forgets it. Best
+	// effort: what it leaves, the call's Release removes.
+	Discard(ctx context.Context, key string)
+	// Forget is Discard with a background context; it goes once its one
+	// caller, the ToolCall controller, calls Discard.
 	Forget(key string)
 	// Release stops every attempt's work of a call and forgets it, for a
 	// call settled without its pipeline (its session or profile is gone) or

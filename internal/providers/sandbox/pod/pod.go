@@ -318,18 +318,21 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 	return left == 0, nil
 }
 
-// Forget deletes a settled attempt's pod: one call per pod, then it is
-// discarded.
-func (p *Provider) Forget(key string) {
+// Discard deletes a settled attempt's pod at once (a pod serves one call:
+// nothing of it is needed any more) and forgets its follower.
+func (p *Provider) Discard(ctx context.Context, key string) {
 	p.mu.Lock()
 	f, ok := p.followers[key]
 	delete(p.followers, key)
 	p.mu.Unlock()
 	if ok {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.pod.Namespace, Name: f.pod.Name}}
-		if err := client.IgnoreNotFound(p.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))); err != nil {
+		if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
 			// The call's next reconcile releases what is left.
-			log.Log.Error(err, "settled tool pod not deleted", "pod", pod.Name)
+			log.FromContext(ctx).Error(err, "settled tool pod not deleted", "pod", pod.Name)
 		}
 	}
 }
+
+// Forget is Discard with a background context.
+func (p *Provider) Forget(key string) { p.Discard(context.Background(), key) }

@@ -223,6 +223,19 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("discard deletes a settled attempt's pod at once", func(t *testing.T) {
+		p := newProvider()
+		j := job(6, false)
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("start: %v", err)
+		}
+		p.Discard(ctx, j.Key)
+		pod := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), 6)}, pod); !apierrors.IsNotFound(err) {
+			t.Fatalf("the settled attempt's pod is still there: %v", err)
+		}
+	})
+
 	t.Run("a pod Pod Security would refuse is a stable error", func(t *testing.T) {
 		p := newProvider()
 		j := job(3, false)

@@ -180,6 +180,10 @@ func (p *Provider) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Discard is Forget: a settled attempt's process has already ended (Run
+// reports an outcome only then), so there is nothing to stop.
+func (p *Provider) Discard(_ context.Context, key string) { p.Forget(key) }
+
 // Forget drops a settled attempt's record.
 func (p *Provider) Forget(key string) {
 	p.mu.Lock()
