@@ -31,15 +31,6 @@ type matrixCase struct {
 
 func matrix() []matrixCase {
 	hello := req("echo", `{"text":"hello"}`)
-	failing := func(err error) func(*Definition) {
-		return func(d *Definition) {
-			inner := d.Execute
-			d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
-				_, _ = inner(ctx, a, e)
-				return nil, err
-			}
-		}
-	}
 	returning := func(v any) func(*Definition) {
 		return func(d *Definition) {
 			inner := d.Execute
@@ -49,14 +40,6 @@ func matrix() []matrixCase {
 			}
 		}
 	}
-	wrappedOver := func(edit func(*Definition), w Wrapper) func(*harness) {
-		return func(h *harness) {
-			h.echo("echo", edit)
-			h.allowAll()
-			must(h.t, h.reg.WrapExecute(h.scope, "w", w))
-		}
-	}
-	wrapped := func(w Wrapper) func(*harness) { return wrappedOver(nil, w) }
 	ask := func(h *harness) {
 		h.echo("echo", nil)
 		must(h.t, h.reg.OnPreExecute(h.scope, "ask-all", 0, func(context.Context, Call) Decision {
@@ -76,7 +59,7 @@ func matrix() []matrixCase {
 			must(h.t, h.reg.OnPostExecute(h.scope, "p", 0, fn))
 		}
 	}
-	return []matrixCase{
+	cases := []matrixCase{
 		{
 			name: "allow runs the body once and succeeds", req: hello,
 			setup:   func(h *harness) { h.echo("echo", nil); h.allowAll() },
@@ -372,51 +355,6 @@ func matrix() []matrixCase {
 			trace: "Call:Error " + traceTail + "Failed",
 		},
 		{
-			name: "a wrapper that fails without dispatching", req: hello,
-			setup: func(h *harness) {
-				h.echo("echo", nil)
-				h.allowAll()
-				must(h.t, h.reg.WrapExecute(h.scope, "ratelimit", func(context.Context, Call, Next) (any, error) {
-					return nil, errors.New("rate limited")
-				}))
-			},
-			outcome: Failed, code: CodeWrapperFailed, bodies: 0,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-		},
-		{
-			name: "a panicking wrapper", req: hello,
-			setup: func(h *harness) {
-				h.echo("echo", nil)
-				h.allowAll()
-				must(h.t, h.reg.WrapExecute(h.scope, "boom", func(context.Context, Call, Next) (any, error) { panic("boom") }))
-			},
-			outcome: Failed, code: CodeWrapperFailed, bodies: 0,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-		},
-		{
-			name: "a wrapper cannot run the body twice in one attempt", req: hello,
-			setup: func(h *harness) {
-				h.echo("echo", nil)
-				h.allowAll()
-				must(h.t, h.reg.WrapExecute(h.scope, "twice", func(ctx context.Context, _ Call, next Next) (any, error) {
-					_, _ = next(ctx)
-					return next(ctx)
-				}))
-			},
-			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-		},
-		{
-			name: "a wrapper that returns without dispatching", req: hello,
-			setup: func(h *harness) {
-				h.echo("echo", nil)
-				h.allowAll()
-				must(h.t, h.reg.WrapExecute(h.scope, "cache", func(context.Context, Call, Next) (any, error) { return "cached", nil }))
-			},
-			outcome: Failed, code: CodeWrapperFailed, bodies: 0,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-		},
-		{
 			name: "a panicking finalizer is a normalization failure", req: hello,
 			setup: func(h *harness) {
 				h.echo("echo", func(d *Definition) {
@@ -457,81 +395,6 @@ func matrix() []matrixCase {
 					t.Errorf("the observer saw a different outcome: %+v", h.observed)
 				}
 			},
-		},
-		{
-			name: "a wrapper cannot replace the body's value", req: hello,
-			setup: wrapped(func(ctx context.Context, _ Call, next Next) (any, error) {
-				_, err := next(ctx)
-				return "replaced", err
-			}),
-			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-			check: failureShape("error: wrapper_failed: an execute wrapper replaced the body's value"),
-		},
-		{
-			name: "a wrapper cannot change the body's value in place", req: hello,
-			setup: func(h *harness) {
-				h.echo("echo", func(d *Definition) {
-					d.Output.Schema = `{"type":"object"}`
-					d.Execute = func(_ context.Context, a Arguments, _ *Exec) (any, error) {
-						h.bodies.Add(1)
-						text, _ := a.Field("text")
-						return map[string]any{"text": text}, nil
-					}
-				})
-				h.allowAll()
-				must(h.t, h.reg.WrapExecute(h.scope, "tamper", func(ctx context.Context, _ Call, next Next) (any, error) {
-					v, err := next(ctx)
-					if m, ok := v.(map[string]any); ok {
-						m["text"] = "tampered"
-					}
-					return v, err
-				}))
-			},
-			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-			check: failureShape("error: wrapper_failed: an execute wrapper replaced the body's value"),
-		},
-		{
-			name: "a wrapper cannot turn a body failure into a success", req: hello,
-			setup: wrappedOver(failing(errors.New("disk on fire")), func(ctx context.Context, _ Call, next Next) (any, error) {
-				_, _ = next(ctx)
-				return "fine", nil
-			}),
-			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-			check: failureShape("error: wrapper_failed: an execute wrapper replaced the body's failure with a success"),
-		},
-		{
-			name: "a wrapper cannot fail a body that succeeded", req: hello,
-			setup: wrapped(func(ctx context.Context, _ Call, next Next) (any, error) {
-				_, _ = next(ctx)
-				return nil, Fail(CodeSandboxDenied, "made up")
-			}),
-			outcome: Failed, code: CodeWrapperFailed, bodies: 1,
-			trace: traceHead + "Execute:Error " + traceTail + "Failed",
-			check: failureShape("error: wrapper_failed: an execute wrapper failed: sandbox_denied: made up"),
-		},
-		{
-			name: "a wrapper that passes the outcome through keeps the body's value", req: hello,
-			setup: wrapped(func(ctx context.Context, _ Call, next Next) (any, error) {
-				return next(context.WithValue(ctx, spanKey{}, "span"))
-			}),
-			outcome: Succeeded, bodies: 1, trace: traceSuccess,
-			check: func(t *testing.T, _ *harness, res Result) {
-				if res.Value != `"hello"` || res.Content != "hello" {
-					t.Errorf("value %q content %q", res.Value, res.Content)
-				}
-			},
-		},
-		{
-			name: "a wrapper that passes the outcome through keeps the body's failure", req: hello,
-			setup: wrappedOver(failing(Fail(CodeSandboxDenied, "path escapes the workspace")), func(ctx context.Context, _ Call, next Next) (any, error) {
-				return next(ctx)
-			}),
-			outcome: Denied, code: CodeSandboxDenied, bodies: 1,
-			trace: traceHead + "Execute:Error " + traceTail + "Denied",
-			check: failureShape("error: sandbox_denied: path escapes the workspace"),
 		},
 		{
 			name: "order keys compare without overflow: a deny at -1 precedes an allow at MaxInt", req: hello,
@@ -621,6 +484,18 @@ func matrix() []matrixCase {
 				}
 			},
 		},
+	}
+	return append(cases, wrapperCases()...)
+}
+
+// failing makes the body run, then fail with err.
+func failing(err error) func(*Definition) {
+	return func(d *Definition) {
+		inner := d.Execute
+		d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
+			_, _ = inner(ctx, a, e)
+			return nil, err
+		}
 	}
 }
 
