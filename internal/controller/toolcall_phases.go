@@ -253,7 +253,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	for a := 1; a <= s.st.Attempt; a++ {
 		r.live.Delete(attemptKey{s.tc.UID, a})
 		if s.runner.provider != nil {
-			s.runner.provider.Forget(sandbox.Key(s.tc.UID, a))
+			s.runner.provider.Discard(ctx, sandbox.Key(s.tc.UID, a))
 		}
 	}
 	logger := log.FromContext(ctx)
