@@ -131,9 +131,6 @@ type Provider interface {
 	// at once (the pod provider deletes its pod) and forgets it. Best
 	// effort: what it leaves, the call's Release removes.
 	Discard(ctx context.Context, key string)
-	// Forget is Discard with a background context; it goes once its one
-	// caller, the ToolCall controller, calls Discard.
-	Forget(key string)
 	// Release stops every attempt's work of a call and forgets it, for a
 	// call settled without its pipeline (its session or profile is gone) or
 	// left with work behind after a crash. It reports whether nothing of

@@ -334,5 +334,3 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 	}
 }
 
-// Forget is Discard with a background context.
-func (p *Provider) Forget(key string) { p.Discard(context.Background(), key) }

@@ -111,7 +111,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		p.runs[job.Key] = r
 		p.mu.Unlock()
 		if err := p.start(job, r); err != nil {
-			p.Forget(job.Key)
+			p.forget(job.Key)
 			return sandbox.Result{}, err
 		}
 	} else {
@@ -180,12 +180,12 @@ func (p *Provider) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Discard is Forget: a settled attempt's process has already ended (Run
+// Discard is forget: a settled attempt's process has already ended (Run
 // reports an outcome only then), so there is nothing to stop.
-func (p *Provider) Discard(_ context.Context, key string) { p.Forget(key) }
+func (p *Provider) Discard(_ context.Context, key string) { p.forget(key) }
 
-// Forget drops a settled attempt's record.
-func (p *Provider) Forget(key string) {
+// forget drops a settled attempt's record.
+func (p *Provider) forget(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.runs, key)
