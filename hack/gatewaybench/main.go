@@ -322,7 +322,7 @@ func directCall(ctx context.Context, c client.WithWatch, user string, turn int64
 		if ev.Type == watch.Error {
 			return fmt.Errorf("watch error")
 		}
-		if got, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && got.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+		if got, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && got.Committed() {
 			if got.Status.Result.Outcome != toolgatev1alpha1.OutcomeSucceeded {
 				return fmt.Errorf("outcome %s %s", got.Status.Result.Outcome, got.Status.Result.ErrorCode)
 			}

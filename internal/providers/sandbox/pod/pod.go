@@ -333,4 +333,3 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 		}
 	}
 }
-
