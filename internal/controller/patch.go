@@ -42,7 +42,7 @@ func patch(ctx context.Context, c client.Client, obj, base client.Object, status
 		p = client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
 	}
 	if status {
-		return c.Status().Patch(ctx, obj, p, client.FieldOwner(fieldOwner))
+		return c.Status().Patch(ctx, obj, p, fieldOwner)
 	}
 	return c.Patch(ctx, obj, p, fieldOwner)
 }
