@@ -34,8 +34,8 @@ const fieldOwner = client.FieldOwner("toolgate-manager")
 //     removes; the session sets cancelRequested when it is deleted.
 //   - an AgentSession's finalizer, set beside the agent's own spec.
 //
-// An AgentSession's status has one writer, its controller, and is written
-// unlocked, once per reconcile.
+// An AgentSession's status and a ToolProfile's have one writer each, their
+// controller, and are written unlocked, once per reconcile, in a defer.
 func patch(ctx context.Context, c client.Client, obj, base client.Object, status, locked bool) error {
 	p := client.MergeFrom(base)
 	if locked {

@@ -41,7 +41,7 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if equality.Semantic.DeepEqual(base.Status, obj.Status) {
 			return // nothing new: no API write
 		}
-		if err := r.Client.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil && retErr == nil {
+		if err := patch(ctx, r.Client, obj, base, true, false); err != nil && retErr == nil {
 			retErr = client.IgnoreNotFound(err)
 		}
 	}()
