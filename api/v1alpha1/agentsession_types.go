@@ -125,20 +125,26 @@ type AgentSessionStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
 	// currentTurn is the turn now being executed or committed; 0 before
-	// any call. Always written.
+	// any call. Always present once the session has a status (a default:
+	// a merge patch does not send a value that stays at zero).
 	// +optional
+	// +kubebuilder:default=0
 	CurrentTurn int64 `json:"currentTurn"`
 
 	// committedTurn is the last complete turn: as many of its calls as it
 	// declared (turnSize) have committed. It never goes back, even when a
-	// committed call is deleted. -1 before any. Always written.
+	// committed call is deleted. -1 before any. Always present once the
+	// session has a status.
 	// +optional
+	// +kubebuilder:default=-1
 	CommittedTurn int64 `json:"committedTurn"`
 
 	// committedCalls is the number of the session's calls present that
 	// have committed (the sum of counts): a deleted call, expired ones
-	// included, is no longer counted. Always written.
+	// included, is no longer counted. Always present once the session has
+	// a status.
 	// +optional
+	// +kubebuilder:default=0
 	CommittedCalls int64 `json:"committedCalls"`
 
 	// commitCursor is the position just after the last committed call.
@@ -148,10 +154,13 @@ type AgentSessionStatus struct {
 	// nextSequence is the commit sequence the next released call receives;
 	// it never decreases, even when committed calls are deleted.
 	// +optional
+	// +kubebuilder:default=0
 	NextSequence int64 `json:"nextSequence,omitempty"`
 
-	// counts are the committed calls per outcome.
+	// counts are the committed calls per outcome, each present (at zero
+	// before any) once the session has a status.
 	// +optional
+	// +kubebuilder:default={}
 	Counts OutcomeCounts `json:"counts,omitempty"`
 
 	// deferredContexts are the contexts of the last committed turn, in call
@@ -181,18 +190,23 @@ type CallPosition struct {
 type OutcomeCounts struct {
 	// succeeded calls.
 	// +optional
+	// +kubebuilder:default=0
 	Succeeded int64 `json:"succeeded,omitempty"`
 	// failed calls (body, wrapper, post-execute or normalization failures).
 	// +optional
+	// +kubebuilder:default=0
 	Failed int64 `json:"failed,omitempty"`
 	// denied calls (policy, approval or guard).
 	// +optional
+	// +kubebuilder:default=0
 	Denied int64 `json:"denied,omitempty"`
 	// cancelled calls.
 	// +optional
+	// +kubebuilder:default=0
 	Cancelled int64 `json:"cancelled,omitempty"`
 	// timedOut calls.
 	// +optional
+	// +kubebuilder:default=0
 	TimedOut int64 `json:"timedOut,omitempty"`
 }
 

@@ -98,11 +98,12 @@ const MaxArgumentsBytes = 200 << 10
 
 // ToolCallStatus is the pipeline's durable state for the call.
 type ToolCallStatus struct {
-	// conditions are Committed (the result is final and appended to the
-	// session's log in model order; kubectl wait --for=condition=Committed)
-	// and Succeeded (True for a success, False for any other outcome,
-	// Unknown while the call is in flight). The ToolCall controller writes
-	// them.
+	// conditions are Final (True once the result is final, whatever the
+	// outcome; kubectl wait --for=condition=Final), Committed (True once the
+	// result is appended to the session's log in model order, False when it
+	// settled outside the log) and Succeeded (True for a success, False for
+	// any other outcome). Each is Unknown while the call is in flight. The
+	// ToolCall controller writes them.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -289,8 +290,8 @@ const (
 	PhaseCommitted ToolCallPhase = "Committed"
 )
 
-// ToolCall conditions and their reasons. While a call is in flight both
-// conditions are Unknown with its phase as the reason.
+// ToolCall conditions and their reasons. While a call is in flight every
+// condition is Unknown with its phase as the reason.
 const (
 	// ToolCallConditionCommitted is True once the result is final and
 	// appended to the session's log; False when it settled outside the log.
@@ -298,6 +299,11 @@ const (
 	// ToolCallConditionSucceeded is True for a success and False for any
 	// other outcome (the reason is the outcome, the message the code).
 	ToolCallConditionSucceeded = "Succeeded"
+	// ToolCallConditionFinal is True once the result is final, whatever
+	// the outcome: committed to the log (reason Committed) or settled
+	// outside it (reason NotCommitted). It is the one condition an agent
+	// waits on (kubectl wait --for=condition=Final).
+	ToolCallConditionFinal = "Final"
 
 	// ToolCallReasonCommitted: the result is in the session's log.
 	ToolCallReasonCommitted = "Committed"

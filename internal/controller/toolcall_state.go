@@ -128,6 +128,7 @@ func setCallConditions(tc *toolgatev1alpha1.ToolCall, now time.Time) {
 	s := &tc.Status
 	committed := metav1.Condition{Type: toolgatev1alpha1.ToolCallConditionCommitted, Status: metav1.ConditionUnknown, Reason: string(s.Phase)}
 	succeeded := metav1.Condition{Type: toolgatev1alpha1.ToolCallConditionSucceeded, Status: metav1.ConditionUnknown, Reason: string(s.Phase)}
+	final := metav1.Condition{Type: toolgatev1alpha1.ToolCallConditionFinal, Status: metav1.ConditionUnknown, Reason: string(s.Phase)}
 	if res := s.Result; res != nil {
 		switch {
 		case s.Phase == toolgatev1alpha1.PhaseCommitted:
@@ -145,13 +146,16 @@ func setCallConditions(tc *toolgatev1alpha1.ToolCall, now time.Time) {
 			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
 			committed.Message = "the call settled without a session to commit to"
 		}
+		// A result is final once written: a call in the log is released
+		// (and so committed) before it settles.
+		final.Status, final.Reason, final.Message = metav1.ConditionTrue, committed.Reason, committed.Message
 		succeeded.Status, succeeded.Reason = metav1.ConditionFalse, string(res.Outcome)
 		succeeded.Message = res.ErrorCode
 		if res.Outcome == toolgatev1alpha1.OutcomeSucceeded {
 			succeeded.Status = metav1.ConditionTrue
 		}
 	}
-	for _, c := range []metav1.Condition{committed, succeeded} {
+	for _, c := range []metav1.Condition{final, committed, succeeded} {
 		c.ObservedGeneration = tc.Generation
 		c.LastTransitionTime = metav1.NewTime(now)
 		meta.SetStatusCondition(&s.Conditions, c)

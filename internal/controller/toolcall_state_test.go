@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -163,4 +165,40 @@ func TestDeadlinesSurviveTheStatus(t *testing.T) {
 			t.Fatalf("at its deadline the body did not time out: %s", st.Next)
 		}
 	})
+}
+
+// TestFinalCondition: Final turns True for every call whose result is
+// final, whatever its outcome and whether it is in the log, so an agent
+// can wait on one condition (kubectl wait --for=condition=Final); it is
+// Unknown while the call is in flight.
+func TestFinalCondition(t *testing.T) {
+	now := time.Now()
+	for _, tt := range []struct {
+		name   string
+		call   *tu.ToolCallWrapper
+		status metav1.ConditionStatus
+		reason string
+	}{
+		{"in flight", tu.MakeToolCall("ns", "a", "s").Admitted(toolgatev1alpha1.ModeParallel).NextStage(string(pipeline.StageExecute)), metav1.ConditionUnknown, string(toolgatev1alpha1.PhaseRunning)},
+		{"committed, succeeded", tu.MakeToolCall("ns", "a", "s").Committed(0), metav1.ConditionTrue, toolgatev1alpha1.ToolCallReasonCommitted},
+		{"committed, denied", tu.MakeToolCall("ns", "a", "s").Admitted(toolgatev1alpha1.ModeExclusive).Released(0).Settled(toolgatev1alpha1.OutcomeDenied, "policy_denied"), metav1.ConditionTrue, toolgatev1alpha1.ToolCallReasonCommitted},
+		{"refused out of the log", tu.MakeToolCall("ns", "a", "s").Refused(string(pipeline.CodeDuplicateCall)).Settled(toolgatev1alpha1.OutcomeFailed, "duplicate_call"), metav1.ConditionTrue, toolgatev1alpha1.ToolCallReasonNotCommitted},
+		{"nested", tu.MakeToolCall("ns", "a", "s").Parent("p").Admitted(toolgatev1alpha1.ModeParallel).Settled(toolgatev1alpha1.OutcomeSucceeded, ""), metav1.ConditionTrue, toolgatev1alpha1.ToolCallReasonNotCommitted},
+		{"without a session", tu.MakeToolCall("ns", "a", "s").Settled(toolgatev1alpha1.OutcomeFailed, "session_gone"), metav1.ConditionTrue, toolgatev1alpha1.ToolCallReasonNotCommitted},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := tt.call.Obj()
+			setCallConditions(tc, now)
+			c := meta.FindStatusCondition(tc.Status.Conditions, toolgatev1alpha1.ToolCallConditionFinal)
+			if c == nil {
+				t.Fatal("no Final condition")
+			}
+			if c.Status != tt.status || c.Reason != tt.reason {
+				t.Errorf("Final %s (%s), want %s (%s)", c.Status, c.Reason, tt.status, tt.reason)
+			}
+			if final := c.Status == metav1.ConditionTrue; final != tc.Final() {
+				t.Errorf("Final condition %s, but ToolCall.Final() is %t", c.Status, tc.Final())
+			}
+		})
+	}
 }
