@@ -238,6 +238,48 @@ var _ = Describe("admission", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("only the call's requester may cancel it"))
 	})
 
+	It("lets an agent with the shipped role delete its own session and calls, and nobody else's", func() {
+		objs, err := testenv.ReadObjects(filepath.Join(testenv.RepoRoot(), "config", "rbac", "user_roles.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, u := range objs {
+			if u.GetKind() == "ClusterRole" && u.GetName() == "agent" {
+				u.SetName(label + "-shipped-agent")
+				Expect(k8s.Create(ctx, u)).To(Succeed())
+			}
+		}
+		bind(ns, "carol", label+"-shipped-agent")
+		bind(ns, "dave", label+"-shipped-agent")
+		Expect(k8s.Create(ctx, tu.MakeToolProfile(ns, "deletes").Preset(toolgatev1alpha1.PresetTrusted).Sandbox(func(s *toolgatev1alpha1.SandboxPolicy) {
+			s.Provider = toolgatev1alpha1.SandboxProviderProcess
+		}).Obj())).To(Succeed())
+		session := func(user, name string) *toolgatev1alpha1.AgentSession {
+			s := tu.MakeAgentSession(ns, name, "deletes").Obj()
+			s.Spec.Owner = user
+			Expect(as(user).Create(ctx, s)).To(Succeed())
+			return s
+		}
+		call := func(user, name, session string) *toolgatev1alpha1.ToolCall {
+			c := tu.MakeToolCall(ns, name, session).Requester(user).Obj()
+			Expect(as(user).Create(ctx, c)).To(Succeed())
+			return c
+		}
+		carols, daves := session("carol", "carols"), session("dave", "daves")
+		carolsCall, davesCall := call("carol", "carols-call", "carols"), call("dave", "daves-call", "daves")
+
+		err = as("carol").Delete(ctx, daves)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only the session's owner may delete it"))
+		err = as("carol").Delete(ctx, davesCall)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only the call's requester may delete it"))
+
+		Expect(as("carol").Delete(ctx, carolsCall)).To(Succeed())
+		Expect(as("carol").Delete(ctx, carols)).To(Succeed())
+		Expect(as("dave").Delete(ctx, davesCall)).To(Succeed())
+		// An administrator deletes anyone's.
+		Expect(k8s.Delete(ctx, daves)).To(Succeed())
+	})
+
 	It("lets a session reach only the profile and the existing claim its creator may use", func() {
 		limited := &rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: label + "-limited"},
