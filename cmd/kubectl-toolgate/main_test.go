@@ -176,6 +176,32 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("pending -A works for an approver bound in one namespace, and prints an empty list as []", func(t *testing.T) {
+		// demo-approver is bound in ns only: a cluster-wide list is
+		// forbidden to it, and pending shows what it may see instead,
+		// saying so.
+		r := p.run("toolgate", "--as", "demo-approver", "-n", ns.Name, "pending", "-A", "-o", "json")
+		if r.code != 0 {
+			t.Fatalf("exit %d, stderr %q", r.code, r.err)
+		}
+		var list toolgatev1alpha1.ApprovalRequestList
+		if err := json.Unmarshal([]byte(r.out), &list); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, r.out)
+		}
+		if len(list.Items) != 1 || list.Items[0].Name != "read-notes" {
+			t.Fatalf("pending: %+v", list)
+		}
+		if !strings.Contains(r.err, "namespace "+ns.Name) {
+			t.Fatalf("no word of the namespace shown instead of every namespace: %q", r.err)
+		}
+		// Nothing waits in a namespace of its own: an empty list, never
+		// null.
+		r = p.run("toolgate", "--as", "lead-approver", "-n", "default", "pending", "-o", "json")
+		if r.code != 0 || !strings.Contains(r.out, `"items": []`) {
+			t.Fatalf("empty pending: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+	})
+
 	t.Run("transcript lists one session's committed calls", func(t *testing.T) {
 		other := tu.MakeAgentSession(ns.Name, "other", "coding").Obj()
 		other.Spec.Owner = "demo-agent"

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,7 +30,8 @@ func pendingCommand(o *Options) *cobra.Command {
 		Short: "list the ApprovalRequests waiting for a decision",
 		Long: `List the ApprovalRequests nobody has decided yet whose deadline has not
 passed, soonest deadline first: the tool, who asked, how long ago, and how
-long is left.`,
+long is left. With -A, an approver who may not list every namespace sees
+the namespaces it may (or the current one), and is told so.`,
 		Example: `  # requests waiting in the current namespace
   kubectl toolgate pending
 
@@ -41,16 +46,13 @@ long is left.`,
 			if err != nil {
 				return err
 			}
-			var opts []client.ListOption
-			if !all {
-				opts = append(opts, client.InNamespace(ns))
-			}
-			list := &toolgatev1alpha1.ApprovalRequestList{}
-			if err := c.List(cmd.Context(), list, opts...); err != nil {
+			list, err := listRequests(cmd.Context(), c, o.ErrOut, ns, all)
+			if err != nil {
 				return err
 			}
 			now := time.Now()
-			waiting := &toolgatev1alpha1.ApprovalRequestList{}
+			// An empty list prints as [], never null.
+			waiting := &toolgatev1alpha1.ApprovalRequestList{Items: []toolgatev1alpha1.ApprovalRequest{}}
 			for _, ar := range list.Items {
 				if decidable(&ar, now) == nil {
 					ar.SetGroupVersionKind(toolgatev1alpha1.GroupVersion.WithKind("ApprovalRequest"))
@@ -69,6 +71,41 @@ long is left.`,
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list the requests of every namespace")
 	out = addOutput(cmd, o)
 	return cmd
+}
+
+// listRequests lists the ApprovalRequests of namespace ns, or of every
+// namespace. An approver bound in some namespaces only may not list at the
+// cluster scope: it then gets those of the namespaces it may list requests
+// in (when it may list namespaces), else those of ns, and a line on errOut
+// says what it is shown.
+func listRequests(ctx context.Context, c client.Client, errOut io.Writer, ns string, all bool) (*toolgatev1alpha1.ApprovalRequestList, error) {
+	list := &toolgatev1alpha1.ApprovalRequestList{}
+	if !all {
+		return list, c.List(ctx, list, client.InNamespace(ns))
+	}
+	err := c.List(ctx, list)
+	if !apierrors.IsForbidden(err) {
+		return list, err
+	}
+	namespaces := &corev1.NamespaceList{}
+	if nerr := c.List(ctx, namespaces); nerr != nil {
+		fmt.Fprintf(errOut, "You may not list approval requests in every namespace; showing namespace %s (-n selects another).\n", ns)
+		return list, c.List(ctx, list, client.InNamespace(ns))
+	}
+	var shown []string
+	for _, n := range namespaces.Items {
+		one := &toolgatev1alpha1.ApprovalRequestList{}
+		switch err := c.List(ctx, one, client.InNamespace(n.Name)); {
+		case apierrors.IsForbidden(err):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		shown = append(shown, n.Name)
+		list.Items = append(list.Items, one.Items...)
+	}
+	fmt.Fprintf(errOut, "You may not list approval requests in every namespace; showing the namespaces you may: %s.\n", strings.Join(shown, ", "))
+	return list, nil
 }
 
 func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wide bool, now time.Time) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,10 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	scheme := runtime.NewScheme()
 	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
 		panic(err) // a static registration; cannot fail at run time
+	}
+	// Namespaces, for pending -A as an approver of some namespaces only.
+	if err := corev1.AddToScheme(scheme); err != nil {
+		panic(err)
 	}
 	o := &Options{Flags: genericclioptions.NewConfigFlags(true), IOStreams: streams, scheme: scheme}
 	root := &cobra.Command{
