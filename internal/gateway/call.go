@@ -224,27 +224,20 @@ func (g *Gateway) submit(ctx context.Context, c *caller, s *toolgatev1alpha1.Age
 		if tc.Spec.CallID == "" {
 			tc.Spec.CallID = agent.CallID(turn, pos.index)
 		}
-		err := c.client.Create(ctx, tc)
-		if err == nil {
-			return tc, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
+		// A transient error is sent again; the same request again (a
+		// retry, or a client attaching after a timeout) finds its call,
+		// and a create that landed before its error is the same call too.
+		found, err := agent.CreateCall(ctx, c.client, tc, !pos.auto)
+		switch {
+		case err == nil:
+			return found, nil
+		case !apierrors.IsAlreadyExists(err):
 			return nil, createRefusal(err)
-		}
-		if pos.auto {
+		case pos.auto:
 			turn++
 			continue
 		}
-		// The same request again (a retry, or a client attaching after a
-		// timeout) finds its call; another call in that place is refused.
-		found := &toolgatev1alpha1.ToolCall{}
-		if err := c.client.Get(ctx, client.ObjectKeyFromObject(tc), found); err != nil {
-			return nil, createRefusal(err)
-		}
-		if found.Spec.Tool != tool || found.Spec.Arguments != args || found.Spec.Requester != c.user || found.Spec.TurnSize != pos.turnSize {
-			return nil, refusal(codes.DuplicateCall, fmt.Sprintf("turn %d index %d of the session already holds another call (toolcall %s)", turn, pos.index, found.Name))
-		}
-		return found, nil
+		return nil, refusal(codes.DuplicateCall, fmt.Sprintf("turn %d index %d of the session already holds another call (toolcall %s)", turn, pos.index, found.Name))
 	}
 	return nil, refusal(codes.DuplicateCall, fmt.Sprintf("no free turn found after %d tries; send the turn in _meta %q", maxTurnProbes, agent.MetaTurn))
 }

@@ -112,7 +112,7 @@ func (c *Client) Open(ctx context.Context, namespace, name string, opts SessionO
 			MaxParallel: opts.MaxParallel, Workspace: opts.Workspace,
 		},
 	}
-	_, err = c.retrying(ctx, func() error { return c.c.Create(ctx, obj) })
+	_, err = retrying(ctx, c.retries, func() error { return c.c.Create(ctx, obj) })
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating agentsession %s/%s: %w", namespace, name, err)
 	}
@@ -218,21 +218,11 @@ func (s *Session) create(ctx context.Context, turn int64, index int32, calls []C
 	// A create the API server answered with a transient error is sent
 	// again; if an earlier attempt landed, the call found is compared like
 	// one a resumed SubmitAt finds, so a retry never claims a second turn.
-	retried, err := s.c.retrying(ctx, func() error { return s.c.c.Create(ctx, tc) })
-	if err == nil || (!attach && !retried) || !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	found := &toolgatev1alpha1.ToolCall{}
-	if err := s.c.c.Get(ctx, client.ObjectKeyFromObject(tc), found); err != nil {
-		return err
-	}
-	if found.Spec.Tool != tc.Spec.Tool || found.Spec.Arguments != args || found.Spec.TurnSize != tc.Spec.TurnSize || found.Spec.Requester != s.c.user || found.Spec.CallID != tc.Spec.CallID {
-		if !attach {
-			return err // Submit takes the next turn
-		}
+	found, err := createCall(ctx, s.c.c, tc, attach, s.c.retries)
+	if err != nil && found != nil && attach {
 		return fmt.Errorf("turn %d index %d of agentsession %s/%s already holds another call (toolcall %s)", turn, index, s.Namespace, s.Name, found.Name)
 	}
-	return nil
+	return err // on AlreadyExists, Submit takes the next turn
 }
 
 // DeferredContexts are the contexts the session released for the model's
