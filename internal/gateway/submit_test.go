@@ -73,4 +73,3 @@ func TestSubmitRetriesATransientCreate(t *testing.T) {
 		})
 	}
 }
-
