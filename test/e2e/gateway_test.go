@@ -13,8 +13,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/testutil"
 	"github.com/toolgate/toolgate/pkg/agent"
 )
 
@@ -31,22 +36,24 @@ func (b bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
 
 var _ = Describe("the MCP gateway in the cluster", Ordered, func() {
 	const session = "mcp"
+	var ns *agentNamespace
 	var user, token string
 
+	// Ordered: the gateway, its namespace, the ServiceAccount's session and
+	// token are made once for both specs.
 	BeforeAll(func() {
-		rendered := admin("kustomize", filepath.Join(testenv.RepoRoot(), "config", "local-gateway"))
-		_, err := kubectl("admin", rendered, "apply", "--server-side", "--force-conflicts", "-f", "-")
-		Expect(err).NotTo(HaveOccurred())
-		admin("-n", "toolgate-system", "rollout", "status", "deployment/toolgate-gateway", "--timeout=120s")
+		rendered := mustKubectl(userAdmin, "", "kustomize", filepath.Join(testenv.RepoRoot(), "config", "local-gateway"))
+		mustKubectl(userAdmin, rendered, "apply", "--server-side", "--force-conflicts", "-f", "-")
+		mustKubectl(userAdmin, "", "-n", systemNamespace, "rollout", "status", "deployment/toolgate-gateway", "--timeout=120s")
 
+		ns = newNamespace("mcp")
 		// An agent with a ServiceAccount; the gateway may act as this
 		// namespace's ServiceAccounts.
-		admin("-n", ns, "create", "serviceaccount", "mcp-agent")
-		user = fmt.Sprintf("system:serviceaccount:%s:mcp-agent", ns)
-		admin("-n", ns, "create", "rolebinding", "mcp-agent", "--clusterrole=toolgate-agent", "--serviceaccount="+ns+":mcp-agent")
-		admin("-n", ns, "create", "rolebinding", "gateway-impersonator", "--clusterrole=toolgate-gateway-impersonator",
-			"--serviceaccount=toolgate-system:toolgate-gateway")
-		apply("admin", `
+		Expect(ns.Admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "mcp-agent"}})).To(Succeed())
+		user = fmt.Sprintf("system:serviceaccount:%s:mcp-agent", ns.Name)
+		ns.Bind("mcp-agent", "ClusterRole", "toolgate-agent", serviceAccountSubject(ns.Name, "mcp-agent"))
+		ns.Bind("gateway-impersonator", "ClusterRole", "toolgate-gateway-impersonator", serviceAccountSubject(systemNamespace, "toolgate-gateway"))
+		ns.Apply(userAdmin, `
 apiVersion: toolgate.dev/v1alpha1
 kind: ToolProfile
 metadata: {name: mcp}
@@ -67,26 +74,23 @@ spec:
   preExecute:
     - {name: ask-writes, tools: [write], action: Ask}
 `)
-		admin("-n", ns, "wait", "--for=condition=Ready", "toolprofile/mcp", "--timeout=60s")
+		ns.ProfileReady("mcp")
 		// The session is the ServiceAccount's own: it creates it.
-		_, err = kubectl("admin", fmt.Sprintf(`
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentSession
-metadata: {name: %s}
-spec:
-  owner: %s
-  profileRef: {name: mcp}
-`, session, user), "apply", "-n", ns, "--as", user, "-f", "-")
+		s := testutil.MakeAgentSession(ns.Name, session, "mcp").Obj()
+		s.Spec.Owner = user
+		Expect(impersonating(user).Create(ctx, s)).To(Succeed())
+		tr, err := clientset.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "mcp-agent",
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"toolgate-gateway"}}}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		token = strings.TrimSpace(admin("-n", ns, "create", "token", "mcp-agent", "--audience", "toolgate-gateway"))
+		token = tr.Status.Token
 	})
 
 	It("runs one model turn of three calls (two parallel reads, a write approved by a person) and returns them in model order, as the transcript does", func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
 		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, nil)
 		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
-			Endpoint:   fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns, session),
+			Endpoint:   fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session),
 			HTTPClient: &http.Client{Transport: bearerToken(token)},
 		}, nil)
 		Expect(err).NotTo(HaveOccurred())
@@ -112,8 +116,7 @@ spec:
 		}
 		write := agent.CallName(session, 0, 2)
 		Eventually(func() error {
-			_, err := kubectl("demo-approver", "", "toolgate", "approve", write, "-n", ns,
-				"--kubeconfig", filepath.Join(clusterDir, "kubeconfig", "demo-approver.kubeconfig"))
+			_, err := kubectl(userApprover, "", "toolgate", "approve", write, "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
 			return err
 		}, 2*time.Minute, time.Second).Should(Succeed())
 
@@ -130,16 +133,27 @@ spec:
 			Expect(got[i].Meta).To(HaveKeyWithValue(agent.MetaCommitSequence, BeEquivalentTo(i)), "model order")
 			order = append(order, "toolcall.toolgate.dev/"+agent.CallName(session, 0, int32(i)))
 		}
-		transcript := admin("toolgate", "transcript", session, "-n", ns, "-o", "name",
-			"--kubeconfig", filepath.Join(clusterDir, "kubeconfig", "admin.kubeconfig"))
+		transcript := mustKubectl(userAdmin, "", "toolgate", "transcript", session, "-n", ns.Name, "-o", "name", "--kubeconfig", kubeconfig(userAdmin))
 		Expect(strings.Fields(transcript)).To(Equal(order))
 	})
 
 	It("answers 401 without a token for its audience, and creates nothing", func() {
-		before := admin("-n", ns, "get", "toolcalls", "-o", "name")
-		apiToken := strings.TrimSpace(admin("-n", ns, "create", "token", "mcp-agent"))
+		calls := func() []string {
+			list := &toolgatev1alpha1.ToolCallList{}
+			Expect(ns.Admin.List(ctx, list)).To(Succeed())
+			var names []string
+			for _, tc := range list.Items {
+				names = append(names, tc.Name)
+			}
+			return names
+		}
+		before := calls()
+		// A token for the API server's audience, not the gateway's.
+		tr, err := clientset.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "mcp-agent", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		apiToken := tr.Status.Token
 		for _, header := range []string{"", "Bearer " + apiToken} {
-			req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns, session),
+			req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session),
 				strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","arguments":{}}}`))
 			Expect(err).NotTo(HaveOccurred())
 			req.Header.Set("Content-Type", "application/json")
@@ -152,6 +166,6 @@ spec:
 			Expect(resp.Body.Close()).To(Succeed())
 			Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
 		}
-		Expect(admin("-n", ns, "get", "toolcalls", "-o", "name")).To(Equal(before))
+		Expect(calls()).To(Equal(before))
 	})
 })
