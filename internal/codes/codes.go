@@ -38,6 +38,7 @@ const (
 	DuplicateCall       = "duplicate_call"       // another call of the session has the same (turn, index) or callID; it keeps the place
 	TurnSizeMismatch    = "turn_size_mismatch"   // the call's turnSize disagrees with its turn's
 	OutputTooLarge      = "output_too_large"     // the value is larger than a result can hold
+	ResultRejected      = "result_rejected"      // the API server refused to store the result (size or validation); the call failed instead
 	NotSessionOwner     = "not_session_owner"    // the call's requester is not the session's owner
 	InvalidParent       = "invalid_parent"       // a nested call's parent is not an executing call of the same session
 )

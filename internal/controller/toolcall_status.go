@@ -3,13 +3,23 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // persist writes the call's status when the state changed it, counts the
 // boundaries it made durable, and wakes the calls next in line when what
-// the plan reads of this call moved.
+// the plan reads of this call moved. A result the API server refuses to
+// store (too large, or invalid there) would be refused on every retry and
+// leave the call, and its turn, without a result for good: it is replaced
+// by a failure (result_rejected) that says why, and written instead.
 func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	tc := s.tc
 	before := len(s.base.Status.Stages)
@@ -18,6 +28,16 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		return nil // nothing new: no API write
 	}
 	written, err := r.patchCall(ctx, tc, s.base, true)
+	if err != nil && s.base.Status.Result == nil && tc.Status.Result != nil && refusedForGood(err) {
+		log.FromContext(ctx).Info("result refused by the API server", "call", tc.Name, "code", pipeline.CodeResultRejected)
+		s.st.RejectResult(pipeline.CodeResultRejected, "the API server refused to store the result: "+textutil.OneLine(err.Error(), 512))
+		// The live announcement told of the refused result; the durable
+		// one is announced too.
+		r.announced.Delete(client.ObjectKeyFromObject(tc))
+		tc.Status = *s.base.Status.DeepCopy()
+		writeState(tc, s.st, r.Clock.Now())
+		written, err = r.patchCall(ctx, tc, s.base, true)
+	}
 	if err != nil {
 		return fmt.Errorf("writing the call's status: %w", err)
 	}
@@ -28,4 +48,16 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		r.wakeNext(ctx, written)
 	}
 	return nil
+}
+
+// refusedForGood reports whether the API server refused a write for what
+// it holds, so that sending it again cannot succeed: too large for a
+// request or for storage, or invalid.
+func refusedForGood(err error) bool {
+	if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "request is too large") || strings.Contains(msg, "ResourceExhausted") ||
+		strings.Contains(msg, "larger than max")
 }

@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestResultFitsOneStatusWrite: a value too large for a result fails with a
@@ -33,5 +36,89 @@ func TestResultFitsOneStatusWrite(t *testing.T) {
 	}
 	if total := len(res.Value) + len(res.Content); total > MaxResultBytes {
 		t.Errorf("value and content take %d bytes, over %d", total, MaxResultBytes)
+	}
+}
+
+// encoded is what s takes as a JSON string (quotes excluded), as the API
+// server stores it.
+func encoded(s string) int {
+	b, _ := json.Marshal(s)
+	return len(b) - 2
+}
+
+// TestResultBoundOnItsEncodedForm: the bound holds on what the API server
+// stores, JSON text, where a quote, a backslash, a control character or an
+// invalid byte takes more room than in the string: an output of 393,000
+// quotes, within the byte bounds, once wedged its call's status write for
+// good. Contexts count too: a tool that defers 16 and a rule that attaches
+// one still fit a result's 16, the rule's kept.
+func TestResultBoundOnItsEncodedForm(t *testing.T) {
+	h := newHarness(t)
+	h.allowAll()
+	text := func(content string) Output {
+		return Output{Schema: `{"type":"object"}`, Render: func(Arguments, any) (string, error) { return content, nil }}
+	}
+	small := func(context.Context, Arguments, *Exec) (any, error) { return map[string]any{"ok": true}, nil }
+	hostile := map[string]string{
+		"quotes":      strings.Repeat(`"`, 600000),
+		"backslashes": strings.Repeat(`\`, 700000),
+		"controls":    strings.Repeat("\x01", 300000),
+		"html":        strings.Repeat("<&>", 120000),
+		"invalid":     strings.Repeat("\xffa", 400000),
+		"four-byte":   strings.Repeat("𝄞\"", 200000),
+	}
+	for name, content := range hostile {
+		must(t, h.reg.Register(h.scope, Definition{Name: name, Parameters: `{"type":"object"}`, Execute: small, Output: text(content)}))
+	}
+	must(t, h.reg.Register(h.scope, Definition{
+		Name: "quoted-value", Parameters: `{"type":"object"}`, Output: Output{Schema: `{"type":"string"}`},
+		Execute: func(context.Context, Arguments, *Exec) (any, error) { return strings.Repeat(`"`, 393000), nil },
+	}))
+	must(t, h.reg.Register(h.scope, Definition{
+		Name: "chatty", Parameters: `{"type":"object"}`, Output: text("done"),
+		Execute: func(_ context.Context, _ Arguments, e *Exec) (any, error) {
+			for i := range 20 {
+				e.DeferContext(Context{Message: fmt.Sprintf("tool note %d %s", i, strings.Repeat(`"`, 8000))})
+			}
+			return map[string]any{"ok": true}, nil
+		},
+	}))
+	must(t, h.reg.OnPostExecute(h.scope, "warn", 0, func(Call, PostInput) PostDecision {
+		return PostDecision{Contexts: []string{"policy: review this output"}}
+	}))
+	p := h.pipeline(Options{})
+	size := func(res Result) int {
+		n := encoded(res.Value) + encoded(res.Content)
+		for _, c := range res.Contexts {
+			n += encoded(c.Message) + encoded(c.Rule) + encoded(c.Source)
+		}
+		return n
+	}
+	for name := range hostile {
+		res := p.Run(context.Background(), req(name, `{}`))
+		if res.Outcome != Succeeded || !res.Truncated || !strings.HasSuffix(res.Content, "…[truncated]") || !utf8.ValidString(res.Content) {
+			t.Errorf("%s: %s %s, truncated %v, valid UTF-8 %v", name, res.Outcome, res.Code, res.Truncated, utf8.ValidString(res.Content))
+		}
+		if n := size(res); n > MaxResultBytes {
+			t.Errorf("%s: the result takes %d bytes as JSON, over %d", name, n, MaxResultBytes)
+		}
+	}
+	if res := p.Run(context.Background(), req("quoted-value", `{}`)); res.Code != CodeOutputTooLarge || size(res) > MaxResultBytes {
+		t.Errorf("a value of 393,000 quotes: %s %s, %d bytes as JSON", res.Outcome, res.Code, size(res))
+	}
+	res := p.Run(context.Background(), req("chatty", `{}`))
+	if res.Outcome != Succeeded || len(res.Contexts) != MaxContexts || !res.Truncated {
+		t.Fatalf("20 tool contexts and a rule's: %s, %d contexts, truncated %v", res.Outcome, len(res.Contexts), res.Truncated)
+	}
+	if last := res.Contexts[len(res.Contexts)-1]; last.Source != SourcePolicy || last.Message != "policy: review this output" {
+		t.Errorf("the rule's context was dropped for the tool's: last is %+v", last)
+	}
+	for _, c := range res.Contexts {
+		if len(c.Message) > MaxContextBytes {
+			t.Errorf("a context of %d bytes, over %d", len(c.Message), MaxContextBytes)
+		}
+	}
+	if n := size(res); n > MaxResultBytes {
+		t.Errorf("chatty: the result takes %d bytes as JSON, over %d", n, MaxResultBytes)
 	}
 }

@@ -50,6 +50,7 @@ const (
 	CodeInvalidParent       Code = codes.InvalidParent
 	CodeNotSessionOwner     Code = codes.NotSessionOwner
 	CodeOutputTooLarge      Code = codes.OutputTooLarge
+	CodeResultRejected      Code = codes.ResultRejected
 )
 
 // outcomeOf maps a code to the outcome it settles as.

@@ -330,8 +330,9 @@ func (p *Pipeline) accept(st *State, t *tool, exec *Exec, value any) *Failure {
 	if f != nil {
 		return f
 	}
-	content, cut := boundContent(canon, content)
-	st.Body = &Body{Value: canon, Content: content, Contexts: exec.deferred, Truncated: exec.Truncated || cut}
+	contexts, cutContexts := boundContexts(exec.deferred, nil)
+	content, cut := boundContent(canon, content, contexts)
+	st.Body = &Body{Value: canon, Content: content, Contexts: contexts, Truncated: exec.Truncated || cut || cutContexts}
 	return nil
 }
 
@@ -346,8 +347,8 @@ func (p *Pipeline) validateAndRender(t *tool, args Arguments, value any, code Co
 	if canon, err = CanonicalJSON(v); err != nil {
 		return "", "", &Failure{Code: code, Message: bounded(err.Error())}
 	}
-	if len(canon) > MaxValueBytes {
-		return "", "", &Failure{Code: CodeOutputTooLarge, Message: fmt.Sprintf("the value is %d bytes as JSON; a result holds at most %d", len(canon), MaxValueBytes)}
+	if n := encodedLen(canon); n > MaxValueBytes {
+		return "", "", &Failure{Code: CodeOutputTooLarge, Message: fmt.Sprintf("the value takes %d bytes as stored (JSON text in a JSON string); a result holds at most %d", n, MaxValueBytes)}
 	}
 	if t.def.Output.Render == nil {
 		if s, ok := v.(string); ok {
@@ -360,24 +361,6 @@ func (p *Pipeline) validateAndRender(t *tool, args Arguments, value any, code Co
 		return "", "", &Failure{Code: CodeRenderFailed, Message: "rendering failed: " + bounded(err.Error())}
 	}
 	return canon, content, nil
-}
-
-// A result must fit one status write (the API server refuses a request
-// over about 1.5 MiB): the value is bounded, and the content, which is
-// presentation, is cut to what is left, with a marker and the cut flag.
-const (
-	MaxValueBytes  = 768 << 10
-	MaxResultBytes = 1 << 20
-)
-
-// boundContent cuts content so that value and content together fit
-// MaxResultBytes; it reports whether it cut.
-func boundContent(value, content string) (string, bool) {
-	limit := max(MaxResultBytes-len(value), 4096)
-	if len(content) <= limit {
-		return content, false
-	}
-	return textutil.TruncateMarked(content, limit, "…[truncated]"), true
 }
 
 func safeRender(fn func(Arguments, any) (string, error), args Arguments, v any) (s string, err error) {
@@ -432,7 +415,7 @@ func (p *Pipeline) postExecute(ctx context.Context, st *State, snap snapshot) {
 			acted = l.name
 		}
 		if len(contexts) > 0 {
-			st.Decisions = append(st.Decisions, contexts...)
+			st.Decisions, _ = boundContexts(nil, append(st.Decisions, contexts...))
 			acted = l.name
 		}
 	}
@@ -476,12 +459,15 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 		res.Content = failureContent(f)
 		if f.Code == CodePostBlocked {
 			// A block keeps only the blocking policy's contexts.
-			res.Contexts = st.Decisions
+			res.Contexts, _ = boundContexts(nil, st.Decisions)
 		}
 	} else if st.Body != nil {
 		res.Outcome, res.Value, res.Content, res.Truncated = Succeeded, st.Body.Value, st.Body.Content, st.Body.Truncated
-		// Tool-deferred contexts precede decision contexts.
-		res.Contexts = append(append([]Context(nil), st.Body.Contexts...), st.Decisions...)
+		// Tool-deferred contexts precede decision contexts; the rules'
+		// have room first (boundContexts).
+		var cut bool
+		res.Contexts, cut = boundContexts(st.Body.Contexts, st.Decisions)
+		res.Truncated = res.Truncated || cut
 	} else {
 		res.Outcome, res.Code, res.Message = Failed, CodeInternal, "no body output and no failure"
 		res.Content = failureContent(&Failure{Code: CodeInternal, Message: res.Message})
@@ -503,7 +489,7 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 			verdict = VerdictError
 		}
 	}
-	if content, cut := boundContent(res.Value, res.Content); cut {
+	if content, cut := boundContent(res.Value, res.Content, res.Contexts); cut {
 		res.Content, res.Truncated = content, true
 	}
 	st.record(StageFinalize, verdict, string(res.Code), p.opts.Clock.Now())

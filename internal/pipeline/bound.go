@@ -1,0 +1,126 @@
+package pipeline
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/internal/textutil"
+)
+
+// A result must fit one status write, as the API server stores it: JSON
+// text, where every string is escaped. The bounds are on that encoded form
+// (encodedLen), never on the raw bytes, so no output a tool returns (quotes,
+// backslashes, control characters, invalid bytes) can make the write too
+// large: the value is bounded (output_too_large); the content, which is
+// presentation, is cut to what is left, with a marker and the cut flag; a
+// result holds at most MaxContexts contexts of at most MaxContextBytes
+// each.
+const (
+	// MaxValueBytes bounds the value as stored: its canonical JSON text,
+	// escaped in a JSON string.
+	MaxValueBytes = 768 << 10
+	// MaxResultBytes bounds value, content and contexts together, as
+	// stored.
+	MaxResultBytes = 1 << 20
+	// MaxContexts is how many contexts a result (and a body, and the
+	// post-execute rules together) holds, as the API allows; the pod
+	// runner defers at most as many.
+	MaxContexts = 16
+	// MaxContextBytes bounds one context's message, as the runner does.
+	MaxContextBytes = 4096
+)
+
+// cutMarker ends content that was cut.
+const cutMarker = "…[truncated]"
+
+// encodedLen is how many bytes s takes inside a JSON string as Go's
+// encoding/json writes it (the API server's and its clients'): a quote or
+// backslash two, a control character, <, >, &, U+2028, U+2029 or an
+// invalid byte (written as U+FFFD) six. It never undercounts.
+func encodedLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b == '"' || b == '\\':
+				n += 2
+			case b < 0x20 || b == '<' || b == '>' || b == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 6
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// cutEncoded cuts s, at a character boundary, so that it and the marker
+// take at most limit bytes encoded; it reports whether it cut.
+func cutEncoded(s string, limit int) (string, bool) {
+	if encodedLen(s) <= limit {
+		return s, false
+	}
+	budget := limit - encodedLen(cutMarker)
+	n, i := 0, 0
+	for i < len(s) {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		if w := encodedLen(s[i : i+size]); n+w <= budget {
+			n += w
+			i += size
+			continue
+		}
+		break
+	}
+	return s[:i] + cutMarker, true
+}
+
+// boundContent cuts content so that value, contexts and content together
+// fit MaxResultBytes as stored; it reports whether it cut. Content is text:
+// an invalid byte becomes U+FFFD here, as it would when stored.
+func boundContent(value, content string, contexts []Context) (string, bool) {
+	content = strings.ToValidUTF8(content, "\uFFFD")
+	used := encodedLen(value)
+	for _, c := range contexts {
+		used += encodedLen(c.Source) + encodedLen(c.Rule) + encodedLen(c.Message)
+	}
+	return cutEncoded(content, max(MaxResultBytes-used, 4096))
+}
+
+// boundContexts is the contexts a result holds, tool's (in order) before
+// rules' (in order), at most MaxContexts, each message at most
+// MaxContextBytes: the rules' have room first, so that a tool cannot push
+// a policy's message out by deferring many of its own. It reports whether
+// anything was cut.
+func boundContexts(tool, rules []Context) ([]Context, bool) {
+	cut := false
+	if len(rules) > MaxContexts {
+		rules, cut = rules[:MaxContexts], true
+	}
+	if room := MaxContexts - len(rules); len(tool) > room {
+		tool, cut = tool[:room], true
+	}
+	if len(tool)+len(rules) == 0 {
+		return nil, cut
+	}
+	out := make([]Context, 0, len(tool)+len(rules))
+	for _, c := range append(append([]Context(nil), tool...), rules...) {
+		if len(c.Message) > MaxContextBytes {
+			c.Message, cut = textutil.TruncateMarked(c.Message, MaxContextBytes, cutMarker), true
+		}
+		out = append(out, c)
+	}
+	return out, cut
+}
