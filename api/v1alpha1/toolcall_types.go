@@ -202,6 +202,12 @@ type PipelineCheckpoint struct {
 	// +optional
 	AskedAt *metav1.MicroTime `json:"askedAt,omitempty"`
 
+	// askDeadline is the deadline the question was asked with, to the
+	// microsecond: the one enforced, even when the profile's approval
+	// timeout changes while the question is open.
+	// +optional
+	AskDeadline *metav1.MicroTime `json:"askDeadline,omitempty"`
+
 	// askReason is the rule that asked.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128

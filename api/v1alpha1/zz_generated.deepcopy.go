@@ -535,6 +535,10 @@ func (in *PipelineCheckpoint) DeepCopyInto(out *PipelineCheckpoint) {
 		in, out := &in.AskedAt, &out.AskedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.AskDeadline != nil {
+		in, out := &in.AskDeadline, &out.AskDeadline
+		*out = (*in).DeepCopy()
+	}
 	if in.NotBefore != nil {
 		in, out := &in.NotBefore, &out.NotBefore
 		*out = (*in).DeepCopy()

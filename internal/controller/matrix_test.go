@@ -222,6 +222,22 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		}).Should(Succeed())
 	})
 
+	It("ask + the profile's timeout raised while the question is open: the deadline asked with holds", func() {
+		p := processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
+			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.TimeoutSeconds = 10 })
+		setup(p)
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		ar := approvalRequest(ns, "c1")
+		got := &toolgatev1alpha1.ToolProfile{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p.Obj()), got)).To(Succeed())
+		got.Spec.Approval.TimeoutSeconds = 3600
+		Expect(k8s.Update(ctx, got)).To(Succeed())
+		c := committedCall(ns, "c1", 30*time.Second)
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_expired", "Call:Admitted PreExecute:Ask Approval:Expired "+settledTail+"Denied")
+		Expect(bodyRuns(ns, "runs")).To(Equal(0))
+		Expect(c.Status.Result.SettledAt.Time).To(BeTemporally("<", ar.Spec.Deadline.Add(5*time.Second)), "settled at the deadline the request showed")
+	})
+
 	It("ask with the none provider: fails closed without asking anyone", func() {
 		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
 			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.Provider = toolgatev1alpha1.ApprovalProviderNone }))

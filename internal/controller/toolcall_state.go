@@ -43,7 +43,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 		if cp.Next != "" {
 			st.Next = pipeline.Stage(cp.Next)
 		}
-		st.AskedAt = microTimeOf(cp.AskedAt)
+		st.AskedAt, st.AskDeadline = microTimeOf(cp.AskedAt), microTimeOf(cp.AskDeadline)
 		st.AskReason, st.AskText = cp.AskReason, cp.AskMessage
 		st.NotBefore = microTimeOf(cp.NotBefore)
 		if b := cp.Body; b != nil {
@@ -90,7 +90,7 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 	}
 	cp := &toolgatev1alpha1.PipelineCheckpoint{
 		Next: string(st.Next), AskReason: st.AskReason, AskMessage: st.AskText,
-		AskedAt: microTime(st.AskedAt), NotBefore: microTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
+		AskedAt: microTime(st.AskedAt), AskDeadline: microTime(st.AskDeadline), NotBefore: microTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
 	}
 	switch b := st.Body; {
 	case b != nil && st.Next == pipeline.StagePostExecute:

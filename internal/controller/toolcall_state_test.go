@@ -111,6 +111,9 @@ func TestDeadlinesSurviveTheStatus(t *testing.T) {
 		deadline := start.Add(10 * time.Second)
 		clk.SetTime(deadline.Add(-50 * time.Millisecond))
 		st = restored(tc, st)
+		if !st.AskDeadline.Equal(deadline) {
+			t.Fatalf("the deadline asked with came back as %s, want %s", st.AskDeadline.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))
+		}
 		if p.Step(context.Background(), st); st.Next != pipeline.StageApproval {
 			t.Fatalf("the question expired %s before its deadline: %s", clk.Since(deadline).Abs(), st.Failure.Code)
 		}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -444,5 +445,47 @@ func TestCancelledReattachBodyIsStillCalledToStopItsWork(t *testing.T) {
 					h.bodies.Load(), resumedWithCancel.Load(), stopped.Load())
 			}
 		})
+	}
+}
+
+// TestApprovalDeadlineIsTheOneAsked: the deadline a question is asked with
+// is the one enforced, whatever the options of the pipeline that resumes
+// it: a profile whose timeout is raised while a question is open does not
+// keep an expired question open (the person saw the first deadline, and
+// approving after it must not run the body).
+func TestApprovalDeadlineIsTheOneAsked(t *testing.T) {
+	h := newHarness(t)
+	h.echo("echo", nil)
+	must(t, h.reg.OnPreExecute(h.scope, "ask", 0, func(context.Context, Call) Decision { return Decision{Action: Ask} }))
+	var asked []time.Time
+	pending := approverFunc(func(_ context.Context, q Question) (Answer, string) {
+		asked = append(asked, q.Deadline)
+		return AnswerPending, ""
+	})
+	st := NewState(req("echo", `{"text":"x"}`))
+	first := h.pipeline(Options{Approver: pending, ApprovalTimeout: time.Minute, PollInterval: time.Second})
+	for st.Next != StageApproval || len(asked) == 0 {
+		first.Step(context.Background(), st)
+	}
+	deadline := h.clock.Now().Add(time.Minute)
+	// Restored (through JSON, as a checkpoint is) by a pipeline of the
+	// profile's next generation, whose timeout is an hour.
+	data, err := json.Marshal(st)
+	must(t, err)
+	restored := &State{}
+	must(t, json.Unmarshal(data, restored))
+	h.clock.Advance(2 * time.Minute)
+	approve := approverFunc(func(_ context.Context, q Question) (Answer, string) {
+		asked = append(asked, q.Deadline)
+		return AllowedOnce, ""
+	})
+	res := h.pipeline(Options{Approver: approve, ApprovalTimeout: time.Hour, PollInterval: time.Second}).Resume(context.Background(), restored, nil)
+	if res.Code != CodeApprovalExpired || h.bodies.Load() != 0 {
+		t.Fatalf("approved 2 minutes after a 1-minute deadline: %s %s, %d bodies", res.Outcome, res.Code, h.bodies.Load())
+	}
+	for _, d := range asked {
+		if !d.Equal(deadline) {
+			t.Errorf("asked with deadline %s, want %s", d, deadline)
+		}
 	}
 }

@@ -106,6 +106,7 @@ func (p *Pipeline) preExecute(ctx context.Context, st *State, snap snapshot) {
 	case Ask:
 		st.record(StagePreExecute, VerdictAsk, d.Reason, now)
 		st.AskedAt, st.AskReason, st.AskText = now, d.Reason, d.Message
+		st.AskDeadline = now.Add(p.opts.ApprovalTimeout)
 		st.Next = StageApproval
 	default:
 		st.record(StagePreExecute, VerdictDeny, d.Reason, now)
@@ -134,7 +135,11 @@ func (p *Pipeline) approval(ctx context.Context, st *State, snap snapshot) (Prog
 		return Advanced, 0
 	}
 	now := p.opts.Clock.Now()
-	deadline := st.AskedAt.Add(p.opts.ApprovalTimeout)
+	deadline := st.AskDeadline
+	if deadline.IsZero() {
+		// Asked by a manager that did not keep the deadline.
+		deadline = st.AskedAt.Add(p.opts.ApprovalTimeout)
+	}
 	fail := func(verdict string, code Code, msg string) (Progress, time.Duration) {
 		st.record(StageApproval, verdict, string(code), now)
 		st.settle(code, msg)

@@ -79,8 +79,11 @@ type State struct {
 	Records []Record `json:"records,omitempty"`
 	Mode    Mode     `json:"mode,omitempty"`
 
-	// AskedAt and AskReason describe a pending approval question.
-	AskedAt   time.Time `json:"askedAt,omitzero"`
+	// AskedAt and AskReason describe a pending approval question;
+	// AskDeadline is the deadline it was asked with, which is the one
+	// enforced (the timeout of a profile changed since does not move it).
+	AskedAt     time.Time `json:"askedAt,omitzero"`
+	AskDeadline time.Time `json:"askDeadline,omitzero"`
 	AskReason string    `json:"askReason,omitempty"`
 	AskText   string    `json:"askText,omitempty"`
 
