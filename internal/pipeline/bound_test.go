@@ -122,3 +122,37 @@ func TestResultBoundOnItsEncodedForm(t *testing.T) {
 		t.Errorf("chatty: the result takes %d bytes as JSON, over %d", n, MaxResultBytes)
 	}
 }
+
+// TestFinalizerHasTheLastWord: FinalizeContent sees content already within
+// the result's bound and what it returns is the content, byte for byte; a
+// finalizer that returns more than a result holds fails the call
+// (normalization_failed) instead of being cut after it.
+func TestFinalizerHasTheLastWord(t *testing.T) {
+	h := newHarness(t)
+	h.allowAll()
+	var seen int
+	huge := func(context.Context, Arguments, *Exec) (any, error) { return map[string]any{"ok": true}, nil }
+	render := Output{Schema: `{"type":"object"}`, Render: func(Arguments, any) (string, error) { return strings.Repeat("x", 2<<20), nil }}
+	must(t, h.reg.Register(h.scope, Definition{
+		Name: "framed", Parameters: `{"type":"object"}`, Execute: huge, Output: render,
+		FinalizeContent: func(content string, _ ResultView) string {
+			seen = len(content)
+			return "<<" + content[:100] + ">>"
+		},
+	}))
+	must(t, h.reg.Register(h.scope, Definition{
+		Name: "inflating", Parameters: `{"type":"object"}`, Execute: huge, Output: Output{Schema: `{"type":"object"}`},
+		FinalizeContent: func(string, ResultView) string { return strings.Repeat(`"`, 1<<20) },
+	}))
+	p := h.pipeline(Options{})
+	res := p.Run(context.Background(), req("framed", `{}`))
+	if seen > MaxResultBytes {
+		t.Errorf("the finalizer saw %d bytes of content, over the bound %d", seen, MaxResultBytes)
+	}
+	if res.Outcome != Succeeded || !strings.HasPrefix(res.Content, "<<") || !strings.HasSuffix(res.Content, ">>") || len(res.Content) != 104 || !res.Truncated {
+		t.Errorf("framed: %s, %d bytes %q…, truncated %v", res.Outcome, len(res.Content), res.Content[:min(10, len(res.Content))], res.Truncated)
+	}
+	if res := p.Run(context.Background(), req("inflating", `{}`)); res.Code != CodeNormalizationFailed || encoded(res.Content) > MaxResultBytes {
+		t.Errorf("inflating: %s %s, %d bytes as JSON", res.Outcome, res.Code, encoded(res.Content))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/textutil"
@@ -481,21 +482,31 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 		// Nested calls carry no additional contexts.
 		res.Contexts = nil
 	}
+	// Bounded before the finalizer, which has the last word: what it
+	// returns is the content, unless it is more than a result holds.
+	if content, cut := boundContent(res.Value, res.Content, res.Contexts); cut {
+		res.Content, res.Truncated = content, true
+	}
 	verdict := VerdictOK
 	if snap.tool != nil && snap.tool.def.FinalizeContent != nil {
-		if content, ok := safeFinalize(snap.tool.def.FinalizeContent, res); ok {
+		content, ok := safeFinalize(snap.tool.def.FinalizeContent, res)
+		why := "FinalizeContent panicked"
+		if ok {
+			content = strings.ToValidUTF8(content, "\uFFFD")
+			if _, over := boundContent(res.Value, content, res.Contexts); over {
+				ok, why = false, fmt.Sprintf("FinalizeContent returned %d bytes of content as stored; with the value and contexts a result holds at most %d", encodedLen(content), MaxResultBytes)
+			}
+		}
+		if ok {
 			res.Content = content
 		} else {
 			// A failure like any other: its content is the failure content,
 			// and it carries no value, no contexts and no cut flag.
-			f := &Failure{Code: CodeNormalizationFailed, Message: "FinalizeContent panicked"}
+			f := &Failure{Code: CodeNormalizationFailed, Message: why}
 			res.Outcome, res.Code, res.Message = Failed, f.Code, f.Message
 			res.Content, res.Value, res.Contexts, res.Truncated = failureContent(f), "", nil, false
 			verdict = VerdictError
 		}
-	}
-	if content, cut := boundContent(res.Value, res.Content, res.Contexts); cut {
-		res.Content, res.Truncated = content, true
 	}
 	st.record(StageFinalize, verdict, string(res.Code), p.opts.Clock.Now())
 	st.Result = res

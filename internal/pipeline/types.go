@@ -26,9 +26,12 @@ type Definition struct {
 	// it parallel. Nil means exclusive.
 	IsConcurrencySafe func(args Arguments) any
 	// FinalizeContent gets the last word on the content, synchronously, for
-	// every result, failures included. It must be total; a panic fails the
-	// result as a normalization failure, which like every failure has the
-	// failure content and no value or contexts.
+	// every result, failures included: it sees the content already within
+	// the result's bound, and what it returns is the content (invalid bytes
+	// aside, which become U+FFFD). It must be total; a panic, or more
+	// content than a result holds, fails the result as a normalization
+	// failure, which like every failure has the failure content and no
+	// value or contexts.
 	FinalizeContent func(content string, res ResultView) string
 	// Timeout bounds one attempt of the body; zero means no timeout.
 	Timeout time.Duration
