@@ -84,8 +84,8 @@ type State struct {
 	// enforced (the timeout of a profile changed since does not move it).
 	AskedAt     time.Time `json:"askedAt,omitzero"`
 	AskDeadline time.Time `json:"askDeadline,omitzero"`
-	AskReason string    `json:"askReason,omitempty"`
-	AskText   string    `json:"askText,omitempty"`
+	AskReason   string    `json:"askReason,omitempty"`
+	AskText     string    `json:"askText,omitempty"`
 
 	// Attempt is the number of attempts dispatched; AttemptStartedAt the
 	// persisted start of the current one (timeouts are measured from it).
