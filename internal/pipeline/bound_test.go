@@ -156,3 +156,49 @@ func TestFinalizerHasTheLastWord(t *testing.T) {
 		t.Errorf("inflating: %s %s, %d bytes as JSON", res.Outcome, res.Code, encoded(res.Content))
 	}
 }
+
+// TestValuesAreWhatTheyClaim: a value is validated on the bytes it will be
+// stored as, losslessly: a json.Number whose text is not a number is not a
+// number (it once passed {"type":"number"} and was committed as an object),
+// and text is UTF-8 (invalid bytes were rewritten to U+FFFD by the API
+// server and committed as a success), from a body and from a post-execute
+// replacement alike.
+func TestValuesAreWhatTheyClaim(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		schema string
+		value  any
+	}{
+		{"an object posing as a number", `{"type":"number"}`, json.Number(`{"admin":true}`)},
+		{"an array posing as a number", `{"type":"number"}`, json.Number(`[1]`)},
+		{"a nested fake number", `{"type":"object"}`, map[string]any{"n": json.Number(`"1"`)}},
+		{"invalid UTF-8 text", `{"type":"string"}`, "a\xffb"},
+		{"an invalid UTF-8 key", `{"type":"object"}`, map[string]any{"k\xfe": true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.allowAll()
+			value := tt.value
+			must(t, h.reg.Register(h.scope, Definition{
+				Name: "body", Parameters: `{"type":"object"}`, Output: Output{Schema: tt.schema},
+				Execute: func(context.Context, Arguments, *Exec) (any, error) { return value, nil },
+			}))
+			if res := h.pipeline(Options{}).Run(context.Background(), req("body", `{}`)); res.Code != CodeOutputInvalid {
+				t.Errorf("from a body: %s %s, value %q", res.Outcome, res.Code, res.Value)
+			}
+
+			h2 := newHarness(t)
+			h2.allowAll()
+			must(t, h2.reg.Register(h2.scope, Definition{
+				Name: "body", Parameters: `{"type":"object"}`, Output: Output{Schema: `{}`},
+				Execute: func(context.Context, Arguments, *Exec) (any, error) { return 1, nil },
+			}))
+			must(t, h2.reg.OnPostExecute(h2.scope, "replace", 0, func(Call, PostInput) PostDecision {
+				return PostDecision{ReplaceValue: value}
+			}))
+			if res := h2.pipeline(Options{}).Run(context.Background(), req("body", `{}`)); res.Outcome != Failed || res.Value != "" {
+				t.Errorf("from a replacement: %s %s, value %q", res.Outcome, res.Code, res.Value)
+			}
+		})
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Lossless JSON. Values are made of map[string]any, []any, string, bool, nil
@@ -334,6 +336,10 @@ func isZero(text string) bool {
 	return true
 }
 
+// errInvalidValue marks a value that no JSON text represents losslessly:
+// a json.Number whose text is not a number, text that is not UTF-8.
+var errInvalidValue = errors.New("not a JSON value")
+
 // CanonicalJSON encodes a lossless value: object keys sorted, no
 // insignificant space, numbers as their original text, no HTML escaping.
 func CanonicalJSON(v any) (string, error) {
@@ -351,11 +357,17 @@ func appendCanonical(b *strings.Builder, v any) error {
 	case bool:
 		b.WriteString(strconv.FormatBool(v))
 	case json.Number:
-		if _, err := ParseJSON(string(v)); err != nil {
-			return fmt.Errorf("number %q: %w", string(v), err)
+		// Its text is written as is: it must be a number, not any JSON.
+		if n, err := ParseJSON(string(v)); err != nil {
+			return fmt.Errorf("%w: number %q: %w", errInvalidValue, textutil.Truncate(string(v), 64), err)
+		} else if _, ok := n.(json.Number); !ok {
+			return fmt.Errorf("%w: %q is not a number", errInvalidValue, textutil.Truncate(string(v), 64))
 		}
 		b.WriteString(string(v))
 	case string:
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%w: text holds invalid UTF-8", errInvalidValue)
+		}
 		appendString(b, v)
 	case []any:
 		b.WriteByte('[')
@@ -378,6 +390,9 @@ func appendCanonical(b *strings.Builder, v any) error {
 		for i, k := range keys {
 			if i > 0 {
 				b.WriteByte(',')
+			}
+			if !utf8.ValidString(k) {
+				return fmt.Errorf("%w: a key holds invalid UTF-8", errInvalidValue)
 			}
 			appendString(b, k)
 			b.WriteByte(':')
@@ -437,15 +452,25 @@ func appendString(b *strings.Builder, s string) {
 // anything else is marshalled with encoding/json and parsed back.
 func toLossless(v any) (any, error) {
 	switch v := v.(type) {
-	case nil, bool, string, json.Number:
+	case nil, bool:
+		return v, nil
+	case string, json.Number:
+		if _, err := CanonicalJSON(v); err != nil {
+			return nil, err
+		}
 		return v, nil
 	case json.RawMessage:
 		return ParseJSON(string(v))
 	case map[string]any, []any:
 		// Already lossless-shaped only if its leaves are; canonicalising
-		// checks that without a round trip through encoding/json.
-		if _, err := CanonicalJSON(v); err == nil {
+		// checks that without a round trip through encoding/json, which
+		// would rewrite invalid text to U+FFFD instead of refusing it.
+		_, err := CanonicalJSON(v)
+		if err == nil {
 			return v, nil
+		}
+		if errors.Is(err, errInvalidValue) {
+			return nil, err
 		}
 	}
 	data, err := json.Marshal(v)
