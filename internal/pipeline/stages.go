@@ -389,7 +389,11 @@ func (p *Pipeline) postExecute(ctx context.Context, st *State, snap snapshot) {
 		if !ok || d.Err != nil {
 			st.record(StagePostExecute, VerdictError, l.name, now)
 			st.Body = nil
-			st.settle(CodePostFailed, "the post-execute listener "+l.name+" failed")
+			msg := "the post-execute listener " + l.name + " failed"
+			if ok {
+				msg += ": " + bounded(d.Err.Error())
+			}
+			st.settle(CodePostFailed, msg)
 			return
 		}
 		contexts := policyContexts(l.name, d.Contexts)

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
@@ -86,11 +85,87 @@ func (p *program) evalJSON(vars map[string]any) (json.RawMessage, error) {
 	if types.IsError(out) {
 		return nil, fmt.Errorf("%v", out)
 	}
-	pb, err := out.ConvertToNative(reflect.TypeOf(&structpb.Value{}))
-	if err != nil {
+	var b strings.Builder
+	if err := appendJSON(&b, out, 0); err != nil {
 		return nil, err
 	}
-	return protojson.Marshal(pb.(*structpb.Value))
+	return json.RawMessage(b.String()), nil
+}
+
+// exactDouble is the largest magnitude up to which every integer is a
+// double exactly.
+const exactDouble = 1 << 53
+
+// appendJSON writes a CEL value as JSON text, numbers exactly as CEL holds
+// them: an int or uint as its digits (never through a double), a double
+// as its shortest text. An integral double beyond 2^53 (a number too large
+// for int64 reaches CEL as a double, already rounded) is refused: passing
+// it on would commit a number other than the one the tool returned.
+func appendJSON(b *strings.Builder, v ref.Val, depth int) error {
+	if depth > 64 {
+		return errors.New("the value is nested more than 64 levels deep")
+	}
+	switch v := v.(type) {
+	case types.Null:
+		b.WriteString("null")
+	case types.Bool:
+		b.WriteString(strconv.FormatBool(bool(v)))
+	case types.Int:
+		b.WriteString(strconv.FormatInt(int64(v), 10))
+	case types.Uint:
+		b.WriteString(strconv.FormatUint(uint64(v), 10))
+	case types.Double:
+		f := float64(v)
+		switch {
+		case math.IsNaN(f) || math.IsInf(f, 0):
+			return fmt.Errorf("%v is not a JSON number", f)
+		case f == math.Trunc(f) && math.Abs(f) > exactDouble:
+			return fmt.Errorf("the number %g cannot pass through CEL exactly (CEL holds integers within int64, and other numbers as doubles, exact to 2^53)", f)
+		}
+		b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
+	case types.String:
+		text, err := json.Marshal(string(v))
+		if err != nil {
+			return err
+		}
+		b.Write(text)
+	case traits.Lister:
+		b.WriteByte('[')
+		for i, it := 0, v.Iterator(); it.HasNext() == types.True; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := appendJSON(b, it.Next(), depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case traits.Mapper:
+		b.WriteByte('{')
+		for i, it := 0, v.Iterator(); it.HasNext() == types.True; i++ {
+			k := it.Next()
+			key, ok := k.(types.String)
+			if !ok {
+				return fmt.Errorf("a map key of type %s is not a JSON object key", k.Type())
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			text, err := json.Marshal(string(key))
+			if err != nil {
+				return err
+			}
+			b.Write(text)
+			b.WriteByte(':')
+			if err := appendJSON(b, v.Get(k), depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("a value of type %s is not JSON", v.Type())
+	}
+	return nil
 }
 
 // celNumber converts a JSON number into CEL's types: an integer that fits

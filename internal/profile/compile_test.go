@@ -269,3 +269,38 @@ func TestFinalizeContent(t *testing.T) {
 		t.Errorf("a template that does not parse: %v", err)
 	}
 }
+
+// TestReplaceValueKeepsNumbersExact: a value that goes through a CEL
+// replaceValue keeps its numbers exact: an integer CEL holds exactly comes
+// back the same text (9007199254740993 once came back a string), and one it
+// cannot (a 30-digit integer, once committed as 1.2345678901234568e+29)
+// fails the rule with a message that says so, never a changed number.
+func TestReplaceValueKeepsNumbersExact(t *testing.T) {
+	w := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Tools(
+		tu.MakeTool("count").Parameters(`{"type":"object"}`).Obj()).
+		PostRule(toolgatev1alpha1.PostRule{Name: "same", Action: toolgatev1alpha1.PostAccept, ReplaceValue: "result.value"})
+	w.Spec.Tools[0].Output = toolgatev1alpha1.OutputDeclaration{Schema: tu.JSON(`{"type":"object"}`)}
+	c, err := Compile(w.Obj())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Dispose()
+	for _, tt := range []struct {
+		out, value string
+		code       pipeline.Code
+	}{
+		{out: `{"n": 9007199254740993, "m": -9223372036854775808, "f": 0.1, "s": "x", "l": [1, true, null]}`, value: `{"f":0.1,"l":[1,true,null],"m":-9223372036854775808,"n":9007199254740993,"s":"x"}`},
+		{out: `{"n": 123456789012345678901234567890}`, code: pipeline.CodePostFailed},
+	} {
+		out := tt.out
+		runner := runnerFunc(func(pipeline.Arguments) (string, error) { return out, nil })
+		res := pipeline.New(c.Registry, pipeline.Options{Default: c.Default, Runner: runner}).Run(context.Background(),
+			pipeline.Request{CallID: "c", Tool: "count", Arguments: `{}`})
+		if res.Code != tt.code || res.Value != tt.value {
+			t.Errorf("%s: %s %s %q, value %s; want %q, value %s", tt.out, res.Outcome, res.Code, res.Message, res.Value, tt.code, tt.value)
+		}
+		if tt.code != "" && !strings.Contains(res.Message, "exactly") {
+			t.Errorf("%s: the failure does not say why: %q", tt.out, res.Message)
+		}
+	}
+}
