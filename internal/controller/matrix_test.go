@@ -238,6 +238,22 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(c.Status.Result.SettledAt.Time).To(BeTemporally("<", ar.Spec.Deadline.Add(5*time.Second)), "settled at the deadline the request showed")
 	})
 
+	It("a tool removed from the profile while its body runs: the body stops before the call settles", func() {
+		p := processProfile(ns, matrixTools()...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "")
+		setup(p)
+		submit(ns, "c1", "sleep", `{}`, 0, 0)
+		Eventually(func() int { return bodyRuns(ns, "runs") }, 20*time.Second, 20*time.Millisecond).Should(Equal(1), "the body started")
+		got := &toolgatev1alpha1.ToolProfile{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p.Obj()), got)).To(Succeed())
+		got.Spec.Tools = slices.DeleteFunc(got.Spec.Tools, func(t toolgatev1alpha1.ToolDefinition) bool { return t.Name == "sleep" })
+		Expect(k8s.Update(ctx, got)).To(Succeed())
+		c := committedCall(ns, "c1", 30*time.Second)
+		Expect(c.Status.Result.ErrorCode).To(Equal("unknown_tool"), c.Status.Result.Message)
+		// The body sleeps 2 s, then writes "finished": stopped before the
+		// call settled, it never does.
+		Consistently(func() int { return bodyRuns(ns, "finished") }, 4*time.Second, 100*time.Millisecond).Should(Equal(0), "the body ran on after its call settled")
+	})
+
 	It("ask with the none provider: fails closed without asking anyone", func() {
 		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
 			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.Provider = toolgatev1alpha1.ApprovalProviderNone }))

@@ -180,9 +180,24 @@ func (p *Provider) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Discard is forget: a settled attempt's process has already ended (Run
-// reports an outcome only then), so there is nothing to stop.
-func (p *Provider) Discard(_ context.Context, key string) { p.forget(key) }
+// Discard forgets a settled attempt. Its process has normally ended (Run
+// reports an outcome only then, and the controller stops a body whose call
+// settles without it); one still running is stopped, never left behind,
+// and kept until it is gone, so that the call's Release sees it.
+func (p *Provider) Discard(_ context.Context, key string) {
+	p.mu.Lock()
+	r, ok := p.runs[key]
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	select {
+	case <-r.done:
+		p.forget(key)
+	default:
+		r.stop()
+	}
+}
 
 // forget drops a settled attempt's record.
 func (p *Provider) forget(key string) {
