@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,5 +49,37 @@ var _ = Describe("Code Mode", func() {
 		Expect(byTool["fail"]).To(HaveLen(1))
 		Expect(byTool["fail"][0].Status.Result.ErrorCode).To(Equal("policy_denied"), "the policy decides a sub-call like any call")
 		Expect(bodyRuns(ns, "runs")).To(Equal(2), "the denied sub-call's body never ran")
+	})
+})
+
+var _ = Describe("Code Mode when the parent settles first", func() {
+	// The parent times out while its sub-call's body still runs: the
+	// sub-call is part of the parent's owned work, so it stops and settles
+	// as cancelled; it never runs on to a success nobody asked for anymore.
+	It("stops a sub-call whose parent timed out", func() {
+		ns := newNamespace()
+		impatient := shTool("impatient", `"$TOOLGATE_RUNNER" call sleep '{}'; echo done`).Obj()
+		impatient.TimeoutSeconds = 1
+		setup(processProfile(ns, append(matrixTools(), impatient)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "impatient", `{}`, 0, 0)
+		c := committedCall(ns, "c1", 30*time.Second)
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeTimedOut), c.Status.Result.Message)
+		var child toolgatev1alpha1.ToolCall
+		Eventually(func(g Gomega) {
+			list := &toolgatev1alpha1.ToolCallList{}
+			g.Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			var nested []toolgatev1alpha1.ToolCall
+			for _, n := range list.Items {
+				if n.Spec.ParentRef != nil {
+					nested = append(nested, n)
+				}
+			}
+			g.Expect(nested).To(HaveLen(1))
+			child = nested[0]
+			g.Expect(child.Status.Result).NotTo(BeNil())
+		}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
+		Expect(child.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled), "the sub-call ran on after its parent settled: %s", child.Status.Result.ErrorCode)
+		// Its body sleeps 2 s and then writes "finished": stopped, it never does.
+		Consistently(func() int { return bodyRuns(ns, "finished") }, 3*time.Second, 100*time.Millisecond).Should(Equal(0))
 	})
 })

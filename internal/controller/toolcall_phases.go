@@ -415,11 +415,12 @@ var (
 	errCallDeleted     = errors.New("the ToolCall was deleted")
 	errSessionDeleted  = errors.New("its AgentSession is being deleted")
 	errParentCancelled = errors.New("its parent call was cancelled")
+	errParentSettled   = errors.New("its parent call settled first")
 )
 
 // callContext is the caller's signal: cancelled once the call is deleted,
-// cancellation is requested (of the call, or of a nested call's parent) or
-// the session is being deleted, and never by the manager's own shutdown (a
+// cancellation is requested (of the call, or of a nested call's parent), a
+// nested call's parent settled, or the session is being deleted, and never by the manager's own shutdown (a
 // restart is not a cancellation). The cause says which. session is nil
 // when it is gone.
 func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession, parent *toolgatev1alpha1.ToolCall) context.Context {
@@ -433,6 +434,11 @@ func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *to
 		why = context.Canceled // the caller asked: nothing to add
 	case parent != nil && (parent.Spec.CancelRequested || deleting(parent)):
 		why = errParentCancelled
+	case parent != nil && parent.Status.Result != nil:
+		// A sub-call is its parent's owned work: once the parent has its
+		// result (whatever the outcome: a timeout, say), nobody waits for
+		// the sub-call's, and it stops.
+		why = errParentSettled
 	}
 	callCtx := context.WithoutCancel(ctx)
 	if why != nil {

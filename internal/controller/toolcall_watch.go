@@ -73,5 +73,19 @@ func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.
 	}
 }
 
+// wakeChildren wakes the nested calls of a call that just got its result:
+// they stop (callContext), without waiting for their poll.
+func (r *ToolCallReconciler) wakeChildren(ctx context.Context, tc *toolgatev1alpha1.ToolCall) {
+	calls, err := r.plans().calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	if err != nil {
+		return
+	}
+	for _, c := range calls {
+		if c.Spec.ParentRef != nil && c.Spec.ParentRef.Name == tc.Name && !c.Settled() {
+			r.Wake.Notify(client.ObjectKeyFromObject(c))
+		}
+	}
+}
+
 // deleting reports whether someone deleted the call.
 func deleting(tc *toolgatev1alpha1.ToolCall) bool { return !tc.DeletionTimestamp.IsZero() }
