@@ -254,6 +254,24 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Consistently(func() int { return bodyRuns(ns, "finished") }, 4*time.Second, 100*time.Millisecond).Should(Equal(0), "the body ran on after its call settled")
 	})
 
+	It("a timeout stays the outcome when the caller cancels while the body is being stopped", func() {
+		stubborn := shTool("stubborn", "trap '' TERM; echo ran >> runs; sleep 6; echo finished >> finished").Obj()
+		stubborn.TimeoutSeconds = 1
+		setup(processProfile(ns, append(matrixTools(), stubborn)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "stubborn", `{}`, 0, 0)
+		Eventually(func() int { return bodyRuns(ns, "runs") }, 20*time.Second, 20*time.Millisecond).Should(Equal(1), "the body started")
+		// Past the timeout, within the kill grace period (the body ignores
+		// SIGTERM): the caller cancels.
+		time.Sleep(1400 * time.Millisecond)
+		got := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1"}, got)).To(Succeed())
+		base := got.DeepCopy()
+		got.Spec.CancelRequested = true
+		Expect(k8s.Patch(ctx, got, client.MergeFrom(base))).To(Succeed())
+		c := committedCall(ns, "c1", 30*time.Second)
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeTimedOut), c.Status.Result.ErrorCode)
+	})
+
 	It("ask with the none provider: fails closed without asking anyone", func() {
 		setup(processProfile(ns, matrixTools()...).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
 			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.Provider = toolgatev1alpha1.ApprovalProviderNone }))

@@ -12,6 +12,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -119,20 +120,32 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	}
 	select {
 	case <-r.done:
-		if r.cancelled.Load() && ctx.Err() != nil {
+		if r.cancelled.Load() && ctx.Err() != nil && !timedOut(r.err) {
 			return sandbox.Result{}, ctx.Err()
 		}
 		return r.result, r.err
 	default:
 	}
 	if ctx.Err() != nil {
-		// Stop the owned work, and only then report.
+		// Stop the owned work, and only then report. A body whose own
+		// timeout came first (it was being stopped for it when the caller
+		// cancelled) keeps the timeout as its outcome.
 		r.cancelled.Store(true)
 		r.stop()
 		<-r.done
+		if timedOut(r.err) {
+			return r.result, r.err
+		}
 		return sandbox.Result{}, ctx.Err()
 	}
 	return sandbox.Result{}, sandbox.ErrPending
+}
+
+// timedOut reports whether a run ended on its own timeout (the runner
+// decides it when its budget fires before anything else).
+func timedOut(err error) bool {
+	var f *pipeline.Failure
+	return errors.As(err, &f) && f.Code == pipeline.CodeTimeout
 }
 
 // Release stops every running attempt of the call and forgets them all.
