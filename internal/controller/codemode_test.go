@@ -58,9 +58,11 @@ var _ = Describe("Code Mode when the parent settles first", func() {
 	// as cancelled; it never runs on to a success nobody asked for anymore.
 	It("stops a sub-call whose parent timed out", func() {
 		ns := newNamespace()
-		impatient := shTool("impatient", `"$TOOLGATE_RUNNER" call sleep '{}'; echo done`).Obj()
+		impatient := shTool("impatient", `"$TOOLGATE_RUNNER" call long_sleep '{}'; echo done`).Obj()
 		impatient.TimeoutSeconds = 1
-		setup(processProfile(ns, append(matrixTools(), impatient)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		long := shTool("long_sleep", "echo ran >> runs; sleep 6; echo finished >> finished").Obj()
+		long.TimeoutSeconds = 60
+		setup(processProfile(ns, append(matrixTools(), impatient, long)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 		submit(ns, "c1", "impatient", `{}`, 0, 0)
 		c := committedCall(ns, "c1", 30*time.Second)
 		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeTimedOut), c.Status.Result.Message)
@@ -79,7 +81,7 @@ var _ = Describe("Code Mode when the parent settles first", func() {
 			g.Expect(child.Status.Result).NotTo(BeNil())
 		}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
 		Expect(child.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled), "the sub-call ran on after its parent settled: %s", child.Status.Result.ErrorCode)
-		// Its body sleeps 2 s and then writes "finished": stopped, it never does.
-		Consistently(func() int { return bodyRuns(ns, "finished") }, 3*time.Second, 100*time.Millisecond).Should(Equal(0))
+		// Its body sleeps 6 s and then writes "finished": stopped, it never does.
+		Consistently(func() int { return bodyRuns(ns, "finished") }, 7*time.Second, 100*time.Millisecond).Should(Equal(0))
 	})
 })

@@ -239,19 +239,22 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 	})
 
 	It("a tool removed from the profile while its body runs: the body stops before the call settles", func() {
-		p := processProfile(ns, matrixTools()...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "")
+		// The body sleeps 6 s, then writes "finished": long enough for the
+		// profile's change to reach the call on a loaded machine.
+		long := shTool("long_sleep", "echo ran >> runs; sleep 6; echo finished >> finished").Obj()
+		long.TimeoutSeconds = 60
+		p := processProfile(ns, append(matrixTools(), long)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "")
 		setup(p)
-		submit(ns, "c1", "sleep", `{}`, 0, 0)
+		submit(ns, "c1", "long_sleep", `{}`, 0, 0)
 		Eventually(func() int { return bodyRuns(ns, "runs") }, 20*time.Second, 20*time.Millisecond).Should(Equal(1), "the body started")
 		got := &toolgatev1alpha1.ToolProfile{}
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p.Obj()), got)).To(Succeed())
-		got.Spec.Tools = slices.DeleteFunc(got.Spec.Tools, func(t toolgatev1alpha1.ToolDefinition) bool { return t.Name == "sleep" })
+		got.Spec.Tools = slices.DeleteFunc(got.Spec.Tools, func(t toolgatev1alpha1.ToolDefinition) bool { return t.Name == "long_sleep" })
 		Expect(k8s.Update(ctx, got)).To(Succeed())
 		c := committedCall(ns, "c1", 30*time.Second)
 		Expect(c.Status.Result.ErrorCode).To(Equal("unknown_tool"), c.Status.Result.Message)
-		// The body sleeps 2 s, then writes "finished": stopped before the
-		// call settled, it never does.
-		Consistently(func() int { return bodyRuns(ns, "finished") }, 4*time.Second, 100*time.Millisecond).Should(Equal(0), "the body ran on after its call settled")
+		// Stopped before the call settled, the body never finishes.
+		Consistently(func() int { return bodyRuns(ns, "finished") }, 7*time.Second, 100*time.Millisecond).Should(Equal(0), "the body ran on after its call settled")
 	})
 
 	It("a timeout stays the outcome when the caller cancels while the body is being stopped", func() {
