@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -29,6 +30,14 @@ type attempt struct {
 	wrapped  bool // wrappers surround the body
 	calls    int
 	panicked bool
+	// mu guards closed and calls: a wrapper may call next from another
+	// goroutine. closed is set once the wrappers returned: next then runs
+	// nothing. running counts a body in flight; abort stops it.
+	mu       sync.Mutex
+	closed   bool
+	inflight int
+	running  sync.WaitGroup
+	abort    context.CancelCauseFunc
 	// value and err are the body's own outcome. With wrappers, a successful
 	// value is frozen when the body returns (frozen, and its canonical text
 	// canon, or canonErr when it is not JSON), so that nothing a wrapper
@@ -51,10 +60,25 @@ var errAttemptTimeout = fmt.Errorf("the attempt's timeout passed: %w", context.D
 // applies the timeout anchored at the persisted attempt start, and runs the
 // body once.
 func (a *attempt) body(wctx context.Context) (any, error) {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, Fail(CodeWrapperFailed, "a wrapper dispatched the body after its attempt ended")
+	}
 	a.calls++
 	if a.calls > 1 {
+		a.mu.Unlock()
 		return nil, Fail(CodeWrapperFailed, "a wrapper dispatched the body twice in one attempt")
 	}
+	a.inflight++
+	a.running.Add(1)
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.inflight--
+		a.mu.Unlock()
+		a.running.Done()
+	}()
 	bctx, timeout, stop := a.context(wctx)
 	a.value, a.err = a.run(bctx)
 	// Which came first is decided now, before the contexts are released:
@@ -124,6 +148,27 @@ func (a *attempt) sameValue(v any) bool {
 	return err == nil && canon == a.canon
 }
 
+// errWrapperReturned is why a body still running when its wrappers
+// returned is stopped.
+var errWrapperReturned = errors.New("an execute wrapper returned while the body ran")
+
+// end closes the attempt once the wrappers returned: next runs nothing
+// more, and a body still running (a wrapper that gave up on it) is stopped
+// and awaited, since nothing of an attempt may outlive its call's
+// settlement; that is a wrapper failure.
+func (a *attempt) end() *Failure {
+	a.mu.Lock()
+	a.closed = true
+	running := a.inflight > 0
+	a.mu.Unlock()
+	if !running {
+		return nil
+	}
+	a.abort(errWrapperReturned)
+	a.running.Wait()
+	return &Failure{Code: CodeWrapperFailed, Message: "an execute wrapper returned while the body ran; the body was stopped"}
+}
+
 // wrapperFailure checks what the outermost wrapper returned. A wrapper may
 // substitute the dispatch signal and nothing else: it must dispatch the body
 // exactly once and return the body's own outcome (value or failure)
@@ -175,12 +220,19 @@ func identical(x, y any) bool {
 // fails the call (wrapper_failed).
 func (p *Pipeline) invoke(ctx context.Context, st *State, snap snapshot, exec *Exec) (any, *Failure) {
 	def := &snap.tool.def
-	a := &attempt{p: p, st: st, def: def, exec: exec, caller: ctx, wrapped: len(snap.wrappers) > 0}
+	// The body's caller context is ctx, and ends the attempt's owned work
+	// when a wrapper returns while the body still runs (abort).
+	caller, abort := context.WithCancelCause(ctx)
+	defer abort(context.Canceled)
+	a := &attempt{p: p, st: st, def: def, exec: exec, caller: caller, abort: abort, wrapped: len(snap.wrappers) > 0}
 	next := Next(a.body)
 	for i := len(snap.wrappers) - 1; i >= 0; i-- {
 		next = wrap(snap.wrappers[i].fn, exec.Call, next)
 	}
-	value, err := next(ctx)
+	value, err := next(caller)
+	if f := a.end(); f != nil {
+		return nil, f
+	}
 	if f := a.wrapperFailure(value, err); f != nil {
 		return nil, f
 	}
