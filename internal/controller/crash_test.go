@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -51,34 +50,26 @@ func crashBeforeResult() func(*ctrl.Options) {
 // successful one for which after reports true; either way the reconcile
 // that made the write fails, as it would in a crash.
 func crashWhen(before, after func(*toolgatev1alpha1.ToolCall) bool) func(*ctrl.Options) {
-	return func(o *ctrl.Options) {
-		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-			c, err := client.NewWithWatch(cfg, opts)
-			if err != nil {
-				return nil, err
+	return intercepted(interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			tc, ok := obj.(*toolgatev1alpha1.ToolCall)
+			if !ok || sub != "status" {
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			}
-			return interceptor.NewClient(c, interceptor.Funcs{
-				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-					tc, ok := obj.(*toolgatev1alpha1.ToolCall)
-					if !ok || sub != "status" {
-						return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-					}
-					if before(tc) {
-						stopManager()
-						return errors.New("crashed")
-					}
-					if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
-						return err
-					}
-					if after(tc) {
-						stopManager()
-						return errors.New("crashed after the write")
-					}
-					return nil
-				},
-			}), nil
-		}
-	}
+			if before(tc) {
+				stopManager()
+				return errors.New("crashed")
+			}
+			if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+				return err
+			}
+			if after(tc) {
+				stopManager()
+				return errors.New("crashed after the write")
+			}
+			return nil
+		},
+	})
 }
 
 // approveAll decides every request in ns as soon as it appears, until stop.
@@ -143,13 +134,7 @@ var _ = Describe("crash safety", Ordered, func() {
 		submit(ns, "r", "read", `{}`, 0, 1, 2)
 	}
 
-	BeforeAll(func() {
-		stopRunningManager()
-		DeferCleanup(func() {
-			stopRunningManager()
-			startManager(env.Config)
-		})
-	})
+	BeforeAll(ownManagers)
 
 	It("yields one result per call, one body run at most, one ApprovalRequest and model order, whatever boundary the manager dies at", func() {
 		// A reference run counts the boundaries.
@@ -252,13 +237,7 @@ var _ = Describe("crash safety", Ordered, func() {
 })
 
 var _ = Describe("live result before the durable one", Ordered, func() {
-	BeforeAll(func() {
-		stopRunningManager()
-		DeferCleanup(func() {
-			stopRunningManager()
-			startManager(env.Config)
-		})
-	})
+	BeforeAll(ownManagers)
 
 	It("announces the frozen outcome before writing the result, and a crash between them still yields one result and one announcement", func() {
 		ns := newNamespace()

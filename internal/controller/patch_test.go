@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -101,3 +104,19 @@ func TestScheduleWriters(t *testing.T) {
 		})
 	}
 }
+
+var _ = Describe("the one write path", func() {
+	It("writes a call's status as field owner toolgate-manager", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "echo", `{}`, 0, 0)
+		c := committedCall(ns, "c1")
+		var owners []string
+		for _, m := range c.ManagedFields {
+			if m.Subresource == "status" {
+				owners = append(owners, m.Manager)
+			}
+		}
+		Expect(owners).To(ContainElement(string(fieldOwner)))
+	})
+})

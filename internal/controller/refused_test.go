@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -22,34 +21,20 @@ import (
 // a result other than result_rejected, as it refuses one too large to store
 // or invalid there, and counts the refusals.
 func refuseResults(refused *atomic.Int64) func(*ctrl.Options) {
-	return func(o *ctrl.Options) {
-		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-			c, err := client.NewWithWatch(cfg, opts)
-			if err != nil {
-				return nil, err
+	return intercepted(interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if tc, ok := obj.(*toolgatev1alpha1.ToolCall); ok && sub == "status" && tc.Status.Result != nil && tc.Status.Result.ErrorCode != "result_rejected" {
+				refused.Add(1)
+				return apierrors.NewInvalid(schema.GroupKind{Group: "toolgate.dev", Kind: "ToolCall"}, tc.Name,
+					field.ErrorList{field.TooMany(field.NewPath("status", "result", "contexts"), 17, 16)})
 			}
-			return interceptor.NewClient(c, interceptor.Funcs{
-				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-					if tc, ok := obj.(*toolgatev1alpha1.ToolCall); ok && sub == "status" && tc.Status.Result != nil && tc.Status.Result.ErrorCode != "result_rejected" {
-						refused.Add(1)
-						return apierrors.NewInvalid(schema.GroupKind{Group: "toolgate.dev", Kind: "ToolCall"}, tc.Name,
-							field.ErrorList{field.TooMany(field.NewPath("status", "result", "contexts"), 17, 16)})
-					}
-					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-				},
-			}), nil
-		}
-	}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
 }
 
 var _ = Describe("a result the API server refuses", Ordered, func() {
-	BeforeAll(func() {
-		stopRunningManager()
-		DeferCleanup(func() {
-			stopRunningManager()
-			startManager(env.Config)
-		})
-	})
+	BeforeAll(ownManagers)
 
 	It("settles the call as result_rejected instead of retrying the write forever, and the turn goes on", func() {
 		ns := newNamespace()

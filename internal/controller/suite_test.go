@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -104,6 +105,30 @@ func startManager(cfg *rest.Config, opts ...func(*ctrl.Options)) {
 		defer close(managerDone)
 		Expect(mgr.Start(mctx)).To(Succeed())
 	}()
+}
+
+// intercepted makes a manager's client go through funcs.
+func intercepted(funcs interceptor.Funcs) func(*ctrl.Options) {
+	return func(o *ctrl.Options) {
+		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, opts)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, funcs), nil
+		}
+	}
+}
+
+// ownManagers is for an Ordered container whose specs start managers of
+// their own: the suite's manager stops first, and a plain one is started
+// again after the container.
+func ownManagers() {
+	stopRunningManager()
+	DeferCleanup(func() {
+		stopRunningManager()
+		startManager(env.Config)
+	})
 }
 
 // composeForTests mounts the providers the specs use, as cmd/manager

@@ -140,14 +140,6 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		// first.
 		return r.settleWithoutBody(ctx, s, pipeline.CodeProfileUnavailable, msg)
 	}
-	if _, ok := compiled.Registry.Lookup(tc.Spec.Tool); !ok && s.st.Next == pipeline.StageExecute {
-		// The tool left the profile while its body ran: the body's work
-		// stops before the call settles (unknown_tool), as it does when
-		// the whole profile goes.
-		if stopped, err := r.stopInFlight(ctx, tc, s.st); err != nil || !stopped {
-			return ctrl.Result{RequeueAfter: time.Second}, true, err
-		}
-	}
 	spec := obj.Spec
 	opts.Default = compiled.Default
 	opts.ApprovalTimeout = time.Duration(spec.Approval.TimeoutSeconds) * time.Second
@@ -163,6 +155,11 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	s.runner.tools = spec.Tools
 	opts.Runner = s.runner
 	s.pipe = pipeline.New(compiled.Registry, opts)
+	if _, ok := compiled.Registry.Lookup(tc.Spec.Tool); !ok && s.st.Next == pipeline.StageExecute {
+		// The tool left the profile while its body ran: a call that cannot
+		// run on, like one whose profile is gone.
+		return r.settleWithoutBody(ctx, s, pipeline.CodeUnknownTool, fmt.Sprintf("tool %s left ToolProfile %s while its body ran", tc.Spec.Tool, key.Name))
+	}
 	return ctrl.Result{}, false, nil
 }
 

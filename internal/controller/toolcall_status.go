@@ -42,13 +42,10 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		return fmt.Errorf("writing the call's status: %w", err)
 	}
 	r.observeStages(s, before)
-	if s.base.Status.Result == nil && written.Status.Result != nil && tc.Spec.ParentRef == nil {
-		r.wakeChildren(ctx, written)
-	}
-	moved := planMoved(s.base, written)
+	moved, settledNow := planMoved(s.base, written), s.base.Status.Result == nil && written.Status.Result != nil
 	s.base = written // read only, as ownWrites keeps it
-	if moved {
-		r.wakeNext(ctx, written)
+	if moved || settledNow {
+		r.wakeNext(ctx, written, settledNow)
 	}
 	return nil
 }

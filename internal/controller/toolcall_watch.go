@@ -57,27 +57,23 @@ func planMoved(before, after client.Object) bool {
 
 // wakeNext wakes the calls of tc's session that may move now that tc's
 // write is durable (nextOf, planning from it: ownWrites.current), without
-// waiting for the write's watch event (nextInLine, which follows).
-func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.ToolCall) {
+// waiting for the write's watch event (nextInLine, which follows); and,
+// when the write gave tc its result, tc's nested calls, which then stop
+// (callContext). One list of the session serves both.
+func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, settled bool) {
 	if tc.Spec.ParentRef != nil {
 		return
 	}
-	next, err := r.plans().next(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	calls, err := r.plans().calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
 	if err != nil {
 		return
 	}
-	for _, req := range next {
+	for _, req := range nextOf(calls) {
 		if req.Name != tc.Name {
 			r.Wake.Notify(req.NamespacedName)
 		}
 	}
-}
-
-// wakeChildren wakes the nested calls of a call that just got its result:
-// they stop (callContext), without waiting for their poll.
-func (r *ToolCallReconciler) wakeChildren(ctx context.Context, tc *toolgatev1alpha1.ToolCall) {
-	calls, err := r.plans().calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
-	if err != nil {
+	if !settled {
 		return
 	}
 	for _, c := range calls {

@@ -14,9 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -36,22 +34,14 @@ var _ = Describe("API writes", Ordered, func() {
 	BeforeAll(func() {
 		stopRunningManager()
 		ns = stopWorkNamespace("writes")
-		startManager(env.Config, func(o *ctrl.Options) {
-			o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-				c, err := client.NewWithWatch(cfg, opts)
-				if err != nil {
-					return nil, err
+		startManager(env.Config, intercepted(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if _, ok := obj.(*toolgatev1alpha1.AgentSession); ok && obj.GetNamespace() == ns {
+					sessionPatches.Add(1)
 				}
-				return interceptor.NewClient(c, interceptor.Funcs{
-					SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-						if _, ok := obj.(*toolgatev1alpha1.AgentSession); ok && obj.GetNamespace() == ns {
-							sessionPatches.Add(1)
-						}
-						return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-					},
-				}), nil
-			}
-		})
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}))
 		DeferCleanup(func() {
 			stopRunningManager()
 			startManager(env.Config)
@@ -257,47 +247,39 @@ var _ = Describe("a cache behind the manager's own write", Ordered, func() {
 		// once: a cache the watch has not yet brought the write to.
 		var mu sync.Mutex
 		stale := map[client.ObjectKey]*toolgatev1alpha1.ToolCall{}
-		startManager(env.Config, func(o *ctrl.Options) {
-			o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-				c, err := client.NewWithWatch(cfg, opts)
-				if err != nil {
-					return nil, err
+		startManager(env.Config, intercepted(interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				mu.Lock()
+				old, ok := stale[key]
+				delete(stale, key)
+				mu.Unlock()
+				if tc, isCall := obj.(*toolgatev1alpha1.ToolCall); ok && isCall {
+					old.DeepCopyInto(tc)
+					return nil
 				}
-				return interceptor.NewClient(c, interceptor.Funcs{
-					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-						mu.Lock()
-						old, ok := stale[key]
-						delete(stale, key)
-						mu.Unlock()
-						if tc, isCall := obj.(*toolgatev1alpha1.ToolCall); ok && isCall {
-							old.DeepCopyInto(tc)
-							return nil
-						}
-						return c.Get(ctx, key, obj, opts...)
-					},
-					SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-						tc, isCall := obj.(*toolgatev1alpha1.ToolCall)
-						before := &toolgatev1alpha1.ToolCall{}
-						if isCall && obj.GetNamespace() == ns {
-							if err := c.Get(ctx, client.ObjectKeyFromObject(obj), before); err != nil {
-								return err
-							}
-						}
-						if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
-							return err
-						}
-						// Only the call's own writes (the session's change
-						// nothing but the schedule).
-						if isCall && tc.Namespace == ns && scheduleOnlyWrites([]*toolgatev1alpha1.ToolCall{before, tc}) == 0 {
-							mu.Lock()
-							stale[client.ObjectKeyFromObject(tc)] = before
-							mu.Unlock()
-						}
-						return nil
-					},
-				}), nil
-			}
-		})
+				return c.Get(ctx, key, obj, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				tc, isCall := obj.(*toolgatev1alpha1.ToolCall)
+				before := &toolgatev1alpha1.ToolCall{}
+				if isCall && obj.GetNamespace() == ns {
+					if err := c.Get(ctx, client.ObjectKeyFromObject(obj), before); err != nil {
+						return err
+					}
+				}
+				if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+					return err
+				}
+				// Only the call's own writes (the session's change
+				// nothing but the schedule).
+				if isCall && tc.Namespace == ns && scheduleOnlyWrites([]*toolgatev1alpha1.ToolCall{before, tc}) == 0 {
+					mu.Lock()
+					stale[client.ObjectKeyFromObject(tc)] = before
+					mu.Unlock()
+				}
+				return nil
+			},
+		}))
 		DeferCleanup(func() {
 			stopRunningManager()
 			startManager(env.Config)

@@ -34,37 +34,36 @@ const (
 const cutMarker = "…[truncated]"
 
 // encodedLen is how many bytes s takes inside a JSON string as Go's
-// encoding/json writes it (the API server's and its clients'): a quote or
-// backslash two, a control character, <, >, &, U+2028, U+2029 or an
-// invalid byte (written as U+FFFD) six. It never undercounts.
+// encoding/json writes it (the API server's and its clients'). It never
+// undercounts.
 func encodedLen(s string) int {
 	n := 0
 	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			switch {
-			case b == '"' || b == '\\':
-				n += 2
-			case b < 0x20 || b == '<' || b == '>' || b == '&':
-				n += 6
-			default:
-				n++
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			n += 6
-		case r == '\u2028' || r == '\u2029':
-			n += 6
-		default:
-			n += size
-		}
-		i += size
+		w, size := encodedRune(s[i:])
+		n, i = n+w, i+size
 	}
 	return n
+}
+
+// encodedRune is what the first character of s takes encoded, and its
+// length in s: a quote or backslash two bytes; a control character, <, >,
+// &, U+2028, U+2029 or an invalid byte (written as U+FFFD) six; any other
+// character its own bytes.
+func encodedRune(s string) (encoded, size int) {
+	if b := s[0]; b < utf8.RuneSelf {
+		switch {
+		case b == '"' || b == '\\':
+			return 2, 1
+		case b < 0x20 || b == '<' || b == '>' || b == '&':
+			return 6, 1
+		}
+		return 1, 1
+	}
+	r, size := utf8.DecodeRuneInString(s)
+	if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+		return 6, size
+	}
+	return size, size
 }
 
 // cutEncoded cuts s, at a character boundary, so that it and the marker
@@ -76,13 +75,11 @@ func cutEncoded(s string, limit int) (string, bool) {
 	budget := limit - encodedLen(cutMarker)
 	n, i := 0, 0
 	for i < len(s) {
-		_, size := utf8.DecodeRuneInString(s[i:])
-		if w := encodedLen(s[i : i+size]); n+w <= budget {
-			n += w
-			i += size
-			continue
+		w, size := encodedRune(s[i:])
+		if n+w > budget {
+			break
 		}
-		break
+		n, i = n+w, i+size
 	}
 	return s[:i] + cutMarker, true
 }

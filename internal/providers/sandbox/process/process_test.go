@@ -226,3 +226,33 @@ func TestCancelledAttemptAnswersTheSameWhenAskedAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestDiscardStopsARunStillGoing: an attempt discarded while its process
+// still runs is stopped, not dropped: it never runs on to its end.
+func TestDiscardStopsARunStillGoing(t *testing.T) {
+	p := New(t.TempDir(), nil)
+	marker := filepath.Join(t.TempDir(), "finished")
+	j := job("uid-7/1", []string{"/bin/sh", "-c", "sleep 1; touch " + marker}, `{}`)
+	if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	p.Discard(context.Background(), j.Key)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		gone, err := p.Release(context.Background(), j.Owner, "uid-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the discarded attempt was never stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the discarded attempt ran on to its end")
+	}
+}
