@@ -146,6 +146,10 @@ func (g *Gateway) Handler() http.Handler {
 	return mux
 }
 
+// cacheScopePrivate is the cache scope of a result only the requesting
+// identity's client may cache.
+const cacheScopePrivate = "private"
+
 // requestDoneKey carries the Done channel of a request's HTTP request.
 type requestDoneKey struct{}
 
@@ -187,7 +191,10 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if err != nil {
 				return nil, err
 			}
-			res := &mcp.ListToolsResult{Tools: l.tools}
+			// The list depends on the caller (its session's profile): only
+			// its own client may cache it, and the profile may change at any
+			// time, so it is stale at once.
+			res := &mcp.ListToolsResult{Tools: l.tools, Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: cacheScopePrivate}}
 			if res.Tools == nil {
 				res.Tools = []*mcp.Tool{}
 			}
@@ -197,7 +204,11 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if err != nil {
 				return nil, err
 			}
-			return g.call(ctx, c, r)
+			res, err := g.call(ctx, c, r)
+			if err != nil {
+				return nil, err
+			}
+			return forRevision(r.Session, res), nil
 		}
 		return next(ctx, method, req)
 	}

@@ -67,3 +67,40 @@ func toResult(tc *toolgatev1alpha1.ToolCall, l listed) *mcp.CallToolResult {
 	}
 	return &mcp.CallToolResult{IsError: true, Meta: m, Content: content}
 }
+
+// revisionResultType is the first protocol revision whose results carry
+// resultType.
+const revisionResultType = "2026-07-28"
+
+// completeResult is a tools/call result for a client speaking a revision
+// that requires resultType on every result. The SDK sets it only on the
+// results of tools registered with it; the gateway answers tools/call
+// itself (the tool list depends on the caller), so it sets it here.
+// Embedding keeps the value an mcp.Result.
+type completeResult struct{ *mcp.CallToolResult }
+
+// MarshalJSON is the result's JSON with "resultType": "complete".
+func (c completeResult) MarshalJSON() ([]byte, error) {
+	raw, err := json.Marshal(c.CallToolResult)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, err
+	}
+	fields["resultType"] = json.RawMessage(`"complete"`)
+	return json.Marshal(fields)
+}
+
+// forRevision returns res as the session's revision expects it. As in the
+// SDK, a session that negotiated nothing speaks the newest revision.
+func forRevision(ss *mcp.ServerSession, res *mcp.CallToolResult) mcp.Result {
+	if ss == nil {
+		return res
+	}
+	if p := ss.InitializeParams(); p != nil && p.ProtocolVersion < revisionResultType {
+		return res
+	}
+	return completeResult{res}
+}

@@ -1,0 +1,101 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/codes"
+	"github.com/toolgate/toolgate/pkg/agent"
+	"github.com/toolgate/toolgate/test/mcpclients"
+)
+
+// approveWhenAsked approves, as alice, the ApprovalRequest of the call at
+// (turn, index) of session "s" once it exists, until ctx ends.
+func approveWhenAsked(ctx context.Context, ns string, turn int64, index int32) {
+	go func() {
+		defer GinkgoRecover()
+		name := agent.CallName("s", turn, index)
+		for ctx.Err() == nil {
+			ar := &toolgatev1alpha1.ApprovalRequest{}
+			if err := as("alice").Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ar); err == nil {
+				base := ar.DeepCopy()
+				ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+				if as("alice").Patch(ctx, ar, client.MergeFrom(base)) == nil {
+					return
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+}
+
+// expectScenario checks what a client saw of the common scenario
+// (test/mcpclients/common.mjs) from turn, and the calls it left.
+func expectScenario(ns string, turn int64, s *mcpclients.Scenario) {
+	Expect(s.List.Tools).To(Equal([]string{"danger", "echo", "slow", "write"}), "secret is denied to every call: not listed")
+
+	Expect(s.Turn.Results).To(HaveLen(3))
+	for i, r := range s.Turn.Results {
+		Expect(r.IsError).To(BeFalse(), r.Text)
+		Expect(r.Meta).To(HaveKeyWithValue(agent.MetaToolCall, agent.CallName("s", turn, int32(i))))
+		Expect(r.Meta).To(HaveKeyWithValue(agent.MetaOutcome, string(toolgatev1alpha1.OutcomeSucceeded)))
+		Expect(r.Meta).To(HaveKeyWithValue(agent.MetaCommitSequence, BeNumerically("==", turn*1+int64(i))), "model order")
+	}
+	Expect(s.Turn.Results[0].Structured).To(Equal(map[string]any{"text": "a"}))
+	Expect(s.Turn.Results[1].Structured).To(Equal(map[string]any{"text": "b"}))
+	Expect(s.Turn.Results[2].Text).To(Equal("written"))
+
+	Expect(s.Denied.IsError).To(BeTrue(), "a denial is a tool error the model reads")
+	Expect(s.Denied.Text).To(HavePrefix(codes.PolicyDenied + ": "))
+	Expect(s.Denied.Meta).To(HaveKeyWithValue(agent.MetaCode, codes.PolicyDenied))
+
+	Expect(s.Cancelled.Resolved).To(BeNil(), "the client aborted the call")
+	Expect(s.Cancelled.Error).NotTo(BeNil())
+	slow := &toolgatev1alpha1.ToolCall{}
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", turn+2, 0)}, slow)).To(Succeed())
+		g.Expect(slow.Final()).To(BeTrue())
+	}).Should(Succeed())
+	Expect(slow.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled), "the client's abort cancels the call")
+}
+
+var _ = Describe("MCP clients from the npm registry", func() {
+	BeforeEach(func() {
+		Expect(mcpclients.Install()).To(Succeed())
+	})
+
+	type variant struct {
+		script string
+		env    []string
+		// revision the client must end up speaking.
+		revision string
+	}
+	DescribeTable("list, run a turn with a parallel pair and an approved write, read a denial, and cancel",
+		func(v variant) {
+			ns, user := agentNamespace()
+			session(ns, user)
+			tok := token(ns, "agent", audience)
+			rctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+			defer cancel()
+			approveWhenAsked(rctx, ns, 0, 2)
+			r, err := mcpclients.Run(rctx, v.script, mcpclients.Target{URL: fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), Token: tok, Env: v.env})
+			Expect(err).NotTo(HaveOccurred())
+			s, err := r.Scenario()
+			Expect(err).NotTo(HaveOccurred())
+			if v.revision != "" {
+				Expect(s.Connected.ProtocolVersion).To(Equal(v.revision))
+			}
+			expectScenario(ns, 0, s)
+		},
+		Entry("the TypeScript client v1", variant{script: "ts-v1.mjs"}),
+		Entry("the TypeScript client v2, 2025 handshake", variant{script: "ts-v2.mjs", env: []string{"MODE=legacy"}, revision: "2025-11-25"}),
+		Entry("the TypeScript client v2, negotiating", variant{script: "ts-v2.mjs", env: []string{"MODE=auto"}, revision: "2026-07-28"}),
+		Entry("the TypeScript client v2, pinned to 2026-07-28", variant{script: "ts-v2.mjs", env: []string{"MODE=2026-07-28"}, revision: "2026-07-28"}),
+	)
+})
