@@ -35,6 +35,23 @@ func approveWhenAsked(ctx context.Context, ns string, turn int64, index int32) {
 	}()
 }
 
+// running returns a CancelWhen that returns once the named call runs.
+func running(ns, name string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for {
+			tc := &toolgatev1alpha1.ToolCall{}
+			if k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tc) == nil && tc.Status.Phase == toolgatev1alpha1.PhaseRunning {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
 // expectScenario checks what a client saw of the common scenario
 // (test/mcpclients/common.mjs) from turn, and the calls it left.
 func expectScenario(ns string, turn int64, s *mcpclients.Scenario) {
@@ -50,6 +67,7 @@ func expectScenario(ns string, turn int64, s *mcpclients.Scenario) {
 	Expect(s.Turn.Results[0].Structured).To(Equal(map[string]any{"text": "a"}))
 	Expect(s.Turn.Results[1].Structured).To(Equal(map[string]any{"text": "b"}))
 	Expect(s.Turn.Results[2].Text).To(Equal("written"))
+	Expect(s.Turn.Progress).To(ContainElement(ContainSubstring("approvalrequest/"+agent.CallName("s", turn, 2))), "the client hears that the write waits for a person")
 
 	Expect(s.Denied.IsError).To(BeTrue(), "a denial is a tool error the model reads")
 	Expect(s.Denied.Text).To(HavePrefix(codes.PolicyDenied + ": "))
@@ -81,10 +99,13 @@ var _ = Describe("MCP clients from the npm registry", func() {
 			ns, user := agentNamespace()
 			session(ns, user)
 			tok := token(ns, "agent", audience)
-			rctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			approveWhenAsked(rctx, ns, 0, 2)
-			r, err := mcpclients.Run(rctx, v.script, mcpclients.Target{URL: fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), Token: tok, Env: v.env})
+			r, err := mcpclients.Run(rctx, v.script, mcpclients.Target{
+				URL: fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), Token: tok, Env: v.env,
+				CancelWhen: running(ns, agent.CallName("s", 2, 0)),
+			})
 			Expect(err).NotTo(HaveOccurred())
 			s, err := r.Scenario()
 			Expect(err).NotTo(HaveOccurred())

@@ -43,6 +43,10 @@ type Target struct {
 	Turn int64
 	// Env adds variables (the script's own options).
 	Env []string
+	// CancelWhen returns once the call the script cancels runs in the
+	// cluster; the script then aborts it. An error leaves it running (the
+	// script then fails on its own deadline, or the test's).
+	CancelWhen func(context.Context) error
 }
 
 // Report is what a script reported, by step.
@@ -71,7 +75,23 @@ func Run(ctx context.Context, script string, t Target) (*Report, error) {
 	cmd.Env = append(cmd.Env, t.Env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	wctx, stopWatching := context.WithCancel(ctx)
+	go func() {
+		// Closing stdin lets the script's event loop end.
+		defer func() { _ = stdin.Close() }()
+		if t.CancelWhen != nil && t.CancelWhen(wctx) == nil {
+			_, _ = stdin.Write([]byte("cancel\n"))
+		}
+	}()
+	err = cmd.Wait()
+	stopWatching()
 	r := &Report{Steps: map[string]json.RawMessage{}, Stderr: stderr.String()}
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -87,7 +107,11 @@ func Run(ctx context.Context, script string, t Target) (*Report, error) {
 		r.Steps[s.Step] = json.RawMessage(line)
 	}
 	if err != nil {
-		return r, fmt.Errorf("%s: %w\nstderr:\n%s", script, err, r.Stderr)
+		steps := make([]string, 0, len(r.Steps))
+		for step := range r.Steps {
+			steps = append(steps, step)
+		}
+		return r, fmt.Errorf("%s: %w (steps reported: %v)\nstderr:\n%s", script, err, steps, r.Stderr)
 	}
 	return r, nil
 }
