@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -143,6 +145,13 @@ type position struct {
 // arrive.
 func placement(m mcp.Meta) (position, error) {
 	p := position{turnSize: 1}
+	// A misspelt key would otherwise place the call somewhere the client
+	// did not mean, silently.
+	for key := range m {
+		if strings.HasPrefix(key, agent.MetaPrefix) && !slices.Contains(placementKeys, key) {
+			return p, fmt.Errorf("unknown _meta key %q: toolgate reads %s", key, strings.Join(placementKeys, ", "))
+		}
+	}
 	turn, hasTurn, err := metaInt(m, agent.MetaTurn, 0, 1_000_000_000)
 	if err != nil {
 		return p, err
@@ -177,6 +186,9 @@ func placement(m mcp.Meta) (position, error) {
 	}
 	return p, nil
 }
+
+// placementKeys are the _meta keys of toolgate's prefix a request may carry.
+var placementKeys = []string{agent.MetaTurn, agent.MetaIndex, agent.MetaTurnSize, agent.MetaCallID}
 
 // metaInt reads an integer in [lo, hi] from _meta (JSON numbers arrive as
 // float64).

@@ -120,3 +120,75 @@ var _ = Describe("MCP clients from the npm registry", func() {
 		Entry("the TypeScript client v2, pinned to 2026-07-28", variant{script: "ts-v2.mjs", env: []string{"MODE=2026-07-28"}, revision: "2026-07-28"}),
 	)
 })
+
+var _ = Describe("the OpenAI Agents SDK from the npm registry", func() {
+	It("runs an agent whose model makes a parallel turn with an approved write, reads a denial, and is cancelled", func() {
+		Expect(mcpclients.Install()).To(Succeed())
+		ns, user := agentNamespace()
+		session(ns, user)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		approveWhenAsked(rctx, ns, 0, 2)
+		r, err := mcpclients.Run(rctx, "openai-agents.mjs", mcpclients.Target{
+			URL: fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), Token: token(ns, "agent", audience),
+			CancelWhen: running(ns, agent.CallName("s", 2, 0)),
+		})
+		Expect(err).NotTo(HaveOccurred())
+
+		var list struct {
+			Tools []string `json:"tools"`
+		}
+		Expect(r.Into("list", &list)).To(Succeed())
+		Expect(list.Tools).To(Equal([]string{"danger", "echo", "slow", "write"}))
+
+		// What the model read back: each call's output, once per call.
+		var run struct {
+			Final string `json:"final"`
+			Seen  []struct {
+				CallID string `json:"callId"`
+				Output []struct {
+					Text string `json:"text"`
+				} `json:"output"`
+			} `json:"seen"`
+		}
+		Expect(r.Into("run", &run)).To(Succeed())
+		Expect(run.Final).To(Equal("done"))
+		read := map[string]string{}
+		for _, s := range run.Seen {
+			Expect(s.Output).NotTo(BeEmpty())
+			read[s.CallID] = s.Output[0].Text
+		}
+		Expect(read).To(HaveLen(4))
+		Expect(read).To(HaveKeyWithValue("call_a", `{"text":"a"}`))
+		Expect(read).To(HaveKeyWithValue("call_b", `{"text":"b"}`))
+		Expect(read).To(HaveKeyWithValue("call_w", "written"))
+		Expect(read).To(HaveKeyWithValue("call_d", HavePrefix(codes.PolicyDenied+": ")), "a denial is a tool output the model reads")
+
+		// In the cluster: the model's turn in its order, under the model's
+		// call IDs, then the denial, then the cancelled call.
+		for i, id := range []string{"call_a", "call_b", "call_w"} {
+			tc := &toolgatev1alpha1.ToolCall{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", 0, int32(i))}, tc)).To(Succeed())
+			Expect(tc.Spec.CallID).To(Equal(id))
+			Expect(tc.Spec.TurnSize).To(BeEquivalentTo(3))
+			Expect(tc.Status.Schedule.CommitSequence).To(HaveValue(BeEquivalentTo(i)), "model order")
+		}
+		denied := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", 1, 0)}, denied)).To(Succeed())
+		Expect(denied.Spec.CallID).To(Equal("call_d"))
+		Expect(denied.Status.Result.ErrorCode).To(Equal(codes.PolicyDenied))
+
+		var cancelled struct {
+			Error *mcpclients.Failure `json:"error"`
+		}
+		Expect(r.Into("cancelled", &cancelled)).To(Succeed())
+		Expect(cancelled.Error).NotTo(BeNil(), "the aborted run fails")
+		Expect(cancelled.Error.Name).To(Equal("AbortError"))
+		slow := &toolgatev1alpha1.ToolCall{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", 2, 0)}, slow)).To(Succeed())
+			g.Expect(slow.Final()).To(BeTrue())
+		}).Should(Succeed())
+		Expect(slow.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
+	})
+})

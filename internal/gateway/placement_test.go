@@ -40,6 +40,8 @@ func TestPlacement(t *testing.T) {
 		{name: "turn too large", meta: `{"toolgate.dev/turn":1e12}`, err: "must be an integer from 0"},
 		{name: "size too large", meta: `{"toolgate.dev/turn":1,"toolgate.dev/turnSize":2000}`, err: "from 1 to 1024"},
 		{name: "empty callID", meta: `{"toolgate.dev/callID":""}`, err: "non-empty string"},
+		{name: "a misspelt key is refused, not ignored", meta: `{"toolgate.dev/turn":1,"toolgate.dev/callId":"call_9"}`, err: `unknown _meta key "toolgate.dev/callId"`},
+		{name: "other prefixes are the client's own", meta: `{"progressToken":1,"example.com/trace":"x"}`, want: position{turnSize: 1, auto: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := placement(decodeMeta(t, tc.meta))
@@ -110,6 +112,30 @@ func TestToResultMasksUnlistedTools(t *testing.T) {
 	u, _ := json.Marshal(unknown)
 	if string(h) != string(u) {
 		t.Fatalf("a hidden tool and an unknown one differ:\n%s\n%s", h, u)
+	}
+}
+
+func TestToResultSaysAFailureOnce(t *testing.T) {
+	l := listTools(tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Obj()) // lists "echo"
+	failed := func(content string) *toolgatev1alpha1.ToolCall {
+		tc := tu.MakeToolCall("ns", "c", "s").Tool("echo", `{}`).Obj()
+		tc.Status.Result = &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeFailed, ErrorCode: "tool_error", Message: "exit 3", Content: content}
+		return tc
+	}
+	texts := func(res *mcp.CallToolResult) []string {
+		var out []string
+		for _, c := range res.Content {
+			out = append(out, c.(*mcp.TextContent).Text)
+		}
+		return out
+	}
+	// The pipeline's own rendering of the failure says the same again.
+	if got := texts(toResult(failed("error: tool_error: exit 3"), l)); len(got) != 1 || got[0] != "tool_error: exit 3" {
+		t.Fatalf("the failure is said once: %q", got)
+	}
+	// Content of the tool's own (a post rule's, a finalizer's) is kept.
+	if got := texts(toResult(failed("partial output"), l)); len(got) != 2 || got[1] != "partial output" {
+		t.Fatalf("other content follows the failure: %q", got)
 	}
 }
 

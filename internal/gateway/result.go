@@ -62,7 +62,10 @@ func toResult(tc *toolgatev1alpha1.ToolCall, l listed) *mcp.CallToolResult {
 	}
 	m[agent.MetaCode] = code
 	content := []mcp.Content{&mcp.TextContent{Text: code + ": " + message}}
-	if r.Content != "" && r.Content != message && l.has(tc.Spec.Tool) {
+	// The pipeline renders a failure as "error: CODE: MESSAGE"; content
+	// that says no more than that is not repeated.
+	rendered := r.Content == message || r.Content == "error: "+code || r.Content == "error: "+code+": "+message
+	if r.Content != "" && !rendered && l.has(tc.Spec.Tool) {
 		content = append(content, &mcp.TextContent{Text: r.Content})
 	}
 	return &mcp.CallToolResult{IsError: true, Meta: m, Content: content}

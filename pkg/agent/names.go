@@ -14,6 +14,10 @@ import (
 // MetaContexts; an approval progress notification carries
 // MetaApprovalRequest.
 const (
+	// MetaPrefix begins every key of toolgate's; the gateway refuses a
+	// request carrying one it does not read (a misspelt key).
+	MetaPrefix = "toolgate.dev/"
+
 	// MetaTurn is the model turn of the call (an integer ≥ 0).
 	MetaTurn = "toolgate.dev/turn"
 	// MetaIndex is the call's position within its turn (0 … turnSize-1).
