@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,7 +71,11 @@ func (g *Gateway) call(ctx context.Context, c *caller, r *mcp.CallToolRequest) (
 	if !l.has(name) {
 		label = toolUnlisted
 	}
-	pos, err := placement(r.Params.Meta)
+	meta, err := withHeaders(r.Params.Meta, r.Extra)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	pos, err := placement(meta)
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
@@ -185,6 +190,52 @@ func placement(m mcp.Meta) (position, error) {
 		p.callID = s
 	}
 	return p, nil
+}
+
+// placementHeaders carry a call's position for clients that can set HTTP
+// headers on a call but not its _meta (LangChain's MCP adapters): each
+// header stands for the _meta key it maps to.
+var placementHeaders = map[string]string{
+	"Toolgate-Turn":      agent.MetaTurn,
+	"Toolgate-Index":     agent.MetaIndex,
+	"Toolgate-Turn-Size": agent.MetaTurnSize,
+	"Toolgate-Call-Id":   agent.MetaCallID,
+}
+
+// withHeaders returns the call's _meta with the position its request's
+// headers carry, if any. A call gives its position in one of the two, never
+// both.
+func withHeaders(m mcp.Meta, extra *mcp.RequestExtra) (mcp.Meta, error) {
+	if extra == nil {
+		return m, nil
+	}
+	fromHeaders := mcp.Meta{}
+	for header, key := range placementHeaders {
+		v := extra.Header.Get(header)
+		if v == "" {
+			continue
+		}
+		fromHeaders[key] = v
+		if key != agent.MetaCallID {
+			// Numbers arrive as text; one that does not parse stays text, so
+			// that placement refuses it as it refuses any other.
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				fromHeaders[key] = float64(n)
+			}
+		}
+	}
+	if len(fromHeaders) == 0 {
+		return m, nil
+	}
+	for key := range m {
+		if strings.HasPrefix(key, agent.MetaPrefix) {
+			return nil, fmt.Errorf("the call's position is in both its _meta (%q) and its Toolgate- headers: give it in one", key)
+		}
+	}
+	for key, v := range m {
+		fromHeaders[key] = v
+	}
+	return fromHeaders, nil
 }
 
 // placementKeys are the _meta keys of toolgate's prefix a request may carry.

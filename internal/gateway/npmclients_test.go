@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -52,6 +53,19 @@ func running(ns, name string) func(context.Context) error {
 	}
 }
 
+// callsOf describes the calls of ns, for a failure's message.
+func callsOf(ns string) string {
+	l := &toolgatev1alpha1.ToolCallList{}
+	if err := k8s.List(ctx, l, client.InNamespace(ns)); err != nil {
+		return err.Error()
+	}
+	out := "calls:"
+	for _, tc := range l.Items {
+		out += fmt.Sprintf(" %s(%s cancel=%v)", tc.Name, tc.Status.Phase, tc.Spec.CancelRequested)
+	}
+	return out
+}
+
 // expectScenario checks what a client saw of the common scenario
 // (test/mcpclients/common.mjs) from turn, and the calls it left.
 func expectScenario(ns string, turn int64, s *mcpclients.Scenario) {
@@ -99,14 +113,14 @@ var _ = Describe("MCP clients from the npm registry", func() {
 			ns, user := agentNamespace()
 			session(ns, user)
 			tok := token(ns, "agent", audience)
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 			defer cancel()
 			approveWhenAsked(rctx, ns, 0, 2)
 			r, err := mcpclients.Run(rctx, v.script, mcpclients.Target{
 				URL: fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), Token: tok, Env: v.env,
 				CancelWhen: running(ns, agent.CallName("s", 2, 0)),
 			})
-			Expect(err).NotTo(HaveOccurred())
+			Expect(err).NotTo(HaveOccurred(), callsOf(ns))
 			s, err := r.Scenario()
 			Expect(err).NotTo(HaveOccurred())
 			if v.revision != "" {
@@ -126,14 +140,14 @@ var _ = Describe("the OpenAI Agents SDK from the npm registry", func() {
 		Expect(mcpclients.Install()).To(Succeed())
 		ns, user := agentNamespace()
 		session(ns, user)
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		defer cancel()
 		approveWhenAsked(rctx, ns, 0, 2)
 		r, err := mcpclients.Run(rctx, "openai-agents.mjs", mcpclients.Target{
 			URL: fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), Token: token(ns, "agent", audience),
 			CancelWhen: running(ns, agent.CallName("s", 2, 0)),
 		})
-		Expect(err).NotTo(HaveOccurred())
+		Expect(err).NotTo(HaveOccurred(), callsOf(ns))
 
 		var list struct {
 			Tools []string `json:"tools"`
@@ -184,6 +198,67 @@ var _ = Describe("the OpenAI Agents SDK from the npm registry", func() {
 		Expect(r.Into("cancelled", &cancelled)).To(Succeed())
 		Expect(cancelled.Error).NotTo(BeNil(), "the aborted run fails")
 		Expect(cancelled.Error.Name).To(Equal("AbortError"))
+		slow := &toolgatev1alpha1.ToolCall{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", 2, 0)}, slow)).To(Succeed())
+			g.Expect(slow.Final()).To(BeTrue())
+		}).Should(Succeed())
+		Expect(slow.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
+	})
+})
+
+var _ = Describe("LangChain's MCP adapters from the npm registry", func() {
+	It("run a model turn as the tool node does, in model order through the placement headers, with an approved write, a denial and a cancel", func() {
+		Expect(mcpclients.Install()).To(Succeed())
+		ns, user := agentNamespace()
+		session(ns, user)
+		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		approveWhenAsked(rctx, ns, 0, 2)
+		r, err := mcpclients.Run(rctx, "langchain.mjs", mcpclients.Target{
+			URL: fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), Token: token(ns, "agent", audience),
+			CancelWhen: running(ns, agent.CallName("s", 2, 0)),
+		})
+		Expect(err).NotTo(HaveOccurred(), callsOf(ns))
+		type read struct {
+			ID      string `json:"id"`
+			IsError bool   `json:"isError"`
+			Text    string `json:"text"`
+		}
+		var list struct {
+			Tools []string `json:"tools"`
+		}
+		Expect(r.Into("list", &list)).To(Succeed())
+		Expect(list.Tools).To(Equal([]string{"danger", "echo", "slow", "write"}))
+		var turn struct {
+			Results []read `json:"results"`
+		}
+		Expect(r.Into("turn", &turn)).To(Succeed())
+		// The tool node's message is the MCP text block as JSON (LangChain
+		// keeps toolgate's _meta beside the text): the model reads the text.
+		for i := range turn.Results {
+			var block struct {
+				Text string         `json:"text"`
+				Meta map[string]any `json:"meta"`
+			}
+			Expect(json.Unmarshal([]byte(turn.Results[i].Text), &block)).To(Succeed(), turn.Results[i].Text)
+			Expect(block.Meta).To(HaveKeyWithValue(agent.MetaToolCall, agent.CallName("s", 0, int32(i))))
+			turn.Results[i].Text = block.Text
+		}
+		Expect(turn.Results).To(Equal([]read{{"call_a", false, `{"text":"a"}`}, {"call_b", false, `{"text":"b"}`}, {"call_w", false, "written"}}))
+		for i, id := range []string{"call_a", "call_b", "call_w"} {
+			tc := &toolgatev1alpha1.ToolCall{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", 0, int32(i))}, tc)).To(Succeed())
+			Expect(tc.Spec.CallID).To(Equal(id))
+			Expect(tc.Status.Schedule.CommitSequence).To(HaveValue(BeEquivalentTo(i)), "model order")
+		}
+		var denied read
+		Expect(r.Into("denied", &denied)).To(Succeed())
+		Expect(denied.IsError).To(BeTrue())
+		Expect(denied.Text).To(ContainSubstring(codes.PolicyDenied+": "), "the tool node hands the model the denial")
+		var cancelled read
+		Expect(r.Into("cancelled", &cancelled)).To(Succeed())
+		Expect(cancelled.IsError).To(BeTrue(), "the aborted call fails")
 		slow := &toolgatev1alpha1.ToolCall{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.CallName("s", 2, 0)}, slow)).To(Succeed())

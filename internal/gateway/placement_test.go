@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -147,5 +148,39 @@ func TestCallName(t *testing.T) {
 	a, b := agent.CallName(long, 1000000000, 1023), agent.CallName(long[:249]+"b", 1000000000, 1023)
 	if len(a) > 253 || a == b {
 		t.Fatalf("long names must fit and stay distinct: %d %s %s", len(a), a, b)
+	}
+}
+
+func TestPlacementFromHeaders(t *testing.T) {
+	extra := func(kv ...string) *mcp.RequestExtra {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return &mcp.RequestExtra{Header: h}
+	}
+	m, err := withHeaders(mcp.Meta{"progressToken": "p"}, extra("Toolgate-Turn", "4", "Toolgate-Index", "1", "Toolgate-Turn-Size", "2", "Toolgate-Call-Id", "call_x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := placement(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (position{turn: 4, index: 1, turnSize: 2, callID: "call_x"}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	if _, err := withHeaders(mcp.Meta{agent.MetaTurn: 1.0}, extra("Toolgate-Turn", "4")); err == nil || !strings.Contains(err.Error(), "give it in one") {
+		t.Fatalf("a position in both _meta and headers is refused: %v", err)
+	}
+	m, err = withHeaders(nil, extra("Toolgate-Turn", "four"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := placement(m); err == nil || !strings.Contains(err.Error(), "must be an integer") {
+		t.Fatalf("a turn that is not a number is refused: %v", err)
+	}
+	if m, err := withHeaders(mcp.Meta{agent.MetaTurn: 2.0}, extra()); err != nil || m[agent.MetaTurn] != 2.0 {
+		t.Fatalf("without headers the _meta stands: %v %v", m, err)
 	}
 }

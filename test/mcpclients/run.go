@@ -93,7 +93,8 @@ func Run(ctx context.Context, script string, t Target) (*Report, error) {
 	err = cmd.Wait()
 	stopWatching()
 	r := &Report{Steps: map[string]json.RawMessage{}, Stderr: stderr.String()}
-	sc := bufio.NewScanner(&stdout)
+	out := stdout.String()
+	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -107,11 +108,7 @@ func Run(ctx context.Context, script string, t Target) (*Report, error) {
 		r.Steps[s.Step] = json.RawMessage(line)
 	}
 	if err != nil {
-		steps := make([]string, 0, len(r.Steps))
-		for step := range r.Steps {
-			steps = append(steps, step)
-		}
-		return r, fmt.Errorf("%s: %w (steps reported: %v)\nstderr:\n%s", script, err, steps, r.Stderr)
+		return r, fmt.Errorf("%s: %w\nstdout:\n%s\nstderr:\n%s", script, err, out, r.Stderr)
 	}
 	return r, nil
 }
