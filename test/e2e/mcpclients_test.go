@@ -1,0 +1,106 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/test/mcpclients"
+)
+
+// The clients of test/mcpclients against the gateway in the cluster, each
+// call in a pod, each approval given with kubectl by a person holding the
+// shipped approver role.
+var _ = Describe("MCP clients from the npm registry, against the gateway in the cluster", Ordered, func() {
+	var ns *agentNamespace
+	var user, token string
+
+	BeforeAll(func() {
+		Expect(mcpclients.Install()).To(Succeed())
+		rendered := mustKubectl(userAdmin, "", "kustomize", filepath.Join(testenv.RepoRoot(), "config", "local-gateway"))
+		mustKubectl(userAdmin, rendered, "apply", "--server-side", "--force-conflicts", "-f", "-")
+		mustKubectl(userAdmin, "", "-n", systemNamespace, "rollout", "status", "deployment/toolgate-gateway", "--timeout=120s")
+
+		ns = newNamespace("mcpclients")
+		Expect(ns.Admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}})).To(Succeed())
+		user = fmt.Sprintf("system:serviceaccount:%s:agent", ns.Name)
+		ns.Bind("agent", "ClusterRole", "toolgate-agent", serviceAccountSubject(ns.Name, "agent"))
+		ns.Bind("gateway-impersonator", "ClusterRole", "toolgate-gateway-impersonator", serviceAccountSubject(systemNamespace, "toolgate-gateway"))
+		// The profile of mcpclients.Listed, applied as YAML.
+		ns.Apply(userAdmin, `
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolProfile
+metadata: {name: clients}
+spec:
+  permissionPreset: Trusted
+  tools:
+    - name: echo
+      description: Return the arguments.
+      parameters: {type: object, properties: {text: {type: string}}, required: [text]}
+      output: {schema: {type: object, properties: {text: {type: string}}, required: [text]}, render: {format: JSON}}
+      container: {image: toolgate.dev/tools:dev, command: [/bin/cat]}
+      isConcurrencySafe: "true"
+    - name: write
+      description: Pretend to write; a person approves it first.
+      parameters: {type: object, properties: {text: {type: string}}, required: [text]}
+      output: {schema: {type: string}, render: {format: Text}}
+      container: {image: toolgate.dev/tools:dev, command: [/bin/sh, -c, 'cat >/dev/null; printf written']}
+    - name: danger
+      description: Denied for the text rm.
+      parameters: {type: object, properties: {text: {type: string}}, required: [text]}
+      output: {schema: {type: string}, render: {format: Text}}
+      container: {image: toolgate.dev/tools:dev, command: [/bin/sh, -c, 'cat >/dev/null; printf ran']}
+    - name: secret
+      description: Denied to every call.
+      parameters: {type: object}
+      output: {schema: {type: string}, render: {format: Text}}
+      container: {image: toolgate.dev/tools:dev, command: [/bin/sh, -c, 'printf secret']}
+    - name: slow
+      description: Sleep until cancelled.
+      parameters: {type: object, properties: {text: {type: string}}, required: [text]}
+      output: {schema: {type: string}, render: {format: Text}}
+      container: {image: toolgate.dev/tools:dev, command: [/bin/sh, -c, 'sleep 120; printf late']}
+  preExecute:
+    - {name: ask-writes, tools: [write], action: Ask}
+    - {name: no-rm, tools: [danger], when: "call.args.text == 'rm'", action: Deny}
+    - {name: never-secret, tools: [secret], action: Deny}
+`)
+		ns.ProfileReady("clients")
+		tr, err := clientset.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "agent",
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"toolgate-gateway"}}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		token = tr.Status.Token
+	})
+
+	for i, c := range mcpclients.Clients {
+		It(c.Name+": lists, runs a turn with a parallel pair and an approved write, reads a denial, and cancels", func() {
+			session := fmt.Sprintf("client-%d", i)
+			s := testutil.MakeAgentSession(ns.Name, session, "clients").Obj()
+			s.Spec.Owner = user
+			Expect(impersonating(user).Create(ctx, s)).To(Succeed())
+			c.Exercise(ctx, fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session), token, mcpclients.Cluster{
+				Session: session,
+				Get: func(ctx context.Context, name string) (*toolgatev1alpha1.ToolCall, error) {
+					tc := &toolgatev1alpha1.ToolCall{}
+					return tc, ns.Admin.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, tc)
+				},
+				Approve: func(_ context.Context, name string) error {
+					_, err := kubectl(userApprover, "", "toolgate", "approve", name, "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
+					return err
+				},
+			})
+		})
+	}
+})
