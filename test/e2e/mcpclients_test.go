@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/testutil"
 	"github.com/toolgate/toolgate/test/mcpclients"
+	"github.com/toolgate/toolgate/test/mcpclients/gorecipe"
 )
 
 // The clients of test/mcpclients against the gateway in the cluster, each
@@ -36,7 +37,7 @@ var _ = Describe("MCP clients from the npm registry, against the gateway in the 
 		ns = newNamespace("mcpclients")
 		Expect(ns.Admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}})).To(Succeed())
 		user = fmt.Sprintf("system:serviceaccount:%s:agent", ns.Name)
-		ns.Bind("agent", "ClusterRole", "toolgate-agent", serviceAccountSubject(ns.Name, "agent"))
+		ns.Bind("mcp-agent", "ClusterRole", "toolgate-agent", serviceAccountSubject(ns.Name, "agent"))
 		ns.Bind("gateway-impersonator", "ClusterRole", "toolgate-gateway-impersonator", serviceAccountSubject(systemNamespace, "toolgate-gateway"))
 		// The profile of mcpclients.Listed, applied as YAML.
 		ns.Apply(userAdmin, `
@@ -84,23 +85,40 @@ spec:
 		token = tr.Status.Token
 	})
 
+	// newSession creates, as the agent, a session of the clients' profile.
+	newSession := func(name string) {
+		s := testutil.MakeAgentSession(ns.Name, name, "clients").Obj()
+		s.Spec.Owner = user
+		Expect(impersonating(user).Create(ctx, s)).To(Succeed())
+	}
+	clusterOf := func(session string) mcpclients.Cluster {
+		return mcpclients.Cluster{
+			Session: session,
+			Get: func(ctx context.Context, name string) (*toolgatev1alpha1.ToolCall, error) {
+				tc := &toolgatev1alpha1.ToolCall{}
+				return tc, ns.Admin.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, tc)
+			},
+			Approve: func(_ context.Context, name string) error {
+				_, err := kubectl(userApprover, "", "toolgate", "approve", name, "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
+				return err
+			},
+		}
+	}
+
 	for i, c := range mcpclients.Clients {
 		It(c.Name+": lists, runs a turn with a parallel pair and an approved write, reads a denial, and cancels", func() {
 			session := fmt.Sprintf("client-%d", i)
-			s := testutil.MakeAgentSession(ns.Name, session, "clients").Obj()
-			s.Spec.Owner = user
-			Expect(impersonating(user).Create(ctx, s)).To(Succeed())
-			c.Exercise(ctx, fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session), token, mcpclients.Cluster{
-				Session: session,
-				Get: func(ctx context.Context, name string) (*toolgatev1alpha1.ToolCall, error) {
-					tc := &toolgatev1alpha1.ToolCall{}
-					return tc, ns.Admin.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, tc)
-				},
-				Approve: func(_ context.Context, name string) error {
-					_, err := kubectl(userApprover, "", "toolgate", "approve", name, "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
-					return err
-				},
-			})
+			newSession(session)
+			c.Exercise(ctx, fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session), token, clusterOf(session))
 		})
 	}
+
+	It("docs/mcp.md's Go recipe: lists the tools and runs a turn of two calls in model order", func() {
+		newSession("go-recipe")
+		tools, results, err := gorecipe.Turn(ctx, fmt.Sprintf("%s/mcp/%s/go-recipe", gatewayURL, ns.Name), token, 0)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tools).To(Equal([]string{"echo", "write", "danger", "slow"}))
+		Expect(results).To(Equal(mcpclients.RecipeResults))
+		clusterOf("go-recipe").ExpectTurnInOrder("t0-i0", "t0-i1")
+	})
 })

@@ -44,6 +44,17 @@ var Clients = []Client{
 	{Name: "the TypeScript client v2, pinned to 2026-07-28", Script: "ts-v2.mjs", Env: []string{"MODE=2026-07-28"}, Revision: "2026-07-28", check: checkScenario},
 	{Name: "the OpenAI Agents SDK, its model scripted", Script: "openai-agents.mjs", check: checkAgents},
 	{Name: "LangChain's MCP adapters, as the tool node runs a turn", Script: "langchain.mjs", check: checkLangChain},
+	{Name: "docs/mcp.md's plain TypeScript recipe", Script: "recipe-typescript.mjs", check: checkRecipe},
+}
+
+// RecipeResults are the lines docs/mcp.md's plain recipes print of their
+// turn.
+var RecipeResults = []string{`result: {"text":"a"}`, `result: {"text":"b"}`}
+
+// checkRecipe checks a run of docs/mcp.md's TypeScript recipe.
+func checkRecipe(r *Report, k Cluster, _ string) {
+	Expect(r.Lines).To(Equal(append([]string{"tools: echo write danger slow"}, RecipeResults...)), r.Stderr)
+	k.ExpectTurnInOrder("t0-i0", "t0-i1")
 }
 
 // Cluster is how a check reads and acts on the cluster behind the gateway.
@@ -100,7 +111,6 @@ func (c Client) Exercise(ctx context.Context, url, token string, k Cluster) {
 	}})
 	Expect(err).NotTo(HaveOccurred(), k.describe(context.WithoutCancel(ctx)))
 	c.check(r, k, c.Revision)
-	k.expectCancelled()
 }
 
 // expectCancelled checks the slow call was cancelled, not left running.
@@ -115,9 +125,9 @@ func (k Cluster) expectCancelled() {
 	Expect(slow.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled), "the client's abort cancels the call")
 }
 
-// expectTurnInOrder checks the turn's calls carry the model's call IDs and
+// ExpectTurnInOrder checks turn 0's calls carry the model's call IDs and
 // committed in model order.
-func (k Cluster) expectTurnInOrder(ids ...string) {
+func (k Cluster) ExpectTurnInOrder(ids ...string) {
 	for i, id := range ids {
 		tc, err := k.Get(context.Background(), k.call(0, int32(i)))
 		Expect(err).NotTo(HaveOccurred())
@@ -129,6 +139,7 @@ func (k Cluster) expectTurnInOrder(ids ...string) {
 
 // checkScenario checks the common scenario (common.mjs).
 func checkScenario(r *Report, k Cluster, revision string) {
+	defer k.expectCancelled()
 	s, err := r.Scenario()
 	Expect(err).NotTo(HaveOccurred())
 	if revision != "" {
@@ -158,6 +169,7 @@ func checkScenario(r *Report, k Cluster, revision string) {
 
 // checkAgents checks the OpenAI Agents SDK's runs (openai-agents.mjs).
 func checkAgents(r *Report, k Cluster, _ string) {
+	defer k.expectCancelled()
 	var list struct {
 		Tools []string `json:"tools"`
 	}
@@ -187,7 +199,7 @@ func checkAgents(r *Report, k Cluster, _ string) {
 	Expect(read).To(HaveKeyWithValue("call_b", `{"text":"b"}`))
 	Expect(read).To(HaveKeyWithValue("call_w", "written"))
 	Expect(read).To(HaveKeyWithValue("call_d", HavePrefix(codes.PolicyDenied+": ")), "a denial is a tool output the model reads")
-	k.expectTurnInOrder("call_a", "call_b", "call_w")
+	k.ExpectTurnInOrder("call_a", "call_b", "call_w")
 	denied, err := k.Get(context.Background(), k.call(1, 0))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(denied.Spec.CallID).To(Equal("call_d"))
@@ -203,6 +215,7 @@ func checkAgents(r *Report, k Cluster, _ string) {
 
 // checkLangChain checks LangChain's turn (langchain.mjs).
 func checkLangChain(r *Report, k Cluster, _ string) {
+	defer k.expectCancelled()
 	type read struct {
 		ID      string `json:"id"`
 		IsError bool   `json:"isError"`
@@ -229,7 +242,7 @@ func checkLangChain(r *Report, k Cluster, _ string) {
 		turn.Results[i].Text = block.Text
 	}
 	Expect(turn.Results).To(Equal([]read{{"call_a", false, `{"text":"a"}`}, {"call_b", false, `{"text":"b"}`}, {"call_w", false, "written"}}))
-	k.expectTurnInOrder("call_a", "call_b", "call_w")
+	k.ExpectTurnInOrder("call_a", "call_b", "call_w")
 	var denied read
 	Expect(r.Into("denied", &denied)).To(Succeed())
 	Expect(denied.IsError).To(BeTrue())

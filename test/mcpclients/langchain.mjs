@@ -2,29 +2,12 @@
 // as LangChain's tool node does: every tool call of the model's message
 // invoked at once, a tool error handed back to the model as the tool's
 // message. The adapters cannot set a call's _meta; they can set HTTP
-// headers per call (beforeToolCall), so the turn goes in toolgate's
-// placement headers (the docs' recipe).
-import { MultiServerMCPClient } from "@langchain/mcp-adapters";
-import { cancelSignal, failure, headers, report, turn, url } from "./common.mjs";
+// headers per call, so the turn goes in toolgate's placement headers
+// (docs/mcp.md's recipe, recipe-langchain.mjs).
+import { cancelSignal, failure, report, token, turn, url } from "./common.mjs";
+import { toolgateTools } from "./recipe-langchain.mjs";
 
-// places maps a tool call's id to its place in the model's turn; noteTurn
-// is called with each model message's tool_calls before they run.
-const places = new Map();
-let next = turn;
-function noteTurn(toolCalls) {
-  const t = next++;
-  toolCalls.forEach((c, index) => {
-    places.set(c.id, { "Toolgate-Turn": String(t), "Toolgate-Index": String(index), "Toolgate-Turn-Size": String(toolCalls.length), "Toolgate-Call-Id": c.id });
-  });
-}
-
-const client = new MultiServerMCPClient({
-  mcpServers: { toolgate: { transport: "http", url, headers } },
-  throwOnLoadError: true,
-  // The headers returned replace the connection's: the token goes again.
-  beforeToolCall: (_request, _state, config) => ({ headers: { ...headers, ...(places.get(config?.toolCall?.id) ?? {}) } }),
-});
-const tools = await client.getTools();
+const { client, tools, noteTurn } = await toolgateTools({ url, token, turn });
 report("connected", {});
 report("list", { tools: tools.map((t) => t.name).sort() });
 const byName = Object.fromEntries(tools.map((t) => [t.name, t]));

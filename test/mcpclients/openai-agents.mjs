@@ -1,10 +1,10 @@
 // The OpenAI Agents SDK (@openai/agents) running an agent whose model is
 // scripted here: its responses are function calls, so no network and no API
-// key. The agent reaches toolgate through the SDK's own MCP server class;
-// model order reaches toolgate through placed.mjs (the docs' recipe).
-import { Agent, MCPServerStreamableHttp, Runner, Usage, setTracingDisabled } from "@openai/agents";
-import { failure, headers, report, turn, url, cancelSignal } from "./common.mjs";
-import { Placed } from "./placed.mjs";
+// key. The agent reaches toolgate through docs/mcp.md's recipe
+// (recipe-openai-agents.mjs).
+import { Agent, Runner, Usage, setTracingDisabled } from "@openai/agents";
+import { cancelSignal, failure, report, token, turn, url } from "./common.mjs";
+import { toolgate } from "./recipe-openai-agents.mjs";
 
 setTracingDisabled(true);
 
@@ -32,15 +32,7 @@ class Scripted {
 const call = (callId, name, args) => ({ type: "function_call", callId, name, arguments: JSON.stringify(args), status: "completed" });
 const say = (text) => ({ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text }] });
 
-const placed = new Placed(turn);
-const server = new MCPServerStreamableHttp({
-  url,
-  name: "toolgate",
-  requestInit: { headers },
-  cacheToolsList: false,
-  timeout: 300000,
-  toolMetaResolver: placed.resolver(),
-});
+const { server, model: placed } = toolgate({ url, token, turn });
 await server.connect();
 report("connected", {});
 report("list", { tools: (await server.listTools()).map((t) => t.name).sort() });
@@ -52,13 +44,13 @@ const model = new Scripted([
   [call("call_d", "danger", { text: "rm" })],
   [say("done")],
 ]);
-const agent = new Agent({ name: "toolgate-test", instructions: "Use the tools.", model: placed.model(model), mcpServers: [server] });
+const agent = new Agent({ name: "toolgate-test", instructions: "Use the tools.", model: placed(model), mcpServers: [server] });
 const result = await new Runner({ tracingDisabled: true }).run(agent, "go");
 report("run", { final: result.finalOutput, seen: model.seen });
 
 // A second run whose one call the client cancels while it runs.
 const slowModel = new Scripted([[call("call_s", "slow", { text: "z" })], [say("never")]]);
-const slowAgent = new Agent({ name: "toolgate-test-cancel", instructions: "Use the tools.", model: placed.model(slowModel), mcpServers: [server] });
+const slowAgent = new Agent({ name: "toolgate-test-cancel", instructions: "Use the tools.", model: placed(slowModel), mcpServers: [server] });
 const abort = new AbortController();
 const pending = new Runner({ tracingDisabled: true }).run(slowAgent, "go", { signal: abort.signal });
 await cancelSignal();

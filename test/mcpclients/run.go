@@ -51,7 +51,9 @@ type Target struct {
 
 // Report is what a script reported, by step.
 type Report struct {
-	Steps  map[string]json.RawMessage
+	Steps map[string]json.RawMessage
+	// Lines are the other lines of stdout.
+	Lines  []string
 	Stderr string
 }
 
@@ -102,7 +104,7 @@ func Run(ctx context.Context, script string, t Target) (*Report, error) {
 			Step string `json:"step"`
 		}
 		if line == "" || json.Unmarshal([]byte(line), &s) != nil || s.Step == "" {
-			r.Stderr += "\n(stdout) " + line
+			r.Lines = append(r.Lines, line)
 			continue
 		}
 		r.Steps[s.Step] = json.RawMessage(line)
