@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	. "github.com/onsi/gomega" //nolint:revive // the checks read as the specs that call them
+	. "github.com/onsi/gomega" //nolint:staticcheck,revive // the checks read as the specs that call them
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/codes"
