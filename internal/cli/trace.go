@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -26,8 +27,10 @@ func traceCommand(o *Options) *cobra.Command {
 		Use:   "trace CALL",
 		Short: "print a call's stage boundaries and the first one that diverged",
 		Long: `Print the stage boundaries a ToolCall crossed, in order, with each verdict
-and reason, and name the first boundary whose verdict is not the one a call
-that goes well has: that is where to look (docs/operations.md).`,
+and reason and the time since the boundary before it (the first: since the
+call was created), name the first boundary whose verdict is not the one a
+call that goes well has (that is where to look, docs/operations.md), and
+say who answered the call's ApprovalRequest.`,
 		Example: `  # why did the call "read-secret" end as it did?
   kubectl toolgate trace read-secret -n agents
 
@@ -45,7 +48,13 @@ that goes well has: that is where to look (docs/operations.md).`,
 				return err
 			}
 			if isTable, wide := out.table(); isTable {
-				return writeTrace(o.Out, tc, wide)
+				// The ApprovalRequest is named after its call; a caller who
+				// may not read it still gets the trace.
+				ar := &toolgatev1alpha1.ApprovalRequest{}
+				if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: tc.Name}, ar); err != nil {
+					ar = nil
+				}
+				return writeTrace(o.Out, tc, ar, wide)
 			}
 			return out.print(tc, o)
 		},
@@ -54,17 +63,20 @@ that goes well has: that is where to look (docs/operations.md).`,
 	return cmd
 }
 
-func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, wide bool) error {
+// writeTrace writes the trace of tc; ar is its ApprovalRequest, if any.
+func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, ar *toolgatev1alpha1.ApprovalRequest, wide bool) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "call %s (tool %s, turn %d, index %d, phase %s)\n", tc.Name, tc.Spec.Tool, tc.Spec.Turn, tc.Spec.Index, tc.Status.Phase)
-	fmt.Fprintln(w, "TIME\tSTAGE\tVERDICT\tREASON")
+	fmt.Fprintln(w, "TIME\tTOOK\tSTAGE\tVERDICT\tREASON")
 	layout := "15:04:05"
 	if wide {
 		layout = time.RFC3339Nano
 	}
 	diverged := -1
+	since := tc.CreationTimestamp.Time
 	for i, s := range tc.Status.Stages {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Time.UTC().Format(layout), s.Stage, s.Verdict, s.Reason)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Time.UTC().Format(layout), took(since, s.Time.Time), s.Stage, s.Verdict, s.Reason)
+		since = s.Time.Time
 		if diverged < 0 && !expected[s.Verdict] {
 			diverged = i
 		}
@@ -88,6 +100,9 @@ func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, wide bool) error {
 	default:
 		fmt.Fprintln(out, "in progress: no divergence so far")
 	}
+	if ar != nil {
+		writeApproval(out, ar)
+	}
 	if r := tc.Status.Result; r != nil {
 		msg := r.Message
 		if !wide {
@@ -96,4 +111,32 @@ func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, wide bool) error {
 		fmt.Fprintf(out, "result: %s %s %s\n", r.Outcome, r.ErrorCode, msg)
 	}
 	return nil
+}
+
+// took is the time from since to t, at the records' resolution (seconds);
+// "-" when since is unknown or later.
+func took(since, t time.Time) string {
+	if since.IsZero() || t.Before(since) {
+		return "-"
+	}
+	return t.Sub(since).Round(time.Second).String()
+}
+
+// writeApproval says who answered the call's ApprovalRequest, or that
+// nobody has.
+func writeApproval(out io.Writer, ar *toolgatev1alpha1.ApprovalRequest) {
+	d := ar.Spec.Decision
+	if d == nil {
+		fmt.Fprintf(out, "approval: approvalrequest/%s %s, no decision\n", ar.Name, ar.Status.Phase)
+		return
+	}
+	at := ""
+	if ar.Status.ResolvedAt != nil {
+		at = " at " + ar.Status.ResolvedAt.UTC().Format(time.RFC3339)
+	}
+	note := ""
+	if d.Message != "" {
+		note = ": " + preview(d.Message)
+	}
+	fmt.Fprintf(out, "approval: approvalrequest/%s %s by %s%s%s\n", ar.Name, d.Action, d.DecidedBy, at, note)
 }

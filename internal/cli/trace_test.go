@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -44,7 +45,7 @@ func TestTraceNamesWhereACallStands(t *testing.T) {
 	}
 	for name, c := range cases {
 		var out bytes.Buffer
-		if err := writeTrace(&out, c.tc, false); err != nil {
+		if err := writeTrace(&out, c.tc, nil, false); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(out.String(), c.want) {
@@ -52,10 +53,53 @@ func TestTraceNamesWhereACallStands(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := writeTrace(&out, diverged, false); err != nil {
+	if err := writeTrace(&out, diverged, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "result: Denied guard_denied ßß") || strings.Count(out.String(), "ß") > previewBytes/2 {
 		t.Errorf("the result message is not cut to a preview:\n%s", out.String())
+	}
+}
+
+// TestTraceSaysDurationsAndTheApprover: each boundary's time since the one
+// before it (the first: since the call was created), and who answered the
+// ApprovalRequest.
+func TestTraceSaysDurationsAndTheApprover(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC))
+	at := func(sec int) metav1.Time { return metav1.NewTime(created.Add(time.Duration(sec) * time.Second)) }
+	tc := tu.MakeToolCall("ns", "c", "s").Obj()
+	tc.CreationTimestamp = created
+	tc.Status.Stages = []toolgatev1alpha1.StageRecord{
+		{Stage: "Call", Verdict: "Admitted", Time: at(1)},
+		{Stage: "PreExecute", Verdict: "Ask", Reason: "ask-writes", Time: at(1)},
+		{Stage: "Approval", Verdict: "AllowedOnce", Time: at(95)},
+		{Stage: "Result", Verdict: "Succeeded", Time: at(97)},
+	}
+	tc.Status.Result = &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeSucceeded}
+	ar := &toolgatev1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+	ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice", Message: "looks fine"}
+	resolved := at(95)
+	ar.Status.ResolvedAt = &resolved
+	var out bytes.Buffer
+	if err := writeTrace(&out, tc, ar, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"03:04:01  1s     Call",
+		"03:04:01  0s     PreExecute",
+		"03:05:35  1m34s  Approval",
+		"approval: approvalrequest/c Approve by alice at 2026-01-02T03:05:35Z: looks fine",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("want %q in\n%s", want, out.String())
+		}
+	}
+	ar.Spec.Decision, ar.Status.Phase = nil, toolgatev1alpha1.ApprovalPhase("Pending")
+	out.Reset()
+	if err := writeTrace(&out, tc, ar, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "approval: approvalrequest/c Pending, no decision") {
+		t.Errorf("an unanswered request is said so:\n%s", out.String())
 	}
 }
