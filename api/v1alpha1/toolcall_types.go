@@ -138,6 +138,15 @@ type ToolCallStatus struct {
 	// +optional
 	Attempt int32 `json:"attempt,omitempty"`
 
+	// sandbox names where the latest attempt ran, as its provider knows it:
+	// the pod's name for the pod provider (a claimed warm pod keeps a name
+	// of its own). It stays once the pod is gone, so its events and logs
+	// can still be found (kubectl get events --field-selector
+	// involvedObject.name=POD).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Sandbox string `json:"sandbox,omitempty"`
+
 	// result is the single authoritative result; written once.
 	// +optional
 	Result *ToolCallResult `json:"result,omitempty"`

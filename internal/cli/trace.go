@@ -30,7 +30,8 @@ func traceCommand(o *Options) *cobra.Command {
 and reason and the time since the boundary before it (the first: since the
 call was created), name the first boundary whose verdict is not the one a
 call that goes well has (that is where to look, docs/operations.md), and
-say who answered the call's ApprovalRequest.`,
+say which pod ran the latest attempt and who answered the call's
+ApprovalRequest.`,
 		Example: `  # why did the call "read-secret" end as it did?
   kubectl toolgate trace read-secret -n agents
 
@@ -67,6 +68,9 @@ say who answered the call's ApprovalRequest.`,
 func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, ar *toolgatev1alpha1.ApprovalRequest, wide bool) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "call %s (tool %s, turn %d, index %d, phase %s)\n", tc.Name, tc.Spec.Tool, tc.Spec.Turn, tc.Spec.Index, tc.Status.Phase)
+	if tc.Status.Sandbox != "" {
+		fmt.Fprintf(w, "attempt %d ran in %s\n", tc.Status.Attempt, tc.Status.Sandbox)
+	}
 	fmt.Fprintln(w, "TIME\tTOOK\tSTAGE\tVERDICT\tREASON")
 	layout := "15:04:05"
 	if wide {

@@ -69,6 +69,7 @@ func TestTraceSaysDurationsAndTheApprover(t *testing.T) {
 	at := func(sec int) metav1.Time { return metav1.NewTime(created.Add(time.Duration(sec) * time.Second)) }
 	tc := tu.MakeToolCall("ns", "c", "s").Obj()
 	tc.CreationTimestamp = created
+	tc.Status.Attempt, tc.Status.Sandbox = 1, "s-t0-i0-1a2b3c4d-a1"
 	tc.Status.Stages = []toolgatev1alpha1.StageRecord{
 		{Stage: "Call", Verdict: "Admitted", Time: at(1)},
 		{Stage: "PreExecute", Verdict: "Ask", Reason: "ask-writes", Time: at(1)},
@@ -89,6 +90,7 @@ func TestTraceSaysDurationsAndTheApprover(t *testing.T) {
 		"03:04:01  0s     PreExecute",
 		"03:05:35  1m34s  Approval",
 		"approval: approvalrequest/c Approve by alice at 2026-01-02T03:05:35Z: looks fine",
+		"attempt 1 ran in s-t0-i0-1a2b3c4d-a1",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("want %q in\n%s", want, out.String())

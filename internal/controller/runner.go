@@ -67,6 +67,9 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 	job.Resumed = exec.Resumed
 	job.Dispatched = exec.StartedAt
 	res, err := r.provider.Run(ctx, job)
+	if l, ok := r.provider.(sandbox.Locator); ok {
+		exec.Sandbox = l.Where(job.Key)
+	}
 	switch {
 	case errors.Is(err, sandbox.ErrPending):
 		return "", pipeline.Pending

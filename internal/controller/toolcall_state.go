@@ -35,6 +35,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 	st.Token = s.Token
 	st.Mode = pipeline.Mode(s.Schedule.ExecutionMode)
 	st.Attempt = int(s.Attempt)
+	st.Sandbox = s.Sandbox
 	st.AttemptStartedAt = microTimeOf(s.StartTime)
 	for _, r := range s.Stages {
 		st.Records = append(st.Records, pipeline.Record{Stage: pipeline.Stage(r.Stage), Verdict: r.Verdict, Reason: r.Reason, Time: r.Time.Time})
@@ -81,6 +82,7 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 	s := &tc.Status
 	s.Token = st.Token
 	s.Attempt = int32(st.Attempt)
+	s.Sandbox = st.Sandbox
 	if !st.AttemptStartedAt.IsZero() {
 		s.StartTime = microTime(st.AttemptStartedAt)
 	}

@@ -290,3 +290,38 @@ func TestAttemptsLostToTheBound(t *testing.T) {
 		t.Fatalf("message %q: an idempotent body is not said to be otherwise, and the bound is named", st.Result.Message)
 	}
 }
+
+// TestTheStateNamesWhereTheAttemptRan: what a runner says of where the
+// attempt runs stays in the state, for a success and for a failure (the
+// pod of a failed attempt is the one to look at), and is persisted.
+func TestTheStateNamesWhereTheAttemptRan(t *testing.T) {
+	for _, fails := range []bool{false, true} {
+		h := newHarness(t)
+		h.echo("echo", func(d *Definition) {
+			inner := d.Execute
+			d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
+				e.Sandbox = "pod-a1"
+				if fails {
+					return nil, Fail(CodeSandboxOOMKilled, "out of memory")
+				}
+				return inner(ctx, a, e)
+			}
+		})
+		h.allowAll()
+		st := NewState(req("echo", `{"text":"hello"}`))
+		var persisted []byte
+		res := h.pipeline(Options{}).Resume(context.Background(), st, func(s *State) error {
+			data, err := json.Marshal(s)
+			persisted = data
+			return err
+		})
+		if fails != (res.Outcome != Succeeded) {
+			t.Fatalf("fails=%v: outcome %s", fails, res.Outcome)
+		}
+		restored := &State{}
+		must(t, json.Unmarshal(persisted, restored))
+		if st.Sandbox != "pod-a1" || restored.Sandbox != "pod-a1" {
+			t.Errorf("fails=%v: the state names %q, persisted %q; want pod-a1", fails, st.Sandbox, restored.Sandbox)
+		}
+	}
+}

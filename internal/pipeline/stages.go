@@ -271,6 +271,9 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: resumed, StartedAt: st.AttemptStartedAt, runner: p.opts.Runner}
 	value, fail := p.invoke(ctx, st, snap, exec)
 	now = p.opts.Clock.Now()
+	if exec.Sandbox != "" {
+		st.Sandbox = exec.Sandbox
+	}
 	if fail != nil && fail.Code == codeLost {
 		return p.interrupted(st, def, now)
 	}

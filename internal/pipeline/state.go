@@ -73,7 +73,9 @@ type Body struct {
 // fresh process. It serializes to JSON; the controllers keep it in
 // ToolCall.status.
 type State struct {
-	Request Request  `json:"request"`
+	Request Request `json:"request"`
+	// Sandbox names where the latest attempt ran (Exec.Sandbox).
+	Sandbox string   `json:"sandbox,omitempty"`
 	Token   string   `json:"token,omitempty"`
 	Next    Stage    `json:"next"`
 	Records []Record `json:"records,omitempty"`

@@ -199,6 +199,10 @@ type Exec struct {
 	// Truncated is set by a body whose output hit its bound and was cut;
 	// the result carries the flag, so a cut is never silent.
 	Truncated bool
+	// Sandbox is set by a Runner that knows where the attempt runs (a
+	// pod's name); the state keeps it, whatever the attempt's outcome, so
+	// that a settled call still names it.
+	Sandbox string
 
 	deferred []Context
 	runner   Runner

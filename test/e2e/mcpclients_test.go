@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -17,6 +18,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/pkg/agent"
 	"github.com/toolgate/toolgate/test/mcpclients"
 	"github.com/toolgate/toolgate/test/mcpclients/gorecipe"
 )
@@ -110,6 +112,17 @@ spec:
 			session := fmt.Sprintf("client-%d", i)
 			newSession(session)
 			c.Exercise(ctx, fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session), token, clusterOf(session))
+			if i > 0 {
+				return
+			}
+			// A settled call names the pod it ran in, which is gone by now;
+			// its events are still there to read.
+			write, err := clusterOf(session).Get(ctx, agent.CallName(session, 0, 2))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(write.Status.Sandbox).NotTo(BeEmpty())
+			Eventually(func() string {
+				return mustKubectl(userAdmin, "", "-n", ns.Name, "get", "events", "--field-selector", "involvedObject.name="+write.Status.Sandbox, "-o", "name")
+			}, time.Minute).ShouldNot(BeEmpty(), "the events of pod %s", write.Status.Sandbox)
 		})
 	}
 

@@ -149,6 +149,13 @@ type Preparer interface {
 	Prepare(ctx context.Context, job Job) error
 }
 
+// Locator is implemented by a provider that can name where an attempt
+// runs (the pod provider: the attempt's pod). Where returns "" for an
+// attempt it does not know.
+type Locator interface {
+	Where(key string) string
+}
+
 // IsolationAuditor is implemented by a provider whose isolation other
 // objects of a namespace can widen (the pod provider: NetworkPolicies add
 // up, so another policy selecting tool pods allows what toolgate's deny).

@@ -90,6 +90,17 @@ func (p *Provider) Validate(policy toolgatev1alpha1.SandboxPolicy) error {
 	return CheckResources(policy.Resources)
 }
 
+// Where names the pod the attempt with key runs in, once this provider
+// has started or adopted it ("" before, and after Discard).
+func (p *Provider) Where(key string) string {
+	if f := p.follower(key); f != nil {
+		return f.pod.Name
+	}
+	return ""
+}
+
+var _ sandbox.Locator = (*Provider)(nil)
+
 // Run creates, adopts, polls or stops the attempt's pod.
 func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
 	if len(job.Arguments) > MaxArguments {
