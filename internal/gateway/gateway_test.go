@@ -295,6 +295,7 @@ var _ = Describe("the MCP gateway", func() {
 	},
 		Entry("2026-07-28: the client aborts the request", "2026-07-28"),
 		Entry("2025-11-25: the client sends notifications/cancelled in its MCP session", "2025-11-25"),
+		Entry("2025-06-18: the client sends notifications/cancelled in its MCP session", "2025-06-18"),
 	)
 
 	It("answers 401 and creates nothing without a valid token for its audience", func() {

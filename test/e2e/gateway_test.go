@@ -34,6 +34,25 @@ func (b bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// gatewayAgent installs the gateway (config/local-gateway) and makes a
+// namespace whose ServiceAccount mcp-agent holds the shipped agent role and
+// may be acted as by the gateway. It returns the namespace, the
+// ServiceAccount's username and a token for the gateway's audience.
+func gatewayAgent(prefix string) (*agentNamespace, string, string) {
+	rendered := mustKubectl(userAdmin, "", "kustomize", filepath.Join(testenv.RepoRoot(), "config", "local-gateway"))
+	mustKubectl(userAdmin, rendered, "apply", "--server-side", "--force-conflicts", "-f", "-")
+	mustKubectl(userAdmin, "", "-n", systemNamespace, "rollout", "status", "deployment/toolgate-gateway", "--timeout=120s")
+
+	ns := newNamespace(prefix)
+	Expect(ns.Admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "mcp-agent"}})).To(Succeed())
+	ns.Bind("mcp-agent", "ClusterRole", "toolgate-agent", serviceAccountSubject(ns.Name, "mcp-agent"))
+	ns.Bind("gateway-impersonator", "ClusterRole", "toolgate-gateway-impersonator", serviceAccountSubject(systemNamespace, "toolgate-gateway"))
+	tr, err := clientset.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "mcp-agent",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"toolgate-gateway"}}}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return ns, fmt.Sprintf("system:serviceaccount:%s:mcp-agent", ns.Name), tr.Status.Token
+}
+
 var _ = Describe("the MCP gateway in the cluster", Ordered, func() {
 	const session = "mcp"
 	var ns *agentNamespace
@@ -42,17 +61,7 @@ var _ = Describe("the MCP gateway in the cluster", Ordered, func() {
 	// Ordered: the gateway, its namespace, the ServiceAccount's session and
 	// token are made once for both specs.
 	BeforeAll(func() {
-		rendered := mustKubectl(userAdmin, "", "kustomize", filepath.Join(testenv.RepoRoot(), "config", "local-gateway"))
-		mustKubectl(userAdmin, rendered, "apply", "--server-side", "--force-conflicts", "-f", "-")
-		mustKubectl(userAdmin, "", "-n", systemNamespace, "rollout", "status", "deployment/toolgate-gateway", "--timeout=120s")
-
-		ns = newNamespace("mcp")
-		// An agent with a ServiceAccount; the gateway may act as this
-		// namespace's ServiceAccounts.
-		Expect(ns.Admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "mcp-agent"}})).To(Succeed())
-		user = fmt.Sprintf("system:serviceaccount:%s:mcp-agent", ns.Name)
-		ns.Bind("mcp-agent", "ClusterRole", "toolgate-agent", serviceAccountSubject(ns.Name, "mcp-agent"))
-		ns.Bind("gateway-impersonator", "ClusterRole", "toolgate-gateway-impersonator", serviceAccountSubject(systemNamespace, "toolgate-gateway"))
+		ns, user, token = gatewayAgent("mcp")
 		ns.Apply(userAdmin, `
 apiVersion: toolgate.dev/v1alpha1
 kind: ToolProfile
@@ -79,10 +88,6 @@ spec:
 		s := testutil.MakeAgentSession(ns.Name, session, "mcp").Obj()
 		s.Spec.Owner = user
 		Expect(impersonating(user).Create(ctx, s)).To(Succeed())
-		tr, err := clientset.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "mcp-agent",
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"toolgate-gateway"}}}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		token = tr.Status.Token
 	})
 
 	It("runs one model turn of three calls (two parallel reads, a write approved by a person) and returns them in model order, as the transcript does", func() {

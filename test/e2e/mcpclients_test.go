@@ -5,18 +5,13 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/testutil"
 	"github.com/toolgate/toolgate/pkg/agent"
 	"github.com/toolgate/toolgate/test/mcpclients"
@@ -32,15 +27,7 @@ var _ = Describe("MCP clients from the npm registry, against the gateway in the 
 
 	BeforeAll(func() {
 		Expect(mcpclients.Install()).To(Succeed())
-		rendered := mustKubectl(userAdmin, "", "kustomize", filepath.Join(testenv.RepoRoot(), "config", "local-gateway"))
-		mustKubectl(userAdmin, rendered, "apply", "--server-side", "--force-conflicts", "-f", "-")
-		mustKubectl(userAdmin, "", "-n", systemNamespace, "rollout", "status", "deployment/toolgate-gateway", "--timeout=120s")
-
-		ns = newNamespace("mcpclients")
-		Expect(ns.Admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}})).To(Succeed())
-		user = fmt.Sprintf("system:serviceaccount:%s:agent", ns.Name)
-		ns.Bind("mcp-agent", "ClusterRole", "toolgate-agent", serviceAccountSubject(ns.Name, "agent"))
-		ns.Bind("gateway-impersonator", "ClusterRole", "toolgate-gateway-impersonator", serviceAccountSubject(systemNamespace, "toolgate-gateway"))
+		ns, user, token = gatewayAgent("mcpclients")
 		// The profile of mcpclients.Listed, applied as YAML.
 		ns.Apply(userAdmin, `
 apiVersion: toolgate.dev/v1alpha1
@@ -81,10 +68,6 @@ spec:
     - {name: never-secret, tools: [secret], action: Deny}
 `)
 		ns.ProfileReady("clients")
-		tr, err := clientset.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "agent",
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"toolgate-gateway"}}}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		token = tr.Status.Token
 	})
 
 	// newSession creates, as the agent, a session of the clients' profile.
