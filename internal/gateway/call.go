@@ -276,17 +276,8 @@ func (g *Gateway) submit(ctx context.Context, c *caller, s *toolgatev1alpha1.Age
 		turn = agent.StartTurn(s)
 	}
 	for range maxTurnProbes {
-		tc := &toolgatev1alpha1.ToolCall{
-			ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: agent.CallName(c.session, turn, pos.index)},
-			Spec: toolgatev1alpha1.ToolCallSpec{
-				SessionRef: toolgatev1alpha1.LocalObjectReference{Name: c.session},
-				Turn:       turn, Index: pos.index, TurnSize: pos.turnSize,
-				CallID: pos.callID, Tool: tool, Arguments: args, Requester: c.user,
-			},
-		}
-		if tc.Spec.CallID == "" {
-			tc.Spec.CallID = agent.CallID(turn, pos.index)
-		}
+		place := agent.Place{Turn: turn, Index: pos.index, TurnSize: pos.turnSize, CallID: pos.callID}
+		tc := agent.NewCall(c.namespace, c.session, place, tool, args, c.user)
 		// A transient error is sent again; the same request again (a
 		// retry, or a client attaching after a timeout) finds its call,
 		// and a create that landed before its error is the same call too.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,12 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/pkg/agent"
 )
 
 // TestSubmitRetriesATransientCreate: a create the API server answers with
 // a transient error is sent again, and one that landed before its error is
 // the gateway's own call, found at its place: the call is made once, in the
-// turn the gateway picked, whether the client gave the turn or not.
+// turn the gateway picked, whether the client gave the turn or not; and it
+// holds the stop-work finalizer, as every call toolgate's clients make.
 func TestSubmitRetriesATransientCreate(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -62,6 +65,9 @@ func TestSubmitRetriesATransientCreate(t *testing.T) {
 			calls := &toolgatev1alpha1.ToolCallList{}
 			if err := inner.List(context.Background(), calls); err != nil {
 				t.Fatal(err)
+			}
+			if len(calls.Items) == 1 && !slices.Contains(calls.Items[0].Finalizers, agent.StopWorkFinalizer) {
+				t.Fatalf("the call holds no stop-work finalizer: %v", calls.Items[0].Finalizers)
 			}
 			if len(calls.Items) != 1 || calls.Items[0].Name != tc.Name {
 				names := []string{}

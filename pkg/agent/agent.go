@@ -200,21 +200,8 @@ func (s *Session) SubmitAt(ctx context.Context, turn int64, calls []Call) (*Turn
 // already made.
 func (s *Session) create(ctx context.Context, turn int64, index int32, calls []Call, attach bool) error {
 	call := calls[index]
-	args := string(call.Arguments)
-	if len(call.Arguments) == 0 {
-		args = "{}"
-	}
-	tc := &toolgatev1alpha1.ToolCall{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: CallName(s.Name, turn, index), Finalizers: []string{StopWorkFinalizer}},
-		Spec: toolgatev1alpha1.ToolCallSpec{
-			SessionRef: toolgatev1alpha1.LocalObjectReference{Name: s.Name},
-			Turn:       turn, Index: index, TurnSize: int32(len(calls)),
-			CallID: call.CallID, Tool: call.Tool, Arguments: args, Requester: s.c.user,
-		},
-	}
-	if tc.Spec.CallID == "" {
-		tc.Spec.CallID = CallID(turn, index)
-	}
+	place := Place{Turn: turn, Index: index, TurnSize: int32(len(calls)), CallID: call.CallID}
+	tc := NewCall(s.Namespace, s.Name, place, call.Tool, string(call.Arguments), s.c.user)
 	// A create the API server answered with a transient error is sent
 	// again; if an earlier attempt landed, the call found is compared like
 	// one a resumed SubmitAt finds, so a retry never claims a second turn.

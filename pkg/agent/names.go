@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
@@ -42,6 +44,38 @@ const (
 	// MetaApprovalRequest names the ApprovalRequest a call waits on.
 	MetaApprovalRequest = "toolgate.dev/approvalRequest"
 )
+
+// Place is where a call stands in its session's model order.
+type Place struct {
+	Turn     int64
+	Index    int32
+	TurnSize int32
+	// CallID is the model's identifier of the call (CallID(Turn, Index)
+	// when empty).
+	CallID string
+}
+
+// NewCall is the ToolCall of a session's call at place, as toolgate's
+// clients make it: named CallName, holding the stop-work finalizer (so that
+// deleting it stops its work first, whether or not the admission policy
+// that adds it is installed), its callID defaulted, empty arguments sent as
+// {}. requester is the identity making it, the session's owner.
+func NewCall(namespace, session string, place Place, tool, args, requester string) *toolgatev1alpha1.ToolCall {
+	if args == "" {
+		args = "{}"
+	}
+	if place.CallID == "" {
+		place.CallID = CallID(place.Turn, place.Index)
+	}
+	return &toolgatev1alpha1.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: CallName(session, place.Turn, place.Index), Finalizers: []string{StopWorkFinalizer}},
+		Spec: toolgatev1alpha1.ToolCallSpec{
+			SessionRef: toolgatev1alpha1.LocalObjectReference{Name: session},
+			Turn:       place.Turn, Index: place.Index, TurnSize: place.TurnSize,
+			CallID: place.CallID, Tool: tool, Arguments: args, Requester: requester,
+		},
+	}
+}
 
 // StopWorkFinalizer is toolgate's finalizer on a ToolCall: deleting the
 // call stops its work first and still commits its one result. A call is
