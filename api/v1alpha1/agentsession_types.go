@@ -236,6 +236,12 @@ const (
 	// name the session's claim template would create exists and was not
 	// created by the session; toolgate never adopts it. Calls wait.
 	AgentSessionReasonWorkspaceConflict = "WorkspaceConflict"
+	// AgentSessionReasonWorkspaceUnavailable: the workspace claim cannot
+	// be mounted (it does not exist, lost its volume, names a StorageClass
+	// that does not exist, or has not bound within a grace period although
+	// nothing waits for a first consumer); the message says which. Calls
+	// that have not started settle with workspace_unavailable.
+	AgentSessionReasonWorkspaceUnavailable = "WorkspaceUnavailable"
 )
 
 // ConditionSandboxIsolated says whether anything in the session's

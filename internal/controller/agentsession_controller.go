@@ -50,6 +50,9 @@ type AgentSessionReconciler struct {
 	Sandboxes *sandbox.Mounts
 	Approvals *approval.Mounts
 	Clock     clock.PassiveClock
+	// Reader reads what the cache does not hold: StorageClasses, only
+	// while a workspace claim is Pending (nil: they are not read).
+	Reader client.Reader
 	// MaxConcurrentReconciles bounds how many sessions are scheduled at
 	// once.
 	MaxConcurrentReconciles int
@@ -90,6 +93,17 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	ready, profile := r.profileCondition(ctx, s)
+	problem, recheck, err := r.workspaceProblem(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if problem != "" && ready.Status == metav1.ConditionTrue {
+		// The calls that have not started settle on it (reconcileProfile):
+		// they are still scheduled, so they commit in order. A claim
+		// given by name is not watched: look again.
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable, problem
+		recheck = workspaceBindGrace
+	}
 	sp := planSession(s, calls, nil)
 	logged := sp.logged
 	if conflict != "" {
@@ -102,6 +116,9 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	expireIn, err := r.expire(ctx, base, logged)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if recheck > 0 && (expireIn == 0 || recheck < expireIn) {
+		expireIn = recheck
 	}
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
 	if c := r.isolationCondition(ctx, s, profile); c != nil {

@@ -52,7 +52,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	}
 	if err := (&AgentSessionReconciler{
 		Client: mgr.GetClient(), Profiles: profiles, Sandboxes: cfg.Sandboxes, Approvals: cfg.Approvals, Clock: cfg.Clock,
-		MaxConcurrentReconciles: cfg.SessionWorkers,
+		Reader: mgr.GetAPIReader(), MaxConcurrentReconciles: cfg.SessionWorkers,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AgentSession controller: %w", err)
 	}

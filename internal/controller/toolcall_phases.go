@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,6 +131,12 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID,
 		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), SessionUID: session.UID, ClaimName: session.Status.WorkspaceClaimName},
 		WarmPods:  warmPods(session),
+	}
+	if ready := meta.FindStatusCondition(session.Status.Conditions, toolgatev1alpha1.ConditionReady); ready != nil &&
+		ready.Reason == toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable && s.st.Next.Before(pipeline.StageExecute) {
+		// Its sandbox could never mount the workspace: fail now, with the
+		// cause, rather than after the sandbox's start bound.
+		return r.settleWithoutBody(ctx, s, pipeline.CodeWorkspaceUnavailable, "the session's workspace cannot be mounted: "+ready.Message)
 	}
 	if compiled == nil {
 		msg := fmt.Sprintf("ToolProfile %s does not exist", key.Name)

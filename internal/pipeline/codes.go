@@ -25,32 +25,33 @@ const (
 	CodeTimeout Code = codes.Timeout
 
 	// Failed.
-	CodeInvalidArguments    Code = codes.InvalidArguments
-	CodeUnknownTool         Code = codes.UnknownTool
-	CodeWrapperFailed       Code = codes.WrapperFailed
-	CodeToolError           Code = codes.ToolError
-	CodeToolPanic           Code = codes.ToolPanic
-	CodeInterrupted         Code = codes.Interrupted
-	CodeSandboxUnavailable  Code = codes.SandboxUnavailable
-	CodeSandboxOOMKilled    Code = codes.SandboxOOMKilled
-	CodeSandboxEvicted      Code = codes.SandboxEvicted
-	CodeSandboxNotReady     Code = codes.SandboxNotReady
-	CodeSandboxLost         Code = codes.SandboxLost
-	CodeOutputInvalid       Code = codes.OutputInvalid
-	CodeRenderFailed        Code = codes.RenderFailed
-	CodePostBlocked         Code = codes.PostBlocked
-	CodePostFailed          Code = codes.PostFailed
-	CodeNormalizationFailed Code = codes.NormalizationFailed
-	CodeInternal            Code = codes.Internal
-	CodeProfileUnavailable  Code = codes.ProfileUnavailable
-	CodeSessionGone         Code = codes.SessionGone
-	CodeTurnClosed          Code = codes.TurnClosed
-	CodeDuplicateCall       Code = codes.DuplicateCall
-	CodeTurnSizeMismatch    Code = codes.TurnSizeMismatch
-	CodeInvalidParent       Code = codes.InvalidParent
-	CodeNotSessionOwner     Code = codes.NotSessionOwner
-	CodeOutputTooLarge      Code = codes.OutputTooLarge
-	CodeResultRejected      Code = codes.ResultRejected
+	CodeInvalidArguments     Code = codes.InvalidArguments
+	CodeUnknownTool          Code = codes.UnknownTool
+	CodeWrapperFailed        Code = codes.WrapperFailed
+	CodeToolError            Code = codes.ToolError
+	CodeToolPanic            Code = codes.ToolPanic
+	CodeInterrupted          Code = codes.Interrupted
+	CodeSandboxUnavailable   Code = codes.SandboxUnavailable
+	CodeSandboxOOMKilled     Code = codes.SandboxOOMKilled
+	CodeSandboxEvicted       Code = codes.SandboxEvicted
+	CodeSandboxNotReady      Code = codes.SandboxNotReady
+	CodeSandboxLost          Code = codes.SandboxLost
+	CodeOutputInvalid        Code = codes.OutputInvalid
+	CodeRenderFailed         Code = codes.RenderFailed
+	CodePostBlocked          Code = codes.PostBlocked
+	CodePostFailed           Code = codes.PostFailed
+	CodeNormalizationFailed  Code = codes.NormalizationFailed
+	CodeInternal             Code = codes.Internal
+	CodeProfileUnavailable   Code = codes.ProfileUnavailable
+	CodeWorkspaceUnavailable Code = codes.WorkspaceUnavailable
+	CodeSessionGone          Code = codes.SessionGone
+	CodeTurnClosed           Code = codes.TurnClosed
+	CodeDuplicateCall        Code = codes.DuplicateCall
+	CodeTurnSizeMismatch     Code = codes.TurnSizeMismatch
+	CodeInvalidParent        Code = codes.InvalidParent
+	CodeNotSessionOwner      Code = codes.NotSessionOwner
+	CodeOutputTooLarge       Code = codes.OutputTooLarge
+	CodeResultRejected       Code = codes.ResultRejected
 )
 
 // outcomeOf maps a code to the outcome it settles as.

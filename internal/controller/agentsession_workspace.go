@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// workspaceBindGrace is how long a workspace claim may stay Pending, when
+// nothing waits for a first consumer, before the session says it cannot be
+// mounted: a provisioner or a matching volume binds a claim within seconds.
+const workspaceBindGrace = 30 * time.Second
+
+// defaultClassAnnotation marks the cluster's default StorageClass.
+const defaultClassAnnotation = "storageclass.kubernetes.io/is-default-class"
+
+// workspaceProblem says why the session's workspace claim cannot be
+// mounted ("" when it can, or may yet), and when to look again. A claim
+// whose class binds on first consumer is Pending until a pod uses it: that
+// is no problem. Classes are read uncached and only for a Pending claim;
+// when they cannot be read (no permission in a namespaced install), a
+// Pending claim is never called a problem.
+func (r *AgentSessionReconciler) workspaceProblem(ctx context.Context, s *toolgatev1alpha1.AgentSession) (string, time.Duration, error) {
+	name := s.Status.WorkspaceClaimName
+	if name == "" {
+		return "", 0, nil
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, pvc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("PersistentVolumeClaim %s does not exist", name), 0, nil
+		}
+		return "", 0, err
+	}
+	switch pvc.Status.Phase {
+	case corev1.ClaimBound:
+		return "", 0, nil
+	case corev1.ClaimLost:
+		return fmt.Sprintf("PersistentVolumeClaim %s lost its volume", name), 0, nil
+	}
+	class, classes, err := r.claimClass(ctx, pvc)
+	if err != nil {
+		return "", 0, err
+	}
+	waited := r.Clock.Since(pvc.CreationTimestamp.Time)
+	return pendingProblem(name, class, classes, waited)
+}
+
+// claimClass returns the class a claim binds through ("" for none) and the
+// cluster's classes (nil when they cannot be read).
+func (r *AgentSessionReconciler) claimClass(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (string, map[string]*storagev1.StorageClass, error) {
+	if r.Reader == nil {
+		return "", nil, nil
+	}
+	list := &storagev1.StorageClassList{}
+	if err := r.Reader.List(ctx, list); err != nil {
+		if apierrors.IsForbidden(err) {
+			return "", nil, nil
+		}
+		return "", nil, err
+	}
+	classes := map[string]*storagev1.StorageClass{}
+	def := ""
+	for i := range list.Items {
+		c := &list.Items[i]
+		classes[c.Name] = c
+		if c.Annotations[defaultClassAnnotation] == "true" {
+			def = c.Name
+		}
+	}
+	if pvc.Spec.StorageClassName != nil {
+		return *pvc.Spec.StorageClassName, classes, nil
+	}
+	return def, classes, nil
+}
+
+// pendingProblem applies the checks to a Pending claim, in order: a class
+// that does not exist never binds; a class that waits for a first consumer
+// is fine; anything else has the grace period to bind.
+func pendingProblem(claim, class string, classes map[string]*storagev1.StorageClass, waited time.Duration) (string, time.Duration, error) {
+	sc, known := classes[class]
+	switch {
+	case classes != nil && class != "" && !known:
+		return fmt.Sprintf("PersistentVolumeClaim %s names StorageClass %s, which does not exist", claim, class), 0, nil
+	case known && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer:
+		return "", 0, nil
+	case waited < workspaceBindGrace:
+		return "", workspaceBindGrace - waited, nil
+	case classes != nil && class == "":
+		return fmt.Sprintf("PersistentVolumeClaim %s has been Pending for %s: it names no StorageClass and the cluster has no default, so only a matching PersistentVolume can bind it, and none has",
+			claim, waited.Round(time.Second)), 0, nil
+	case known:
+		return fmt.Sprintf("PersistentVolumeClaim %s has been Pending for %s: StorageClass %s (provisioner %s) has not provisioned it (see the claim's events)",
+			claim, waited.Round(time.Second), class, sc.Provisioner), 0, nil
+	}
+	// The classes cannot be read: the claim may be waiting for its first
+	// consumer, which is no problem; only a pod would tell.
+	return "", 0, nil
+}

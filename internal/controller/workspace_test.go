@@ -1,0 +1,83 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+// TestPendingProblem: the checks of a Pending workspace claim, in order.
+func TestPendingProblem(t *testing.T) {
+	wffc, immediate := storagev1.VolumeBindingWaitForFirstConsumer, storagev1.VolumeBindingImmediate
+	classes := map[string]*storagev1.StorageClass{
+		"local": {ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "example.com/local", VolumeBindingMode: &wffc},
+		"fast":  {ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "example.com/fast", VolumeBindingMode: &immediate},
+	}
+	for _, tc := range []struct {
+		name    string
+		class   string
+		classes map[string]*storagev1.StorageClass
+		waited  time.Duration
+		want    string // a part of the problem; "" for none
+		recheck bool
+	}{
+		{name: "a class that does not exist never binds", class: "missing", classes: classes, want: "names StorageClass missing, which does not exist"},
+		{name: "a class binding on first consumer waits for its pod", class: "local", classes: classes, waited: time.Hour},
+		{name: "an immediate class has the grace period", class: "fast", classes: classes, waited: time.Second, recheck: true},
+		{name: "an immediate class past it", class: "fast", classes: classes, waited: time.Minute, want: "StorageClass fast (provisioner example.com/fast) has not provisioned it"},
+		{name: "no class and no default past it", classes: classes, waited: time.Minute, want: "names no StorageClass and the cluster has no default"},
+		{name: "classes unreadable: never called a problem", class: "fast", waited: time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, recheck, err := pendingProblem("s-workspace", tc.class, tc.classes, tc.waited)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tc.want == "") != (got == "") || (tc.want != "" && !strings.Contains(got, tc.want)) {
+				t.Fatalf("problem %q, want %q", got, tc.want)
+			}
+			if tc.recheck != (recheck > 0) {
+				t.Fatalf("recheck %s, want one: %v", recheck, tc.recheck)
+			}
+		})
+	}
+}
+
+var _ = Describe("a workspace that cannot be mounted", func() {
+	It("makes the session not Ready with the cause, and its calls fail at once with workspace_unavailable, in order", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, processProfile(ns, loggingTool("fast", "0", true)).Obj())).To(Succeed())
+		s := tu.MakeAgentSession(ns, "s", "p").ClaimTemplate("1Gi").Obj()
+		s.Spec.Workspace.VolumeClaimTemplate.StorageClassName = ptr.To("no-such-class")
+		Expect(k8s.Create(ctx, s)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)).To(Succeed())
+			ready := meta.FindStatusCondition(s.Status.Conditions, toolgatev1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(ready.Reason).To(Equal(toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable))
+			g.Expect(ready.Message).To(ContainSubstring("StorageClass no-such-class, which does not exist"))
+		}, 30*time.Second).Should(Succeed())
+
+		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0, 2)
+		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1, 2)
+		for i, name := range []string{"a", "b"} {
+			c := committedCall(ns, name)
+			Expect(c.Status.Result.ErrorCode).To(Equal("workspace_unavailable"))
+			Expect(c.Status.Result.Message).To(ContainSubstring("no-such-class"))
+			Expect(c.Status.Schedule.CommitSequence).To(HaveValue(BeEquivalentTo(i)), "model order")
+		}
+		Expect(logIndex(ns, "start A")).To(Equal(-1), "no body ran")
+	})
+})
