@@ -24,36 +24,37 @@ import (
 // n-th ToolCall status write succeeded, failing the reconcile that made it
 // (so nothing that follows the write in that reconcile runs) and every
 // later write: a crash right after the n-th boundary became durable.
-func crashAfter(n int64, writes *atomic.Int64) func(*ctrl.Options) {
-	return crashWhen(func(*toolgatev1alpha1.ToolCall) bool { return writes.Load() >= n },
+func crashAfter(ns string, n int64, writes *atomic.Int64) func(*ctrl.Options) {
+	return crashWhen(ns, func(*toolgatev1alpha1.ToolCall) bool { return writes.Load() >= n },
 		func(*toolgatev1alpha1.ToolCall) bool { return writes.Add(1) == n })
 }
 
 // crashAfterResult stops the manager right after a call's result was
 // written, failing the reconcile that wrote it.
-func crashAfterResult() func(*ctrl.Options) {
+func crashAfterResult(ns string) func(*ctrl.Options) {
 	var crashed atomic.Bool
-	return crashWhen(func(*toolgatev1alpha1.ToolCall) bool { return crashed.Load() }, func(tc *toolgatev1alpha1.ToolCall) bool {
+	return crashWhen(ns, func(*toolgatev1alpha1.ToolCall) bool { return crashed.Load() }, func(tc *toolgatev1alpha1.ToolCall) bool {
 		return tc.Status.Result != nil && crashed.CompareAndSwap(false, true)
 	})
 }
 
 // crashBeforeResult stops the manager instead of writing the first result:
 // a crash between the live result and the durable one.
-func crashBeforeResult() func(*ctrl.Options) {
-	return crashWhen(func(tc *toolgatev1alpha1.ToolCall) bool { return tc.Status.Result != nil },
+func crashBeforeResult(ns string) func(*ctrl.Options) {
+	return crashWhen(ns, func(tc *toolgatev1alpha1.ToolCall) bool { return tc.Status.Result != nil },
 		func(*toolgatev1alpha1.ToolCall) bool { return false })
 }
 
-// crashWhen makes a manager's client stop the manager instead of a
-// ToolCall status write for which before reports true, and right after a
-// successful one for which after reports true; either way the reconcile
-// that made the write fails, as it would in a crash.
-func crashWhen(before, after func(*toolgatev1alpha1.ToolCall) bool) func(*ctrl.Options) {
+// crashWhen makes a manager's client stop the manager instead of a status
+// write of a ToolCall of ns for which before reports true, and right after
+// a successful one for which after reports true; either way the reconcile
+// that made the write fails, as it would in a crash. Calls of other
+// namespaces (an earlier spec's, still settling) neither count nor crash.
+func crashWhen(ns string, before, after func(*toolgatev1alpha1.ToolCall) bool) func(*ctrl.Options) {
 	return intercepted(interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			tc, ok := obj.(*toolgatev1alpha1.ToolCall)
-			if !ok || sub != "status" {
+			if !ok || sub != "status" || tc.Namespace != ns {
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			}
 			if before(tc) {
@@ -140,7 +141,7 @@ var _ = Describe("crash safety", Ordered, func() {
 		// A reference run counts the boundaries.
 		var writes atomic.Int64
 		ns := newNamespace()
-		startManager(env.Config, crashAfter(1<<30, &writes))
+		startManager(env.Config, crashAfter(ns, 1<<30, &writes))
 		stop := make(chan struct{})
 		approveAll(ns, stop)
 		scenario(ns)
@@ -161,7 +162,7 @@ var _ = Describe("crash safety", Ordered, func() {
 			writes.Store(0)
 			stop := make(chan struct{})
 			approveAll(ns, stop)
-			startManager(env.Config, crashAfter(n, &writes))
+			startManager(env.Config, crashAfter(ns, n, &writes))
 			scenario(ns)
 			// Timing varies the number of writes: a run may finish before
 			// its n-th write, and then there is no crash to recover from.
@@ -218,7 +219,7 @@ var _ = Describe("crash safety", Ordered, func() {
 			Expect(k8s.Patch(ctx, tc, client.MergeFrom(base))).To(Succeed())
 		}
 		ns := newNamespace()
-		startManager(env.Config, crashAfterResult())
+		startManager(env.Config, crashAfterResult(ns))
 		scenario(ns)
 		Eventually(func() bool { return isClosed(managerDone) }, 30*time.Second).Should(BeTrue())
 		stopRunningManager()
@@ -241,7 +242,7 @@ var _ = Describe("live result before the durable one", Ordered, func() {
 
 	It("announces the frozen outcome before writing the result, and a crash between them still yields one result and one announcement", func() {
 		ns := newNamespace()
-		startManager(env.Config, crashBeforeResult())
+		startManager(env.Config, crashBeforeResult(ns))
 		// Idempotent: the process sandbox loses its work with the manager,
 		// so the body runs again and reaches the same outcome. It fails: a
 		// success is announced by the metrics only, a failure by an Event
