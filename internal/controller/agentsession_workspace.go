@@ -34,7 +34,12 @@ func (r *AgentSessionReconciler) workspaceProblem(ctx context.Context, s *toolga
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, pvc); err != nil {
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err) && s.Spec.Workspace != nil && s.Spec.Workspace.ExistingClaim == "":
+			// The session's own claim, just created: the cache has not seen
+			// it yet.
+			return "", time.Second, nil
+		case apierrors.IsNotFound(err):
 			return fmt.Sprintf("PersistentVolumeClaim %s does not exist", name), 0, nil
 		}
 		return "", 0, err

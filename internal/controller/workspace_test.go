@@ -8,8 +8,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	tu "github.com/toolgate/toolgate/internal/testutil"
@@ -59,8 +61,11 @@ var _ = Describe("a workspace that cannot be mounted", func() {
 		s := tu.MakeAgentSession(ns, "s", "p").ClaimTemplate("1Gi").Obj()
 		s.Spec.Workspace.VolumeClaimTemplate.StorageClassName = ptr.To("no-such-class")
 		Expect(k8s.Create(ctx, s)).To(Succeed())
-		ready := sessionReady(s, metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable)
-		Expect(ready.Message).To(ContainSubstring("StorageClass no-such-class, which does not exist"))
+		sessionReady(s, metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable)
+		Eventually(func() string {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)).To(Succeed())
+			return meta.FindStatusCondition(s.Status.Conditions, toolgatev1alpha1.ConditionReady).Message
+		}, 30*time.Second).Should(ContainSubstring("StorageClass no-such-class, which does not exist"))
 
 		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0, 2)
 		submit(ns, "b", "fast", `{"id":"B"}`, 0, 1, 2)
