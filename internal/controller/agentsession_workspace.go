@@ -54,8 +54,8 @@ func (r *AgentSessionReconciler) workspaceProblem(ctx context.Context, s *toolga
 	if err != nil {
 		return "", 0, err
 	}
-	waited := r.Clock.Since(pvc.CreationTimestamp.Time)
-	return pendingProblem(name, class, classes, waited)
+	problem, recheck := pendingProblem(name, class, classes, r.Clock.Since(pvc.CreationTimestamp.Time))
+	return problem, recheck, nil
 }
 
 // claimClass returns the class a claim binds through ("" for none) and the
@@ -89,23 +89,23 @@ func (r *AgentSessionReconciler) claimClass(ctx context.Context, pvc *corev1.Per
 // pendingProblem applies the checks to a Pending claim, in order: a class
 // that does not exist never binds; a class that waits for a first consumer
 // is fine; anything else has the grace period to bind.
-func pendingProblem(claim, class string, classes map[string]*storagev1.StorageClass, waited time.Duration) (string, time.Duration, error) {
+func pendingProblem(claim, class string, classes map[string]*storagev1.StorageClass, waited time.Duration) (string, time.Duration) {
 	sc, known := classes[class]
 	switch {
 	case classes != nil && class != "" && !known:
-		return fmt.Sprintf("PersistentVolumeClaim %s names StorageClass %s, which does not exist", claim, class), 0, nil
+		return fmt.Sprintf("PersistentVolumeClaim %s names StorageClass %s, which does not exist", claim, class), 0
 	case known && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer:
-		return "", 0, nil
+		return "", 0
 	case waited < workspaceBindGrace:
-		return "", workspaceBindGrace - waited, nil
+		return "", workspaceBindGrace - waited
 	case classes != nil && class == "":
 		return fmt.Sprintf("PersistentVolumeClaim %s has been Pending for %s: it names no StorageClass and the cluster has no default, so only a matching PersistentVolume can bind it, and none has",
-			claim, waited.Round(time.Second)), 0, nil
+			claim, waited.Round(time.Second)), 0
 	case known:
 		return fmt.Sprintf("PersistentVolumeClaim %s has been Pending for %s: StorageClass %s (provisioner %s) has not provisioned it (see the claim's events)",
-			claim, waited.Round(time.Second), class, sc.Provisioner), 0, nil
+			claim, waited.Round(time.Second), class, sc.Provisioner), 0
 	}
 	// The classes cannot be read: the claim may be waiting for its first
 	// consumer, which is no problem; only a pod would tell.
-	return "", 0, nil
+	return "", 0
 }

@@ -227,12 +227,10 @@ func withHeaders(m mcp.Meta, extra *mcp.RequestExtra) (mcp.Meta, error) {
 	if len(fromHeaders) == 0 {
 		return m, nil
 	}
-	for key := range m {
+	for key, v := range m {
 		if strings.HasPrefix(key, agent.MetaPrefix) {
 			return nil, fmt.Errorf("the call's position is in both its _meta (%q) and its Toolgate- headers: give it in one", key)
 		}
-	}
-	for key, v := range m {
 		fromHeaders[key] = v
 	}
 	return fromHeaders, nil
