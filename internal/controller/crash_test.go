@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
 // crashAfter makes a manager's client stop the manager right after the
@@ -262,6 +264,55 @@ var _ = Describe("live result before the durable one", Ordered, func() {
 		Expect(committedCall(ns, "c").Status.Result.ErrorCode).To(Equal("tool_error"))
 		Consistently(func() map[string]int { return settledEvents(ns) }, time.Second).Should(Equal(map[string]int{"c": 1}))
 		stopRunningManager()
+	})
+
+	// crashThenRestart runs the call "c" of tool on a manager that stops
+	// instead of writing its result, then on a fresh one, and returns the
+	// committed call.
+	crashThenRestart := func(ns string, tool *tu.ToolWrapper) *toolgatev1alpha1.ToolCall {
+		startManager(env.Config, crashBeforeResult(ns))
+		setup(processProfile(ns, tool.Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c", tool.Obj().Name, `{}`, 0, 0)
+		Eventually(func() bool { return isClosed(managerDone) }, 30*time.Second).Should(BeTrue())
+		stopRunningManager()
+		startManager(env.Config)
+		defer stopRunningManager()
+		return committedCall(ns, "c")
+	}
+
+	It("commits the failure it announced when the crash lost the body's work, and never reruns a body that is not idempotent", func() {
+		ns := newNamespace()
+		// The process sandbox loses the body with the manager: the next
+		// one finds the attempt interrupted. The announced tool_error is
+		// what the call commits.
+		tc := crashThenRestart(ns, shTool("fails-once-only", "echo ran >> runs; exit 3"))
+		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeFailed))
+		Expect(tc.Status.Result.ErrorCode).To(Equal("tool_error"), tc.Status.Result.Message)
+		Expect(tc.Status.Result.Message).To(ContainSubstring("announced"))
+		Expect(bodyRuns(ns, "runs")).To(Equal(1))
+		Expect(settledEvents(ns)).To(Equal(map[string]int{"c": 1}))
+	})
+
+	It("commits the failure it announced even when an idempotent rerun succeeds", func() {
+		ns := newNamespace()
+		flaky := shTool("flaky", "echo ran >> runs; if [ -f failed ]; then echo fine; else touch failed; exit 3; fi")
+		flaky.Idempotent = true
+		tc := crashThenRestart(ns, flaky)
+		Expect(bodyRuns(ns, "runs")).To(Equal(2), "the rerun ran")
+		Expect(tc.Status.Result.ErrorCode).To(Equal("tool_error"), "the outcome announced is the one committed")
+		Expect(settledEvents(ns)).To(Equal(map[string]int{"c": 1}))
+	})
+
+	It("counts a success only once it is durable: a crash that loses the work announced nothing else", func() {
+		ns := newNamespace()
+		succeeded := func() float64 {
+			return promtestutil.ToFloat64(callsSettled.WithLabelValues("succeeds-once", string(toolgatev1alpha1.OutcomeSucceeded), "none"))
+		}
+		before := succeeded()
+		tc := crashThenRestart(ns, shTool("succeeds-once", "echo ran >> runs; echo done"))
+		Expect(tc.Status.Result.ErrorCode).To(Equal("interrupted"), "the body is not idempotent and its output went with the manager")
+		Expect(succeeded()).To(Equal(before), "nobody was told of a success the call never commits")
+		Expect(settledEvents(ns)).To(Equal(map[string]int{"c": 1}))
 	})
 })
 

@@ -38,11 +38,12 @@ const reportingController = "toolgate.dev/manager"
 // maxNote is the API server's limit on an Event's note.
 const maxNote = 1024
 
-// emit creates the Event named name about regarding, once. Events are for
-// people and nothing depends on one: a failure is logged.
-func emit(ctx context.Context, c client.Client, now time.Time, regarding corev1.ObjectReference, name, kind, reason, action, note string) bool {
+// emit creates the Event named name about regarding, once, with the
+// annotations given (nil for none). Events are for people: a failure is
+// logged.
+func emit(ctx context.Context, c client.Client, now time.Time, regarding corev1.ObjectReference, name, kind, reason, action, note string, annotations map[string]string) bool {
 	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: regarding.Namespace, Name: name},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: regarding.Namespace, Name: name, Annotations: annotations},
 		EventTime:           metav1.NewMicroTime(now),
 		ReportingController: reportingController,
 		ReportingInstance:   reportingController,

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -37,31 +40,121 @@ func durableSettlement(res *toolgatev1alpha1.ToolCallResult) settlement {
 }
 
 // announceLive is the live tools/result of the seed: once the observe stage
-// has run, the frozen outcome is announced before the durable result is
-// written. A crash between the two repeats the stages from the last
-// boundary, and a failure's Event, named after the call, is not created
-// twice.
-func (r *ToolCallReconciler) announceLive(ctx context.Context, s *callScope) {
+// has run, a failure's frozen outcome is announced (its Settled Event)
+// before the durable result is written. The announcement is what the
+// durable result repeats: a process that finds it made by a predecessor
+// that stopped before writing the result settles the call with the
+// announced outcome (keepAnnounced), whatever its own rerun of the stages
+// found. A success is counted once its result is durable
+// (announceDurable): its only observer is a counter, and a count made
+// before a crash that then loses the body's work would tell of an outcome
+// the call never commits.
+func (r *ToolCallReconciler) announceLive(ctx context.Context, s *callScope) error {
 	if s.st.Next != pipeline.StageResult || s.st.Result == nil {
-		return
+		return nil
+	}
+	if err := r.keepAnnounced(ctx, s); err != nil {
+		return err
 	}
 	res := s.st.Result
+	if res.Outcome == pipeline.Succeeded {
+		return nil
+	}
 	r.announce(ctx, s.tc, settlement{outcome: toolgatev1alpha1.Outcome(res.Outcome), code: string(res.Code), at: r.Clock.Now()})
+	return nil
+}
+
+// announceDurable counts a success once its result is written. A crash
+// between the write and the count loses the count, never the result.
+func (r *ToolCallReconciler) announceDurable(ctx context.Context, tc *toolgatev1alpha1.ToolCall) {
+	if res := tc.Status.Result; res != nil && res.Outcome == toolgatev1alpha1.OutcomeSucceeded {
+		r.announce(ctx, tc, durableSettlement(res))
+	}
+}
+
+// predecessorMargin covers an API server clock ahead of this process's: a
+// call stamped up to this long after this process began reconciling may
+// still have been seen by the manager before it.
+const predecessorMargin = 5 * time.Second
+
+// failedOutcomes are the outcomes a Settled Event announces.
+var failedOutcomes = []toolgatev1alpha1.Outcome{
+	toolgatev1alpha1.OutcomeFailed, toolgatev1alpha1.OutcomeDenied, toolgatev1alpha1.OutcomeCancelled, toolgatev1alpha1.OutcomeTimedOut,
+}
+
+// codeAnnotation carries a Settled Event's code, for keepAnnounced.
+const codeAnnotation = "toolgate.dev/code"
+
+// keepAnnounced makes the result the one a predecessor announced. Only a
+// call that existed before this process began reconciling can have one:
+// the predecessor stopped between the announcement and the write, and
+// this process reran the stages from the call's last durable boundary,
+// which may have ended otherwise (the body's work was lost with the
+// process, the pod is gone, the profile changed, an idempotent rerun
+// succeeded). The Settled Events are read from the API server itself, and
+// only toolgate's own, about this very call, count; a forged one could
+// only turn the call into a failure, which whoever may create Events in
+// its namespace may do anyway (spec.cancelRequested).
+func (r *ToolCallReconciler) keepAnnounced(ctx context.Context, s *callScope) error {
+	tc := s.tc
+	if !tc.CreationTimestamp.Time.Before(r.since().Add(predecessorMargin)) {
+		return nil
+	}
+	for _, outcome := range failedOutcomes {
+		ev := &eventsv1.Event{}
+		err := r.reader().Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: eventName(tc, strings.ToLower(string(outcome)))}, ev)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading the call's Settled Event: %w", err)
+		}
+		code := pipeline.Code(ev.Annotations[codeAnnotation])
+		if ev.Reason != EventSettled || ev.ReportingController != reportingController || ev.Regarding.UID != tc.UID ||
+			!validCode(code) || pipeline.OutcomeOf(code) != pipeline.Outcome(outcome) {
+			continue
+		}
+		if code != s.st.Result.Code {
+			log.FromContext(ctx).Info("announced outcome kept", "call", tc.Name, "code", code, "rerun", orNone(string(s.st.Result.Code)))
+			s.st.FailResult(code, "this outcome was announced before the manager that reached it stopped without writing it, and the call keeps it; its message was not kept")
+		}
+		return nil
+	}
+	return nil
+}
+
+// validCode reports whether c has the shape of a stable code.
+func validCode(c pipeline.Code) bool {
+	if c == "" || len(c) > 64 {
+		return false
+	}
+	for _, ch := range c {
+		if (ch < 'a' || ch > 'z') && ch != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// since is when this process began reconciling calls: it leads from then
+// on, so a call created later was never seen by another manager.
+func (r *ToolCallReconciler) since() time.Time {
+	r.leading.Do(func() { r.leadingSince = r.Clock.Now() })
+	return r.leadingSince
 }
 
 // announce counts the call's outcome in the metrics and, for an outcome
-// other than success, emits its Settled Event (Warning): someone may act
-// on a failure, nobody on a success, which would cost a write per call.
+// other than success, emits its Settled Event (Warning), which carries the
+// code in an annotation (keepAnnounced): someone may act on a failure,
+// nobody on a success, which would cost a write per call.
 // A failure is counted once per outcome: the Event's name is derived from
 // the call and the outcome, so a second manager (or this one after a
 // restart) finds it already exists and counts nothing. A success is
-// counted once per process; only a crash between the live and the durable
-// result lets the next process count it again. Only when such a crash
-// loses the body's work (the process sandbox, a pod deleted by someone
-// else) can the durable outcome differ from the live one; it is then
-// announced too.
-// Events are for people and the result does not depend on one: a failure
-// to create one is logged, and the metrics still count the call.
+// counted once per process, after its result is durable. Only a result
+// the API server refused (result_rejected) differs from a failure
+// announced live; it is then announced too.
+// Events are for people; the result depends on one only as above: a
+// failure to create one is logged, and the metrics still count the call.
 func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.ToolCall, res settlement) {
 	key := client.ObjectKeyFromObject(tc)
 	if uid, done := r.announced.Load(key); done && uid == tc.UID {
@@ -72,7 +165,7 @@ func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.
 		return
 	}
 	if res.outcome == toolgatev1alpha1.OutcomeSucceeded || emit(ctx, r.Client, r.Clock.Now(), regardingCall(tc), eventName(tc, strings.ToLower(string(res.outcome))),
-		corev1.EventTypeWarning, EventSettled, "Settle", fmt.Sprintf("outcome %s, code %s", res.outcome, orNone(res.code))) {
+		corev1.EventTypeWarning, EventSettled, "Settle", fmt.Sprintf("outcome %s, code %s", res.outcome, orNone(res.code)), map[string]string{codeAnnotation: res.code}) {
 		callsSettled.WithLabelValues(toolLabel(tc), string(res.outcome), orNone(res.code)).Inc()
 		callDuration.WithLabelValues(string(res.outcome)).Observe(res.at.Sub(tc.CreationTimestamp.Time).Seconds())
 	}

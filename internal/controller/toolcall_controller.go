@@ -58,6 +58,10 @@ type ToolCallReconciler struct {
 	// announced remembers the settled calls whose Event and metrics this
 	// process emitted (or found emitted); an entry goes with its call.
 	announced sync.Map // types.NamespacedName -> types.UID
+	// leading and leadingSince: when this process began reconciling calls
+	// (since).
+	leading      sync.Once
+	leadingSince time.Time
 	// own remembers the versions this process's writes replaced, so that a
 	// reconcile from a cache behind them waits for the watch instead.
 	own ownWrites

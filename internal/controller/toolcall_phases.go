@@ -225,7 +225,9 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 			s.st.Records[n-1].Time, heldAt = heldAt, time.Time{}
 		}
 		r.remember(s.tc.UID, s.st)
-		r.announceLive(ctx, s)
+		if err := r.announceLive(ctx, s); err != nil {
+			return ctrl.Result{}, true, err
+		}
 		if progress == pipeline.Waiting {
 			requeue = wait
 			break
@@ -238,7 +240,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 			}
 			if s.st.Next == pipeline.StageApproval {
 				emit(ctx, r.Client, r.Clock.Now(), regardingCall(s.tc), eventName(s.tc, "approval-requested"), corev1.EventTypeNormal,
-					EventApprovalRequested, "Ask", "waiting for a person's approval: kubectl toolgate pending lists the request, kubectl toolgate approve or deny decides it")
+					EventApprovalRequested, "Ask", "waiting for a person's approval: kubectl toolgate pending lists the request, kubectl toolgate approve or deny decides it", nil)
 			}
 		}
 	}
@@ -262,6 +264,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	if !s.st.Done() {
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
+	r.announceDurable(ctx, s.tc)
 	for a := 1; a <= s.st.Attempt; a++ {
 		r.live.Delete(attemptKey{s.tc.UID, a})
 		if s.runner.provider != nil {
@@ -307,8 +310,8 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 		workLeft = !gone
 	}
 	if tc.Status.Result.Outcome != toolgatev1alpha1.OutcomeSucceeded {
-		// A success was counted live, before its result was written, and
-		// has no Event whose loss this would make up for.
+		// A success was counted as its result was written, and has no
+		// Event whose loss this would make up for.
 		r.announce(ctx, tc, durableSettlement(tc.Status.Result))
 	}
 	if deleting(tc) {

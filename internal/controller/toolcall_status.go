@@ -30,7 +30,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	written, err := r.patchCall(ctx, tc, s.base, true)
 	if err != nil && s.base.Status.Result == nil && tc.Status.Result != nil && refusedForGood(err) {
 		log.FromContext(ctx).Info("result refused by the API server", "call", tc.Name, "code", pipeline.CodeResultRejected)
-		s.st.RejectResult(pipeline.CodeResultRejected, "the API server refused to store the result: "+textutil.OneLine(err.Error(), 512))
+		s.st.FailResult(pipeline.CodeResultRejected, "the API server refused to store the result: "+textutil.OneLine(err.Error(), 512))
 		// The live announcement told of the refused result; the durable
 		// one is announced too.
 		r.announced.Delete(client.ObjectKeyFromObject(tc))

@@ -74,7 +74,7 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if cond.Status != metav1.ConditionTrue {
 		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
 		emit(ctx, r.Client, r.Clock.Now(), regardingProfile(obj), eventName(obj, fmt.Sprintf("g%d", obj.Generation), "invalid"),
-			corev1.EventTypeWarning, EventProfileInvalid, "Compile", cond.Reason+": "+cond.Message)
+			corev1.EventTypeWarning, EventProfileInvalid, "Compile", cond.Reason+": "+cond.Message, nil)
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
 	return ctrl.Result{}, nil

@@ -54,8 +54,8 @@ const (
 	CodeResultRejected       Code = codes.ResultRejected
 )
 
-// outcomeOf maps a code to the outcome it settles as.
-func outcomeOf(c Code) Outcome {
+// OutcomeOf maps a code to the outcome it settles as.
+func OutcomeOf(c Code) Outcome {
 	switch c {
 	case "":
 		return Succeeded

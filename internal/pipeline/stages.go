@@ -468,7 +468,7 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 	r := st.Request
 	res := &Result{Token: st.Token, CallID: r.CallID, Tool: r.Tool}
 	if f := st.Failure; f != nil {
-		res.Outcome, res.Code, res.Message = outcomeOf(f.Code), f.Code, f.Message
+		res.Outcome, res.Code, res.Message = OutcomeOf(f.Code), f.Code, f.Message
 		res.Content = failureContent(f)
 		if f.Code == CodePostBlocked {
 			// A block keeps only the blocking policy's contexts.

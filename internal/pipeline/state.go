@@ -166,17 +166,19 @@ func (s *State) Abort(code Code, message string, now time.Time) {
 	s.settle(code, message)
 }
 
-// RejectResult replaces a result its store refused (too large, or not
-// valid there) with a failure of code: the call still gets its one
-// result, which says why it has no other, instead of a write retried
-// forever.
-func (s *State) RejectResult(code Code, message string) {
+// FailResult replaces the result with a failure of code, for a driver
+// whose durable layer cannot take the result as it is: a store that
+// refused it (too large, or not valid there), so that the call still gets
+// its one result, which says why it has no other, instead of a write
+// retried forever; or an outcome already announced live by a process that
+// stopped before writing it, which the result must repeat.
+func (s *State) FailResult(code Code, message string) {
 	if s.Result == nil {
 		return
 	}
 	f := &Failure{Code: code, Message: message}
 	r := s.Result
-	s.Result = &Result{Token: r.Token, CallID: r.CallID, Tool: r.Tool, Outcome: outcomeOf(code), Code: code, Message: message, Content: failureContent(f)}
+	s.Result = &Result{Token: r.Token, CallID: r.CallID, Tool: r.Tool, Outcome: OutcomeOf(code), Code: code, Message: message, Content: failureContent(f)}
 }
 
 // settle fails the call with code and skips to finalize.

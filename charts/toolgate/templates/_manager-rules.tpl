@@ -6,6 +6,13 @@ rules:
 - apiGroups:
   - ""
   resources:
+  - events
+  verbs:
+  - create
+  - patch
+- apiGroups:
+  - ""
+  resources:
   - persistentvolumeclaims
   verbs:
   - create
@@ -32,20 +39,20 @@ rules:
   - get
   - list
 - apiGroups:
-  - ""
-  - events.k8s.io
-  resources:
-  - events
-  verbs:
-  - create
-  - patch
-- apiGroups:
   - discovery.k8s.io
   resources:
   - endpointslices
   verbs:
   - get
   - list
+- apiGroups:
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - get
+  - patch
 - apiGroups:
   - networking.k8s.io
   resources:
@@ -126,6 +133,13 @@ rules:
 - apiGroups:
   - ""
   resources:
+  - events
+  verbs:
+  - create
+  - patch
+- apiGroups:
+  - ""
+  resources:
   - persistentvolumeclaims
   verbs:
   - create
@@ -145,12 +159,12 @@ rules:
   - patch
   - watch
 - apiGroups:
-  - ""
   - events.k8s.io
   resources:
   - events
   verbs:
   - create
+  - get
   - patch
 - apiGroups:
   - networking.k8s.io
