@@ -56,7 +56,7 @@ var _ = Describe("Code Mode when the parent settles first", func() {
 	// The parent times out while its sub-call's body still runs: the
 	// sub-call is part of the parent's owned work, so it stops and settles
 	// as cancelled; it never runs on to a success nobody asked for anymore.
-	It("stops a sub-call whose parent timed out", func() {
+	It("stops a sub-call whose parent timed out, and settles it before the parent", func() {
 		ns := newNamespace()
 		impatient := shTool("impatient", `"$TOOLGATE_RUNNER" call long_sleep '{}'; echo done`).Obj()
 		impatient.TimeoutSeconds = 1
@@ -66,21 +66,21 @@ var _ = Describe("Code Mode when the parent settles first", func() {
 		submit(ns, "c1", "impatient", `{}`, 0, 0)
 		c := committedCall(ns, "c1", 30*time.Second)
 		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeTimedOut), c.Status.Result.Message)
-		var child toolgatev1alpha1.ToolCall
-		Eventually(func(g Gomega) {
-			list := &toolgatev1alpha1.ToolCallList{}
-			g.Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
-			var nested []toolgatev1alpha1.ToolCall
-			for _, n := range list.Items {
-				if n.Spec.ParentRef != nil {
-					nested = append(nested, n)
-				}
+		// Read after the parent's result: children first, so the
+		// sub-call's result is already there.
+		list := &toolgatev1alpha1.ToolCallList{}
+		Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		var nested []toolgatev1alpha1.ToolCall
+		for _, n := range list.Items {
+			if n.Spec.ParentRef != nil {
+				nested = append(nested, n)
 			}
-			g.Expect(nested).To(HaveLen(1))
-			child = nested[0]
-			g.Expect(child.Status.Result).NotTo(BeNil())
-		}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
-		Expect(child.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled), "the sub-call ran on after its parent settled: %s", child.Status.Result.ErrorCode)
+		}
+		Expect(nested).To(HaveLen(1))
+		child := nested[0]
+		Expect(child.Status.Result).NotTo(BeNil(), "the parent settled before its sub-call")
+		Expect(child.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled), "the sub-call ran on after its parent's body ended: %s", child.Status.Result.ErrorCode)
+		Expect(child.Status.Result.Message).To(ContainSubstring("parent call's body ended"))
 		// Its body sleeps 6 s and then writes "finished": stopped, it never does.
 		Consistently(func() int { return bodyRuns(ns, "finished") }, 7*time.Second, 100*time.Millisecond).Should(Equal(0))
 	})

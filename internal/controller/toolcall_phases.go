@@ -81,6 +81,9 @@ func (r *ToolCallReconciler) loadParent(ctx context.Context, s *callScope) error
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.tc.Namespace, Name: ref.Name}, parent); err != nil {
 		return client.IgnoreNotFound(err) // the session refuses a call without a parent
 	}
+	// As this process last wrote it, when the cache is behind: the
+	// parent's write that its body ended wakes the call at once.
+	parent = r.own.current(parent)
 	s.parent = parent
 	if s.st.Request.Parent = parent.Status.Token; s.st.Request.Parent == "" {
 		s.st.Request.Parent = "parent:" + ref.Name // still nested: no contexts
@@ -200,7 +203,25 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	callCtx := callContext(ctx, s.tc, s.session, s.parent)
 	heldAt := heldExecute(s.tc)
 	var requeue time.Duration
+	childrenChecked := false
 	for !s.st.Done() {
+		if !childrenChecked && pipeline.BodyDone(s.st.Next) {
+			childrenChecked = true
+			settled, err := r.childrenSettled(ctx, s)
+			if err != nil {
+				return ctrl.Result{}, true, err
+			}
+			if !settled {
+				// The body has ended and its sub-calls still run: they
+				// are its owned work, stopped and settled before it.
+				// This boundary is written so that they see the body
+				// ended (callContext); each one's result wakes the call.
+				if err := r.persist(ctx, s); err != nil {
+					return ctrl.Result{}, true, err
+				}
+				return ctrl.Result{RequeueAfter: r.PollInterval}, true, nil
+			}
+		}
 		if !gateOpen(s) {
 			opened, err := r.admitSelf(ctx, s)
 			if err == nil && !opened {
@@ -278,6 +299,25 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		logger.Info("call settled", "call", s.tc.Name, "token", s.st.Token, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// childrenSettled reports whether every nested call of the call has its
+// result. Only a call whose body may ask for sub-calls has any: a call in
+// the log (a nested call's own body asks in its parent's name).
+func (r *ToolCallReconciler) childrenSettled(ctx context.Context, s *callScope) (bool, error) {
+	if s.tc.Spec.ParentRef != nil || s.st.Attempt == 0 {
+		return true, nil
+	}
+	calls, err := r.plans().calls(ctx, s.tc.Namespace, s.tc.Spec.SessionRef.Name)
+	if err != nil {
+		return false, fmt.Errorf("listing the session's calls: %w", err)
+	}
+	for _, c := range calls {
+		if c.Spec.ParentRef != nil && c.Spec.ParentRef.Name == s.tc.Name && c.Status.Result == nil {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // reconcileSettled does what follows a durable result, idempotently, every
@@ -422,12 +462,13 @@ var (
 	errCallDeleted     = errors.New("the ToolCall was deleted")
 	errSessionDeleted  = errors.New("its AgentSession is being deleted")
 	errParentCancelled = errors.New("its parent call was cancelled")
-	errParentSettled   = errors.New("its parent call settled first")
+	errParentEnded     = errors.New("its parent call's body ended first")
 )
 
 // callContext is the caller's signal: cancelled once the call is deleted,
 // cancellation is requested (of the call, or of a nested call's parent), a
-// nested call's parent settled, or the session is being deleted, and never by the manager's own shutdown (a
+// nested call's parent's body ended, or the session is being deleted, and
+// never by the manager's own shutdown (a
 // restart is not a cancellation). The cause says which. session is nil
 // when it is gone.
 func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession, parent *toolgatev1alpha1.ToolCall) context.Context {
@@ -441,11 +482,12 @@ func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *to
 		why = context.Canceled // the caller asked: nothing to add
 	case parent != nil && (parent.Spec.CancelRequested || deleting(parent)):
 		why = errParentCancelled
-	case parent != nil && parent.Status.Result != nil:
-		// A sub-call is its parent's owned work: once the parent has its
-		// result (whatever the outcome: a timeout, say), nobody waits for
-		// the sub-call's, and it stops.
-		why = errParentSettled
+	case parent != nil && (parent.Status.Result != nil || pipeline.BodyDone(nextStage(parent))):
+		// A sub-call is its parent's owned work: once the parent's body
+		// has ended (whatever the outcome: a timeout, say), nobody waits
+		// for the sub-call's result, and it stops; the parent settles
+		// only after it (childrenSettled).
+		why = errParentEnded
 	}
 	callCtx := context.WithoutCancel(ctx)
 	if why != nil {

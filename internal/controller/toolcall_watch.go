@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
 // What wakes a call besides its own events: the calls before it in its
@@ -57,11 +58,15 @@ func planMoved(before, after client.Object) bool {
 
 // wakeNext wakes the calls of tc's session that may move now that tc's
 // write is durable (nextOf, planning from it: ownWrites.current), without
-// waiting for the write's watch event (nextInLine, which follows); and,
-// when the write gave tc its result, tc's nested calls, which then stop
-// (callContext). One list of the session serves both.
+// waiting for the write's watch event (nextInLine, which follows); once
+// tc's body has ended, tc's nested calls, which then stop (callContext);
+// and, when a nested call settles, its parent, which settles only after
+// its nested calls (childrenSettled). One list of the session serves all.
 func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, settled bool) {
-	if tc.Spec.ParentRef != nil {
+	if ref := tc.Spec.ParentRef; ref != nil {
+		if settled {
+			r.Wake.Notify(client.ObjectKey{Namespace: tc.Namespace, Name: ref.Name})
+		}
 		return
 	}
 	calls, err := r.plans().calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
@@ -73,7 +78,7 @@ func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.
 			r.Wake.Notify(req.NamespacedName)
 		}
 	}
-	if !settled {
+	if !settled && !pipeline.BodyDone(nextStage(tc)) {
 		return
 	}
 	for _, c := range calls {
