@@ -151,6 +151,10 @@ type Server struct {
 	links   []*link
 	linked  chan struct{} // closed and replaced when a link is added
 	pending map[string]chan SubResult
+	// handlers counts the connections being answered: Serve returns only
+	// once each is done, so a stopped runner's frame still reaches the
+	// manager waiting for it.
+	handlers sync.WaitGroup
 }
 
 // link is one manager connection waiting for the frame.
@@ -181,9 +185,13 @@ func NewServer(manager *ecdh.PublicKey) (*Server, error) {
 func (s *Server) Done() <-chan struct{} { return s.done }
 
 // Serve answers connections until ctx ends. The body runs under ctx, so
-// stopping the pod (SIGTERM) stops the body.
+// stopping the pod (SIGTERM) stops the body; the manager waiting for its
+// frame still gets it (within the body's stop grace, shorter than the
+// pod's): the frame is what says which came first, the body's own timeout
+// or the stop.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go func() { <-ctx.Done(); _ = ln.Close() }()
+	defer s.handlers.Wait()
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -192,12 +200,27 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return err
 		}
-		go s.handle(ctx, conn)
+		s.handlers.Add(1)
+		go func() {
+			defer s.handlers.Done()
+			s.handle(ctx, conn)
+		}()
 	}
 }
 
 func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	defer func() { _ = conn.Close() }()
+	// A connection still being set up when the runner stops is dropped at
+	// once; a linked one waits for the frame.
+	var setup sync.Mutex
+	linked := false
+	defer context.AfterFunc(ctx, func() {
+		setup.Lock()
+		defer setup.Unlock()
+		if !linked {
+			_ = conn.SetDeadline(time.Now())
+		}
+	})()
 	challenge := make([]byte, 16)
 	if _, err := rand.Read(challenge); err != nil {
 		return
@@ -221,6 +244,9 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		refuse(conn, err.Error())
 		return
 	}
+	setup.Lock()
+	linked = true
+	setup.Unlock()
 	_ = conn.SetDeadline(time.Time{}) // the body may run long
 	l := &link{conn: conn, gone: make(chan struct{})}
 	s.addLink(l)
@@ -229,8 +255,6 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	select {
 	case <-s.done:
 	case <-l.gone:
-		return
-	case <-ctx.Done():
 		return
 	}
 	l.mu.Lock()

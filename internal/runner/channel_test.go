@@ -22,6 +22,14 @@ import (
 // Execute (counting its runs), and returns its address and the manager key.
 func channel(t *testing.T) (addr string, manager *ecdh.PrivateKey, runs *atomic.Int32) {
 	t.Helper()
+	addr, manager, runs, _ = stoppableChannel(t)
+	return addr, manager, runs
+}
+
+// stoppableChannel is channel, with the function that stops the runner
+// (its SIGTERM) and waits until Serve returned.
+func stoppableChannel(t *testing.T) (addr string, manager *ecdh.PrivateKey, runs *atomic.Int32, stop func()) {
+	t.Helper()
 	manager, err := NewManagerKey()
 	if err != nil {
 		t.Fatal(err)
@@ -42,9 +50,47 @@ func channel(t *testing.T) (addr string, manager *ecdh.PrivateKey, runs *atomic.
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = s.Serve(ctx, ln) }()
-	return ln.Addr().String(), manager, runs
+	served := make(chan struct{})
+	stop = func() { cancel(); <-served }
+	t.Cleanup(stop)
+	go func() { defer close(served); _ = s.Serve(ctx, ln) }()
+	return ln.Addr().String(), manager, runs, stop
+}
+
+// TestStoppedRunnerStillSendsItsFrame: the runner stopped (its pod
+// deleted: the call was cancelled) while its body, past its budget,
+// ignores SIGTERM during the grace: the manager waiting on the channel
+// still gets the frame, which says the timeout came first, and Serve
+// returns only after it was sent.
+func TestStoppedRunnerStillSendsItsFrame(t *testing.T) {
+	addr, manager, _, stop := stoppableChannel(t)
+	req := runRequest("uid-1/1", "trap '' TERM; sleep 30", "{}")
+	req.Spec.TimeoutMillis = 200
+	type answer struct {
+		res *Result
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		_, res, err := exchange(t, addr, manager, req)
+		got <- answer{res, err}
+	}()
+	time.Sleep(500 * time.Millisecond) // the budget fired; the body is in its grace
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case a := <-got:
+		if a.err != nil || a.res.Code != codes.Timeout {
+			t.Fatalf("frame %+v, error %v: want the timeout", a.res, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no frame")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
 }
 
 func exchange(t *testing.T, addr string, key *ecdh.PrivateKey, req Request) (*Hello, *Result, error) {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/codes"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/textutil"
@@ -114,6 +115,11 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	switch {
 	case apierrors.IsNotFound(err):
 		switch {
+		case f != nil && isDone(f) && f.res != nil && f.res.Code == codes.Timeout:
+			// The runner's budget fired before the stop (the frame it
+			// sent while its pod was being deleted says so): a timeout
+			// that came first stays the outcome.
+			return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
 		case ctx.Err() != nil:
 			// Never started, or stopped and now gone.
 			return sandbox.Result{}, ctx.Err()

@@ -201,6 +201,29 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a frame that says the timeout came first is the outcome, even when a cancellation then deleted the pod", func(t *testing.T) {
+		// The runner's budget fired, the body ignored SIGTERM, and the
+		// caller cancelled during the grace: the pod was deleted and the
+		// runner still sent its frame (runner.TestStoppedRunnerStillSendsItsFrame).
+		p := newProvider()
+		j := job(4, true)
+		f := &follower{pod: client.ObjectKey{Namespace: ns.Name, Name: "gone"}, done: make(chan struct{}),
+			res: &runner.Result{Header: runner.Header{Code: "timeout", Error: "the body exceeded its 1s timeout"}}}
+		close(f.done)
+		p.followers = map[string]*follower{j.Key: f}
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		var fail *pipeline.Failure
+		if _, err := p.Run(cctx, j); !errors.As(err, &fail) || fail.Code != pipeline.CodeTimeout {
+			t.Fatalf("%v, want the timeout", err)
+		}
+		// Any other frame of a cancelled call is the cancellation's.
+		f.res = &runner.Result{Header: runner.Header{ExitCode: 143, Signal: "terminated"}}
+		if _, err := p.Run(cctx, j); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%v, want the cancellation", err)
+		}
+	})
+
 	t.Run("release deletes every pod of the call", func(t *testing.T) {
 		p := newProvider()
 		if _, err := p.Run(ctx, job(5, false)); !errors.Is(err, sandbox.ErrPending) {
