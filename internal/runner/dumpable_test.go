@@ -52,6 +52,18 @@ func TestMain(m *testing.M) {
 		h, _, _ := Execute(context.Background(), Spec{Workspace: os.Getenv(envTarget), Writable: true, Argv: []string{"/bin/sh", "-c", "touch ran"}}, nil, time.Second)
 		fmt.Printf("%s|%s", h.Code, h.Error)
 		os.Exit(0)
+	case "first":
+		// The serving runner as the first process of a PID namespace,
+		// handed a body that leaves a descendant outside its process
+		// group; the descendant would write envTarget/escaped a second
+		// later. What it wrote is checked after that second.
+		dir := os.Getenv(envTarget)
+		script := `setsid sh -c 'sleep 1; echo escaped > "$0/escaped"' "$TOOLGATE_WORKSPACE" </dev/null >/dev/null 2>&1 & sleep 0.3; echo started`
+		h, out, _ := executeFirst(context.Background(), Spec{Workspace: dir, Argv: []string{"/bin/sh", "-c", script}}, nil, Calls{})
+		time.Sleep(2 * time.Second)
+		_, err := os.Stat(filepath.Join(dir, "escaped"))
+		fmt.Printf("pid %d exit %d out %q escaped %v", os.Getpid(), h.ExitCode, out, err == nil)
+		os.Exit(0)
 	case "tool":
 		// A tool of the same user, reading the runner's environment.
 		data, err := os.ReadFile(os.Getenv(envTarget))
@@ -228,5 +240,27 @@ func TestRunnerFailsClosedWhenItCannotBeNonDumpable(t *testing.T) {
 	}
 	if !strings.Contains(string(msg), "non-dumpable") || !strings.Contains(string(msg), syscall.EPERM.Error()) {
 		t.Fatalf("stderr %q does not say why", msg)
+	}
+}
+
+// TestRunnerStopsWhatLeftTheBodysGroup: in a pod, the serving runner is
+// the first process of the tool container's PID namespace; a descendant
+// the body detached with setsid (out of reach of the group kill) is
+// stopped too before the frame is sent, so nothing of the body runs once
+// its call settles. Only root can make a PID namespace.
+func TestRunnerStopsWhatLeftTheBodysGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start the runner as the first process of a new PID namespace")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envHelper+"=first", envTarget+"="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := string(out); !strings.HasPrefix(got, `pid 1 exit 0 out "started\n"`) || !strings.HasSuffix(got, "escaped false") {
+		t.Fatalf("helper: %s", got)
 	}
 }

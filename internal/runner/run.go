@@ -241,7 +241,7 @@ func Main(ctx context.Context, addr, terminationLog string) int {
 	}
 	self, _ := os.Executable()
 	s.Execute = func(ctx context.Context, spec Spec, arguments []byte, sub SubCaller) (Header, []byte, []byte) {
-		return ExecuteWith(ctx, spec, arguments, 2*time.Second, Calls{Caller: sub, Runner: self})
+		return executeFirst(ctx, spec, arguments, Calls{Caller: sub, Runner: self})
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -264,6 +264,35 @@ func Main(ctx context.Context, addr, terminationLog string) int {
 		return 1
 	}
 	return 0
+}
+
+// executeFirst runs the call as the serving runner does: ExecuteWith, then
+// sweep, so that the frame, sent after it, is sent once nothing the body
+// started runs.
+func executeFirst(ctx context.Context, spec Spec, arguments []byte, calls Calls) (Header, []byte, []byte) {
+	h, stdout, stderr := ExecuteWith(ctx, spec, arguments, 2*time.Second, calls)
+	sweep()
+	return h, stdout, stderr
+}
+
+// sweep stops what the body left running outside its process group (a
+// descendant that called setsid, say). The serving runner is the first
+// process of the tool container's PID namespace: every orphan is
+// reparented to it, and kill(-1) reaches every process of the namespace
+// but itself. Anywhere else (a runner started by hand, the process
+// sandbox's manager) it does nothing: kill(-1) would reach processes that
+// are not the body's.
+func sweep() {
+	if os.Getpid() != 1 {
+		return
+	}
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+	for {
+		// Reap them: as the first process, the runner is their parent.
+		if _, err := syscall.Wait4(-1, nil, 0, nil); err != nil && !errors.Is(err, syscall.EINTR) {
+			return // ECHILD: none left
+		}
+	}
 }
 
 // readContexts reads the messages a tool deferred (from its first MiB): one
