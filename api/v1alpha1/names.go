@@ -36,6 +36,11 @@ const (
 
 	// AnnotationClaimed records when a warm pod was claimed by its call.
 	AnnotationClaimed = "toolgate.dev/claimed"
+	// AnnotationSeal proves toolgate created a tool pod: a MAC of the
+	// pod's namespace, name and UID under a key only the manager holds,
+	// written right after the pod was created. A pod without a valid seal
+	// never receives a call, yields a result or is claimed.
+	AnnotationSeal = "toolgate.dev/seal"
 	// AnnotationArgumentsDigest is the digest of the arguments an
 	// ApprovalRequest shows, so that a person approves exactly those.
 	AnnotationArgumentsDigest = "toolgate.dev/arguments-digest"

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -80,6 +81,20 @@ var _ = Describe("admission of tool pods", Ordered, func() {
 		err = as("mallory").Create(ctx, planted)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by a ToolCall or an AgentSession"))
+
+		// The same references under the bare group, or any other kind of
+		// the group, are refused too (the provider matches the exact
+		// reference and the seal; admission refuses the rest early).
+		for i, ref := range []metav1.OwnerReference{
+			{APIVersion: "toolgate.dev", Kind: "ToolCall", Name: call.Name, UID: call.UID, Controller: ptr.To(true)},
+			{APIVersion: "toolgate.dev/v9", Kind: "Anything", Name: call.Name, UID: call.UID},
+		} {
+			variant := owned(fmt.Sprintf("variant-%d", i))
+			variant.OwnerReferences = []metav1.OwnerReference{ref}
+			err = as("mallory").Create(ctx, variant)
+			Expect(err).To(HaveOccurred(), "owner %s %s", ref.APIVersion, ref.Kind)
+			Expect(err.Error()).To(ContainSubstring("only toolgate may create a pod owned by"))
+		}
 
 		Expect(k8s.Create(ctx, owned("by-toolgate"))).To(Succeed(), "toolgate itself (here the cluster admin, who holds every verb) may")
 	})

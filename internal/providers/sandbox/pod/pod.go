@@ -136,8 +136,15 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	case err != nil:
 		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
 	}
-	if !metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: job.OwnerUID}) {
-		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "a pod of that name belongs to another object")
+	if !p.ours(pod, callOwner(job)) {
+		// Never handed a call, never read: not toolgate's (seal.go).
+		switch {
+		case !pod.DeletionTimestamp.IsZero():
+			return sandbox.Result{}, sandbox.ErrPending // going (one whose seal failed); then gone
+		case job.Resumed:
+			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by one toolgate did not create ("+pod.Name+")")
+		}
+		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxUnavailable, "a pod toolgate did not create holds the attempt's name ("+pod.Name+"); nothing was handed to it")
 	}
 	if ctx.Err() != nil {
 		// Stop the pod and report only once it is gone.
@@ -284,13 +291,16 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) erro
 	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
 	if err := p.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return sandbox.ErrPending // adopted on the next poll
+			return sandbox.ErrPending // adopted on the next poll, if it is toolgate's
 		}
 		// No pod exists, so nothing ran: a definite failure, never a
 		// phantom attempt that a later poll would report lost.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod could not be created: "+err.Error())
 	}
 	podsCreated.WithLabelValues("cold").Inc()
+	if err := p.sealCreated(ctx, pod); err != nil {
+		return sandbox.ErrPending // the next poll waits for it to go and creates another
+	}
 	if follow {
 		p.adopt(job, pod)
 	}
@@ -313,8 +323,8 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 	left := 0
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if !metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: uid}) {
-			continue
+		if !metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: uid}) || !p.sealed(pod) {
+			continue // not the call's work: toolgate never handed it anything
 		}
 		left++
 		if pod.DeletionTimestamp.IsZero() {
@@ -344,7 +354,9 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 	p.mu.Unlock()
 	if ok {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.pod.Namespace, Name: f.pod.Name}}
-		if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
+		// The pod it followed, never another made under its name since.
+		err := p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &f.uid})
+		if err = client.IgnoreNotFound(err); err != nil && !apierrors.IsConflict(err) {
 			// The call's next reconcile releases what is left.
 			log.FromContext(ctx).Error(err, "settled tool pod not deleted", "pod", pod.Name)
 		}

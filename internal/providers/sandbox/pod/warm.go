@@ -80,9 +80,9 @@ func templateOf(pod *corev1.Pod) string {
 }
 
 // claim takes a warm pod of the job's session and template for the job's
-// attempt, or returns nil. Only a pod controlled by the session (which only
-// toolgate can create: the toolgate-tool-pods admission policy) that is
-// running, young enough and not being deleted is taken; the claim is one
+// attempt, or returns nil. Only a pod toolgate made for the session (its
+// seal and owner reference: seal.go) that is running, young enough and not
+// being deleted is taken; the claim is one
 // optimistic-locked write, so two calls never share a pod.
 func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) *corev1.Pod {
 	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
@@ -98,8 +98,7 @@ func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) 
 	for i := range list.Items {
 		pod := &list.Items[i]
 		if !pod.DeletionTimestamp.IsZero() || pod.Status.PodIP == "" || !running(pod) || terminated(pod) ||
-			now.Sub(pod.CreationTimestamp.Time) > warmMaxAge ||
-			!metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: job.Workspace.SessionUID}) {
+			now.Sub(pod.CreationTimestamp.Time) > warmMaxAge || !p.ours(pod, sessionOwner(job)) {
 			continue
 		}
 		base := pod.DeepCopy()
@@ -133,16 +132,25 @@ func (p *Provider) claimed(ctx context.Context, job sandbox.Job) (*corev1.Pod, e
 		return nil, err
 	}
 	for i := range list.Items {
-		if metav1.IsControlledBy(&list.Items[i], &metav1.ObjectMeta{UID: job.OwnerUID}) {
+		if p.ours(&list.Items[i], callOwner(job)) {
 			return &list.Items[i], nil
 		}
 	}
 	return nil, nil
 }
 
+// callOwner and sessionOwner are the owner references toolgate writes on
+// a call's pod and on a session's warm pod.
 func callOwner(job sandbox.Job) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: job.Owner.Name, UID: job.OwnerUID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+func sessionOwner(job sandbox.Job) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: job.Workspace.Session.Name, UID: job.Workspace.SessionUID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 	}
 }
@@ -200,8 +208,9 @@ func (p *Provider) fill(ctx context.Context, job sandbox.Job, template string, s
 		return err
 	}
 	have := 0
-	for _, pod := range list.Items {
-		if pod.DeletionTimestamp.IsZero() && !terminated(&pod) && p.now().Sub(pod.CreationTimestamp.Time) <= warmMaxAge {
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if pod.DeletionTimestamp.IsZero() && !terminated(pod) && p.now().Sub(pod.CreationTimestamp.Time) <= warmMaxAge && p.ours(pod, sessionOwner(job)) {
 			have++
 		}
 	}
@@ -214,6 +223,9 @@ func (p *Provider) fill(ctx context.Context, job sandbox.Job, template string, s
 			return err
 		}
 		podsCreated.WithLabelValues("warm").Inc()
+		if err := p.sealCreated(ctx, pod); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -240,10 +252,7 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 	pod.Labels[toolgatev1alpha1.LabelTemplate] = template
 	// A warm pod may wait up to warmMaxAge before its call starts.
 	pod.Spec.ActiveDeadlineSeconds = ptr.To(*pod.Spec.ActiveDeadlineSeconds + int64(warmMaxAge.Seconds()))
-	pod.OwnerReferences = []metav1.OwnerReference{{
-		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: job.Workspace.Session.Name, UID: job.Workspace.SessionUID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}}
+	pod.OwnerReferences = []metav1.OwnerReference{sessionOwner(job)}
 	return pod, nil
 }
 
@@ -285,6 +294,15 @@ func (p *Provider) sweep(ctx context.Context) {
 		return
 	}
 	now := p.now()
+	// Only toolgate's own: a pod someone else labelled warm is neither
+	// counted nor deleted.
+	mine := list.Items[:0]
+	for i := range list.Items {
+		if p.sealed(&list.Items[i]) {
+			mine = append(mine, list.Items[i])
+		}
+	}
+	list.Items = mine
 	waiting := 0
 	for i := range list.Items {
 		if pod := &list.Items[i]; pod.DeletionTimestamp.IsZero() && !terminated(pod) {

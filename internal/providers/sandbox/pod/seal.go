@@ -1,0 +1,75 @@
+package pod
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// Which pods are toolgate's. Anyone who may create pods in an agent
+// namespace can make one that looks like a tool pod: its name, labels and
+// owner references are the creator's to choose, and a pod deleted and
+// made again under the same name copies every annotation. The API server
+// gives a pod one thing its creator cannot choose, its UID; right after
+// creating a pod, the provider seals it (AnnotationSeal: a MAC of its
+// namespace, name and UID under a key derived from the channel key, which
+// only the manager holds). Every pod the provider hands a call to,
+// collects a result from, claims, or deletes as its own carries a valid
+// seal and the exact owner reference toolgate wrote (group, version,
+// kind, name and UID).
+
+// sealOf is the seal of pod under the manager's key.
+func (p *Provider) sealOf(pod *corev1.Pod) string {
+	key := sha256.Sum256(append([]byte("toolgate.dev/seal\x00"), p.Key.Bytes()...))
+	mac := hmac.New(sha256.New, key[:])
+	mac.Write([]byte(pod.Namespace + "\x00" + pod.Name + "\x00" + string(pod.UID)))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// sealed reports whether pod carries its valid seal.
+func (p *Provider) sealed(pod *corev1.Pod) bool {
+	got, err := hex.DecodeString(pod.Annotations[toolgatev1alpha1.AnnotationSeal])
+	if err != nil || p.Key == nil || pod.UID == "" {
+		return false
+	}
+	want, _ := hex.DecodeString(p.sealOf(pod))
+	return hmac.Equal(got, want)
+}
+
+// ours reports whether pod is toolgate's and controlled by owner, exactly.
+func (p *Provider) ours(pod *corev1.Pod, owner metav1.OwnerReference) bool {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	return ref != nil && ref.APIVersion == owner.APIVersion && ref.Kind == owner.Kind && ref.Name == owner.Name && ref.UID == owner.UID &&
+		p.sealed(pod)
+}
+
+// seal writes the seal of a pod just created (pod is the API server's
+// answer, with its UID).
+func (p *Provider) seal(ctx context.Context, pod *corev1.Pod) error {
+	base := pod.DeepCopy()
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[toolgatev1alpha1.AnnotationSeal] = p.sealOf(pod)
+	return p.Client.Patch(ctx, pod, client.MergeFrom(base))
+}
+
+// sealCreated seals a pod this process just created; a pod whose seal
+// could not be written is deleted (toolgate would never use it), and the
+// error returned.
+func (p *Provider) sealCreated(ctx context.Context, pod *corev1.Pod) error {
+	err := p.seal(ctx, pod)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "tool pod not sealed", "pod", pod.Name)
+		_ = client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)))
+	}
+	return err
+}
