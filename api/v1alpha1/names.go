@@ -44,6 +44,11 @@ const (
 	// AnnotationArgumentsDigest is the digest of the arguments an
 	// ApprovalRequest shows, so that a person approves exactly those.
 	AnnotationArgumentsDigest = "toolgate.dev/arguments-digest"
+	// AnnotationQuestionSeal is a MAC, under a key only the manager holds,
+	// of everything an ApprovalRequest asks (call, session, tool,
+	// arguments preview and digest, reason, requester, deadline): only a
+	// request toolgate wrote, unchanged, is the call's question.
+	AnnotationQuestionSeal = "toolgate.dev/question-seal"
 )
 
 // Settled reports whether the call's result is durable: it is never

@@ -8,7 +8,9 @@ package compose
 
 import (
 	"context"
+	"crypto/ecdh"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
 	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
+	"github.com/toolgate/toolgate/internal/runner"
 )
 
 // Options are what a composition of the manager chooses.
@@ -85,6 +88,10 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 		Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(wake),
 		PollInterval: o.PollInterval, SessionWorkers: o.SessionWorkers,
 	}
+	key, err := managerKey(mgr, o)
+	if err != nil {
+		return cfg, err
+	}
 	mount := func(err error) error {
 		if err != nil {
 			return fmt.Errorf("mounting a provider: %w", err)
@@ -95,7 +102,7 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 		var p approval.Provider
 		switch name {
 		case toolgatev1alpha1.ApprovalProviderAPIServer:
-			p = approvalapiserver.New(mgr.GetClient(), clock.RealClock{})
+			p = approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, key.Bytes())
 		case toolgatev1alpha1.ApprovalProviderNone:
 			p = approvalnone.Provider{}
 		default:
@@ -115,7 +122,7 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 		}
 	}
 	if o.RunnerImage != "" {
-		provider, err := podProvider(mgr, o, cfg.Wake)
+		provider, err := podProvider(mgr, o, key, cfg.Wake)
 		if err != nil {
 			return cfg, err
 		}
@@ -126,11 +133,19 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	return cfg, nil
 }
 
-// podProvider makes the Pod sandbox provider, its channel key read, and
-// wakes its follower at every change of a tool pod.
-func podProvider(mgr ctrl.Manager, o Options, wake *controller.Wake) (*pod.Provider, error) {
+// managerKey is the manager's secret, shared by every replica and kept
+// across restarts: the pod sandbox's channel key, read from (or created
+// in) Secret Namespace/ChannelKeySecret. The approval provider seals its
+// questions under a key derived from it. A composition without a
+// namespace (tests) gets one key per process, so a manager restarted in
+// the same process still reads its predecessor's questions.
+func managerKey(mgr ctrl.Manager, o Options) (*ecdh.PrivateKey, error) {
 	if o.Namespace == "" {
-		return nil, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
+		if o.RunnerImage != "" {
+			return nil, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
+		}
+		processKeyOnce.Do(func() { processKey, processKeyErr = runner.NewManagerKey() })
+		return processKey, processKeyErr
 	}
 	// Read directly: the manager's cache is not started, and must never
 	// watch Secrets.
@@ -138,10 +153,18 @@ func podProvider(mgr ctrl.Manager, o Options, wake *controller.Wake) (*pod.Provi
 	if err != nil {
 		return nil, err
 	}
-	key, err := pod.LoadChannelKey(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
-	if err != nil {
-		return nil, err
-	}
+	return pod.LoadChannelKey(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
+}
+
+var (
+	processKeyOnce sync.Once
+	processKey     *ecdh.PrivateKey
+	processKeyErr  error
+)
+
+// podProvider makes the Pod sandbox provider with the channel key, and
+// wakes its follower at every change of a tool pod.
+func podProvider(mgr ctrl.Manager, o Options, key *ecdh.PrivateKey, wake *controller.Wake) (*pod.Provider, error) {
 	provider := &pod.Provider{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
 		SubCalls: controller.SubCalls(mgr.GetClient()),

@@ -152,18 +152,34 @@ var _ = Describe("admission", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("decision can be set once"))
 	})
 
-	It("refuses an ApprovalRequest created already decided, whoever creates it", func() {
-		ar := tu.MakeApprovalRequest(ns, "predecided", "predecided", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
+	It("lets only toolgate create an ApprovalRequest: a question planted by a broader role is refused", func() {
 		// carol holds a broader role than the shipped ones: she may create
-		// requests and approve them. Every other rule would let her decide.
+		// requests and approve them.
 		broad := &rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: label + "-broad"},
 			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "create", "approve"}}},
 		}
 		Expect(k8s.Create(ctx, broad)).To(Succeed())
 		bind(ns, "carol", broad.Name)
-		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "carol"}
-		err := as("carol").Create(ctx, ar)
+		planted := tu.MakeApprovalRequest(ns, "planted", "planted", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
+		planted.Spec.ArgumentsPreview = `{"cmd":"ls -l /tmp"}`
+		err := as("carol").Create(ctx, planted)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only toolgate asks"))
+	})
+
+	It("refuses an ApprovalRequest created already decided, whoever creates it", func() {
+		ar := tu.MakeApprovalRequest(ns, "predecided", "predecided", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
+		// dave may even do what toolgate does (the verb manage), and
+		// approve: every other rule would let him decide.
+		broadest := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-broadest"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "create", "approve", "manage"}}},
+		}
+		Expect(k8s.Create(ctx, broadest)).To(Succeed())
+		bind(ns, "dave", broadest.Name)
+		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "dave"}
+		err := as("dave").Create(ctx, ar)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("cannot be created with a decision"))
 	})

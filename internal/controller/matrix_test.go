@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"time"
@@ -188,6 +190,24 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		w := submit(ns, "w", "echo", `{"text":"rm -rf /"}`, 0, 1, 2)
 		forged := tu.MakeApprovalRequest(ns, "w", "w", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
 		forged.Spec.ArgumentsPreview = `{"text":"harmless"}`
+		Expect(controllerutil.SetControllerReference(w, forged, k8s.Scheme())).To(Succeed())
+		Expect(k8s.Create(ctx, forged)).To(Succeed())
+		decide(forged, toolgatev1alpha1.DecisionApprove)
+		submit(ns, "first", "fail", `{}`, 0, 0, 2)
+		c := committedCall(ns, "w")
+		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_unavailable", "Call:Admitted PreExecute:Ask Approval:Unavailable "+settledTail+"Denied")
+		Expect(c.Status.Result.Message).To(ContainSubstring("does not ask this call's question"))
+		Expect(bodyRuns(ns, "runs")).To(Equal(1), "only the first call's body ran")
+	})
+
+	It("ask: a request planted before toolgate asks, with the arguments' digest, a harmless preview and reason and no session, never counts", func() {
+		setup(processProfile(ns, matrixTools()...).PreRule("ask-echo", toolgatev1alpha1.ActionAsk, "", "echo").PreRule("allow-rest", toolgatev1alpha1.ActionAllow, ""))
+		w := submit(ns, "w", "echo", `{"text":"rm -rf /srv/prod"}`, 0, 1, 2)
+		forged := tu.MakeApprovalRequest(ns, "w", "w", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
+		forged.Spec.ArgumentsPreview, forged.Spec.Reason = `{"text":"ls -l /tmp"}`, "routine: a read-only listing"
+		// Anyone can compute a plain hash of the arguments they want run.
+		sum := sha256.Sum256([]byte(`{"text":"rm -rf /srv/prod"}`))
+		forged.Annotations = map[string]string{toolgatev1alpha1.AnnotationArgumentsDigest: "sha256:" + hex.EncodeToString(sum[:])}
 		Expect(controllerutil.SetControllerReference(w, forged, k8s.Scheme())).To(Succeed())
 		Expect(k8s.Create(ctx, forged)).To(Succeed())
 		decide(forged, toolgatev1alpha1.DecisionApprove)

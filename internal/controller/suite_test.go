@@ -123,6 +123,10 @@ func intercepted(funcs interceptor.Funcs) func(*ctrl.Options) {
 // ownManagers is for an Ordered container whose specs start managers of
 // their own: the suite's manager stops first, and a plain one is started
 // again after the container.
+// suiteKey is the manager's key of every manager the specs start: a
+// restarted one reads its predecessor's approval questions.
+var suiteKey = []byte("toolgate controller specs' manager key")
+
 func ownManagers() {
 	stopRunningManager()
 	DeferCleanup(func() {
@@ -137,7 +141,7 @@ func ownManagers() {
 func composeForTests(mgr ctrl.Manager) Config {
 	scope := lifecycle.NewScope()
 	cfg := Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: NewWake(1024), PollInterval: 500 * time.Millisecond}
-	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}))).To(Succeed())
+	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, suiteKey))).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
 	box := process.New(workspaceDir, cfg.Wake.Notify)
 	box.SubCalls, box.RunnerPath = SubCalls(mgr.GetClient()), runnerPath

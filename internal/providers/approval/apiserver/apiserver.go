@@ -6,9 +6,11 @@ package apiserver
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -28,13 +30,17 @@ import (
 type Provider struct {
 	Client client.Client
 	Clock  clock.PassiveClock
+	// Key is the manager's secret (every replica's and every restart's):
+	// the arguments digest and the question's seal are MACs under keys
+	// derived from it, which nobody else can compute.
+	Key []byte
 }
 
 var _ approval.Provider = &Provider{}
 
-// New returns a provider using c.
-func New(c client.Client, clk clock.PassiveClock) *Provider {
-	return &Provider{Client: c, Clock: clk}
+// New returns a provider using c, sealing questions under key.
+func New(c client.Client, clk clock.PassiveClock, key []byte) *Provider {
+	return &Provider{Client: c, Clock: clk, Key: key}
 }
 
 // Name is the deterministic name of the ApprovalRequest for a call: the
@@ -68,7 +74,7 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 		// A same-named request this call does not own is not its question.
 		return pipeline.Unavailable, "an ApprovalRequest of that name belongs to another object"
 	}
-	if !asks(ar, question(subj, q)) {
+	if !p.asks(ar, p.question(subj, q)) {
 		// Someone created this request before toolgate did: what an
 		// approver read there is not this call's question, so no answer to
 		// it counts.
@@ -94,10 +100,10 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	}
 }
 
-// question is the request the provider asks about one call. Its deadline
-// is the one the pipeline enforces, to the microsecond (a whole second
-// would show an approver a deadline up to a second early).
-func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.ApprovalRequest {
+// question is the request the provider asks about one call, sealed. Its
+// deadline is the one the pipeline enforces, to the microsecond (a whole
+// second would show an approver a deadline up to a second early).
+func (p *Provider) question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.ApprovalRequest {
 	reason := q.Reason
 	if q.Message != "" {
 		reason += ": " + q.Message
@@ -106,10 +112,10 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 	if subj.Session != "" {
 		session = &toolgatev1alpha1.LocalObjectReference{Name: subj.Session}
 	}
-	return &toolgatev1alpha1.ApprovalRequest{
+	ar := &toolgatev1alpha1.ApprovalRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: subj.Owner.GetNamespace(), Name: Name(subj.Owner),
-			Annotations: map[string]string{toolgatev1alpha1.AnnotationArgumentsDigest: digest(q.Call.Args)},
+			Annotations: map[string]string{toolgatev1alpha1.AnnotationArgumentsDigest: p.digest(q.Call.Args)},
 		},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
 			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
@@ -121,41 +127,74 @@ func question(subj approval.Subject, q pipeline.Question) *toolgatev1alpha1.Appr
 			Deadline:         metav1.NewMicroTime(q.Deadline),
 		},
 	}
+	ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal] = p.seal(ar)
+	return ar
 }
 
 // asks reports whether a request found in the cluster asks want's
-// question: the same call, session, requester, tool and arguments. The arguments are
-// compared by the digest frozen on the request when it was asked, so a
+// question. Only a request toolgate wrote counts: its seal covers
+// everything an approver reads (call, session, tool, arguments preview,
+// reason, requester, deadline) and the arguments digest, under the
+// manager's key. The arguments are compared by the digest (of the call's
+// arguments now, which cannot change), the rest as the seal froze it: a
 // decision on the question as asked stays valid when the profile's
-// redaction list changes while it is open. A request without a digest (asked
-// before digests were recorded) is compared by its preview.
-func asks(found, want *toolgatev1alpha1.ApprovalRequest) bool {
+// redaction list or message changes while it is open.
+func (p *Provider) asks(found, want *toolgatev1alpha1.ApprovalRequest) bool {
 	f, w := found.Spec, want.Spec
-	if f.ToolCallRef != w.ToolCallRef || f.Requester != w.Requester || f.Tool != w.Tool {
+	if f.ToolCallRef != w.ToolCallRef || f.Requester != w.Requester || f.Tool != w.Tool ||
+		(f.SessionRef == nil) != (w.SessionRef == nil) || (f.SessionRef != nil && *f.SessionRef != *w.SessionRef) {
 		return false
 	}
-	if f.SessionRef != nil && w.SessionRef != nil && *f.SessionRef != *w.SessionRef {
+	if found.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest] != want.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest] {
 		return false
 	}
-	if d, ok := found.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]; ok {
-		return d == want.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]
+	got, err := hex.DecodeString(found.Annotations[toolgatev1alpha1.AnnotationQuestionSeal])
+	if err != nil {
+		return false
 	}
-	return f.ArgumentsPreview == w.ArgumentsPreview
+	seal, _ := hex.DecodeString(p.seal(found))
+	return len(p.Key) > 0 && hmac.Equal(got, seal)
 }
 
-// digest is the SHA-256 of the arguments' canonical JSON (of their text
-// when they have no canonical form), as "sha256:<hex>".
-func digest(args pipeline.Arguments) string {
+// mac is HMAC-SHA256 under the key derived from the manager's for label.
+func (p *Provider) mac(label string, parts ...string) []byte {
+	key := sha256.Sum256(append([]byte(label+"\x00"), p.Key...))
+	m := hmac.New(sha256.New, key[:])
+	for _, part := range parts {
+		// Length-prefixed, so that no two questions share a text.
+		fmt.Fprintf(m, "%d:%s", len(part), part)
+	}
+	return m.Sum(nil)
+}
+
+// digest is a MAC of the arguments' canonical JSON (of their text when
+// they have no canonical form), as "hmac-sha256:<hex>": it tells whether
+// two questions are about the same arguments, and nothing about the
+// arguments to whoever reads it (a redacted value cannot be guessed from
+// it).
+func (p *Provider) digest(args pipeline.Arguments) string {
 	text, err := pipeline.CanonicalJSON(args.Value())
 	if err != nil {
 		text = args.JSON()
 	}
-	sum := sha256.Sum256([]byte(text))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return "hmac-sha256:" + hex.EncodeToString(p.mac("toolgate.dev/arguments", text))
+}
+
+// seal is the MAC of what an approver reads on ar, and its arguments
+// digest.
+func (p *Provider) seal(ar *toolgatev1alpha1.ApprovalRequest) string {
+	s := ar.Spec
+	session := ""
+	if s.SessionRef != nil {
+		session = "session:" + s.SessionRef.Name
+	}
+	return hex.EncodeToString(p.mac("toolgate.dev/question", ar.Namespace, ar.Name, s.ToolCallRef.Name, session, s.Tool,
+		s.ArgumentsPreview, s.Reason, s.Requester, s.Deadline.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano),
+		ar.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]))
 }
 
 func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline.Question) error {
-	ar := question(subj, q)
+	ar := p.question(subj, q)
 	if err := controllerutil.SetControllerReference(subj.Owner, ar, p.Client.Scheme()); err != nil {
 		return err
 	}

@@ -1,7 +1,10 @@
 package apiserver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,38 +15,75 @@ import (
 	"github.com/toolgate/toolgate/internal/providers/approval"
 )
 
-// TestAsksBindsTheArgumentsDigest: a request asks the call's question when
-// it was asked about the same arguments, whatever the redaction list is
-// now; a request without a digest is compared by its preview.
-func TestAsksBindsTheArgumentsDigest(t *testing.T) {
+// stored is ar as the API server stores it (times to the microsecond).
+func stored(t *testing.T, ar *toolgatev1alpha1.ApprovalRequest) *toolgatev1alpha1.ApprovalRequest {
+	t.Helper()
+	data, err := json.Marshal(ar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &toolgatev1alpha1.ApprovalRequest{}
+	if err := json.Unmarshal(data, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// TestAsksBindsTheWholeQuestion: a request asks the call's question only
+// when toolgate wrote it (its seal, under the manager's key) about the same
+// arguments, whatever the redaction list is now; a request someone else
+// wrote, or changed (preview, reason, deadline, session, digest), or one
+// sealed under another key, is not the question. The digest tells nothing
+// of the arguments to whoever cannot compute it (a redacted value cannot
+// be recovered by hashing guesses).
+func TestAsksBindsTheWholeQuestion(t *testing.T) {
+	p := New(nil, nil, testKey)
 	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
 	ask := func(args string) pipeline.Question {
-		return pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(args), Requester: "agent"}, Reason: "ask-all", Deadline: time.Now()}
+		return pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(args), Requester: "agent"}, Reason: "ask-all",
+			Deadline: time.Date(2026, 12, 2, 3, 0, 0, 123_456_789, time.UTC)}
 	}
-	asked := question(approval.Subject{Owner: call, Redact: []string{"secret"}}, ask(`{"text":"hi","secret":"x"}`))
-	legacy := asked.DeepCopy()
-	legacy.Annotations = nil
-
+	subject := approval.Subject{Owner: call, Session: "s1", Redact: []string{"secret"}}
+	asked := stored(t, p.question(subject, ask(`{"text":"hi","secret":"1234"}`)))
+	changed := func(edit func(*toolgatev1alpha1.ApprovalRequest)) *toolgatev1alpha1.ApprovalRequest {
+		ar := asked.DeepCopy()
+		edit(ar)
+		return ar
+	}
+	other := New(nil, nil, []byte("another key, another manager...")).question(subject, ask(`{"text":"hi","secret":"1234"}`))
 	for _, tt := range []struct {
 		name  string
-		found bool
+		found *toolgatev1alpha1.ApprovalRequest
 		now   approval.Subject
 		args  string
 		want  bool
 	}{
-		{"same arguments, same redaction", true, approval.Subject{Owner: call, Redact: []string{"secret"}}, `{"secret":"x","text":"hi"}`, true},
-		{"same arguments, redaction changed since", true, approval.Subject{Owner: call, Redact: []string{"secret", "text"}}, `{"text":"hi","secret":"x"}`, true},
-		{"other arguments", true, approval.Subject{Owner: call, Redact: []string{"secret"}}, `{"text":"hi","secret":"y"}`, false},
-		{"no digest: same preview", false, approval.Subject{Owner: call, Redact: []string{"secret"}}, `{"text":"hi","secret":"x"}`, true},
-		{"no digest: other preview", false, approval.Subject{Owner: call, Redact: []string{"secret", "text"}}, `{"text":"hi","secret":"x"}`, false},
+		{"same arguments, same redaction", asked, subject, `{"secret":"1234","text":"hi"}`, true},
+		{"same arguments, redaction changed since", asked, approval.Subject{Owner: call, Session: "s1", Redact: []string{"secret", "text"}}, `{"text":"hi","secret":"1234"}`, true},
+		{"other arguments", asked, subject, `{"text":"hi","secret":"9999"}`, false},
+		{"the preview changed", changed(func(ar *toolgatev1alpha1.ApprovalRequest) { ar.Spec.ArgumentsPreview = `{"text":"ls"}` }), subject, `{"text":"hi","secret":"1234"}`, false},
+		{"the reason changed", changed(func(ar *toolgatev1alpha1.ApprovalRequest) { ar.Spec.Reason = "routine" }), subject, `{"text":"hi","secret":"1234"}`, false},
+		{"the deadline changed", changed(func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Deadline = metav1.NewMicroTime(ar.Spec.Deadline.Add(time.Hour))
+		}), subject, `{"text":"hi","secret":"1234"}`, false},
+		{"no session", changed(func(ar *toolgatev1alpha1.ApprovalRequest) { ar.Spec.SessionRef = nil }), subject, `{"text":"hi","secret":"1234"}`, false},
+		{"no seal", changed(func(ar *toolgatev1alpha1.ApprovalRequest) {
+			delete(ar.Annotations, toolgatev1alpha1.AnnotationQuestionSeal)
+		}), subject, `{"text":"hi","secret":"1234"}`, false},
+		{"sealed under another key", stored(t, other), subject, `{"text":"hi","secret":"1234"}`, false},
 	} {
-		found := asked
-		if !tt.found {
-			found = legacy
-		}
-		if got := asks(found, question(tt.now, ask(tt.args))); got != tt.want {
+		if got := p.asks(tt.found, p.question(tt.now, ask(tt.args))); got != tt.want {
 			t.Errorf("%s: asks = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+	// Guessing the redacted value against the digest: every guess's plain
+	// hash differs from it, and so does the digest under another key.
+	d := asked.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]
+	sum := sha256.Sum256([]byte(`{"secret":"1234","text":"hi"}`))
+	if strings.Contains(d, hex.EncodeToString(sum[:])) || d == other.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest] {
+		t.Fatalf("the digest %s is computable without the manager's key", d)
 	}
 }
 
@@ -54,7 +94,7 @@ func TestTheRequestShowsTheDeadlineEnforced(t *testing.T) {
 	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
 	deadline := time.Date(2026, 11, 30, 12, 15, 0, 900_123_000, time.UTC)
 	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{}`), Requester: "agent"}, Reason: "ask-all", Deadline: deadline}
-	data, err := json.Marshal(question(approval.Subject{Owner: call}, q))
+	data, err := json.Marshal(New(nil, nil, testKey).question(approval.Subject{Owner: call}, q))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +113,15 @@ func TestTheRequestShowsTheDeadlineEnforced(t *testing.T) {
 func TestTheRequestNamesTheSession(t *testing.T) {
 	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
 	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{}`), Requester: "agent"}, Reason: "ask-all", Deadline: time.Now()}
-	asked := question(approval.Subject{Owner: call, Session: "s1"}, q)
+	p := New(nil, nil, testKey)
+	asked := stored(t, p.question(approval.Subject{Owner: call, Session: "s1"}, q))
 	if ref := asked.Spec.SessionRef; ref == nil || ref.Name != "s1" {
 		t.Fatalf("sessionRef %+v, want s1", ref)
 	}
-	if asks(asked, question(approval.Subject{Owner: call, Session: "s2"}, q)) {
+	if p.asks(asked, p.question(approval.Subject{Owner: call, Session: "s2"}, q)) {
 		t.Error("a request about session s1 answers a call of session s2")
 	}
-	if !asks(asked, question(approval.Subject{Owner: call, Session: "s1"}, q)) {
+	if !p.asks(asked, p.question(approval.Subject{Owner: call, Session: "s1"}, q)) {
 		t.Error("the same question is not recognized")
 	}
 }
