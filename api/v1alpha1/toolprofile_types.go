@@ -197,7 +197,10 @@ type RenderSpec struct {
 	// +kubebuilder:validation:Enum=JSON;Text;Template
 	Format RenderFormat `json:"format"`
 
-	// template is the text/template used when format is Template.
+	// template is the text/template used when format is Template. Every
+	// profile template runs on a budget: at most 100,000 range iterations
+	// and 2 MiB of output per execution, and it may not define or call
+	// templates.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=8192

@@ -1,7 +1,6 @@
 package profile
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -220,12 +219,12 @@ func finalizer(t *toolgatev1alpha1.ToolDefinition) (func(string, pipeline.Result
 	limit := int(spec.MaxBytes)
 	return func(content string, res pipeline.ResultView) string {
 		if tpl != nil {
-			var b bytes.Buffer
 			data := map[string]any{"Content": content, "Outcome": string(res.Outcome()), "Code": string(res.Code()), "Message": res.Message()}
-			if err := tpl.Execute(&b, data); err != nil {
+			out, err := runTemplate(tpl, data)
+			if err != nil {
 				panic(err)
 			}
-			content = b.String()
+			content = out
 		}
 		if limit > 0 {
 			content = textutil.TruncateMarked(content, limit, "…[truncated]")
@@ -234,16 +233,8 @@ func finalizer(t *toolgatev1alpha1.ToolDefinition) (func(string, pipeline.Result
 	}, nil
 }
 
-func parseTemplate(name, text string) (*template.Template, error) {
-	return template.New(name).Option("missingkey=error").Parse(text)
-}
-
 func execTemplate(tpl *template.Template, a pipeline.Arguments, v any) (string, error) {
-	var b bytes.Buffer
-	if err := tpl.Execute(&b, map[string]any{"Args": a.Value(), "Value": v}); err != nil {
-		return "", err
-	}
-	return b.String(), nil
+	return runTemplate(tpl, map[string]any{"Args": a.Value(), "Value": v})
 }
 
 // appliesTo reports whether a rule's tool list covers tool.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
@@ -301,6 +302,70 @@ func TestReplaceValueKeepsNumbersExact(t *testing.T) {
 		}
 		if tt.code != "" && !strings.Contains(res.Message, "exactly") {
 			t.Errorf("%s: the failure does not say why: %q", tt.out, res.Message)
+		}
+	}
+}
+
+// TestTemplatesRunOnABudget: a profile author's template runs inside the
+// manager on every call, so it runs on a budget like CEL: a range that
+// would loop millions of times (with output or without, nested over the
+// model's arguments) and output past the bound fail the render
+// (render_failed) at once; a template that defines or calls templates is
+// refused when the profile compiles. Ranges keep their meaning.
+func TestTemplatesRunOnABudget(t *testing.T) {
+	render := func(tpl, args string) (pipeline.Result, error) {
+		t.Helper()
+		w := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Tools(
+			tu.MakeTool("t").Parameters(`{"type":"object"}`).Obj())
+		w.Spec.Tools[0].Output = toolgatev1alpha1.OutputDeclaration{
+			Schema: tu.JSON(`{"type":"object"}`),
+			Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderTemplate, Template: tpl},
+		}
+		c, err := Compile(w.Obj())
+		if err != nil {
+			return pipeline.Result{}, err
+		}
+		defer c.Dispose()
+		value := runnerFunc(func(pipeline.Arguments) (string, error) {
+			return `{"l":[3,1,2],"m":{"b":2,"a":1,"10":0},"none":[]}`, nil
+		})
+		return pipeline.New(c.Registry, pipeline.Options{Default: c.Default, Runner: value}).Run(context.Background(),
+			pipeline.Request{CallID: "c", Tool: "t", Arguments: args}), nil
+	}
+	list := "[" + strings.Repeat("0,", 999) + "0]"
+	for _, bomb := range []struct{ name, tpl, args string }{
+		{"twenty million iterations with output", `{{range 20000000}}x{{end}}`, `{}`},
+		{"two hundred thousand without output", `{{range 200000}}{{end}}`, `{}`},
+		{"nested over the arguments", `{{range .Args.l}}{{range $.Args.l}}{{end}}{{end}}`, `{"l":` + list + `}`},
+		{"output past the bound", `{{range 5000}}{{printf "%0900d" 1}}{{end}}`, `{}`},
+	} {
+		start := time.Now()
+		res, err := render(bomb.tpl, bomb.args)
+		if err != nil {
+			t.Fatalf("%s: %v", bomb.name, err)
+		}
+		if res.Code != pipeline.CodeRenderFailed || !strings.Contains(res.Message, "the template") {
+			t.Errorf("%s: %s %q after %s, want render_failed on the budget", bomb.name, res.Code, res.Message, time.Since(start))
+		}
+	}
+	for _, recursive := range []string{`{{define "a"}}{{template "a" .}}{{end}}x`, `{{template "x"}}`, `{{block "b" .}}{{end}}`} {
+		if _, err := render(recursive, `{}`); err == nil || !strings.Contains(err.Error(), "template") {
+			t.Errorf("%s: compiled (%v)", recursive, err)
+		}
+	}
+	for tpl, want := range map[string]string{
+		`{{range .Value.l}}{{.}}{{end}}`:                                        "312",
+		`{{range $i, $e := .Value.l}}{{$i}}:{{$e}} {{end}}`:                     "0:3 1:1 2:2 ",
+		`{{range .Value.m}}{{.}}{{end}}`:                                        "012",
+		`{{range $k, $v := .Value.m}}{{$k}}={{$v}} {{end}}`:                     "10=0 a=1 b=2 ",
+		`{{range 3}}{{.}}{{end}}`:                                               "012",
+		`{{range .Value.none}}x{{else}}empty{{end}}`:                            "empty",
+		`{{range .Value.l}}{{if eq (print .) "1"}}{{break}}{{end}}{{.}}{{end}}`: "3",
+		`{{with .Value.l}}{{range .}}{{.}}{{end}}{{end}}`:                       "312",
+	} {
+		res, err := render(tpl, `{}`)
+		if err != nil || res.Content != want {
+			t.Errorf("%s: %q %s %q (%v), want %q", tpl, res.Content, res.Code, res.Message, err, want)
 		}
 	}
 }
