@@ -627,3 +627,25 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	}
 	return file
 }
+
+// TestNoRoleAggregatesIntoTheBuiltInRoles: a call's arguments and results
+// may hold what only its agent and approvers should read, so no role
+// toolgate ships aggregates into view, edit or admin (whoever may view a
+// namespace would read every call of it); the shipped roles grant their
+// access only where they are bound (docs/security.md).
+func TestNoRoleAggregatesIntoTheBuiltInRoles(t *testing.T) {
+	for name, objs := range map[string][]*unstructured.Unstructured{
+		"config/default": kustomize(t, "default"), "config/namespaced": kustomize(t, "namespaced"), "the chart": helmTemplate(t),
+	} {
+		for _, o := range objs {
+			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+				continue
+			}
+			for label := range o.GetLabels() {
+				if strings.HasPrefix(label, "rbac.authorization.k8s.io/aggregate-to-") {
+					t.Errorf("%s: %s %s carries %s", name, o.GetKind(), o.GetName(), label)
+				}
+			}
+		}
+	}
+}

@@ -20,7 +20,7 @@
 //   - CustomResourceDefinitions, ValidatingAdmissionPolicies and their
 //     bindings: the whole spec;
 //   - ClusterRoles and Roles: rules, aggregationRule and the labels outside
-//     the app.kubernetes.io/ and helm.sh/ prefixes (aggregate-to-view);
+//     the app.kubernetes.io/ and helm.sh/ prefixes;
 //   - RoleBindings and ClusterRoleBindings: roleRef and subjects;
 //   - ServiceAccounts: automountServiceAccountToken;
 //   - Services: ports;
