@@ -167,7 +167,27 @@ type OutputDeclaration struct {
 	// code and value never change).
 	// +optional
 	FinalizeContent *FinalizeContentSpec `json:"finalizeContent,omitempty"`
+
+	// failureDetail is what the message of a body that exited non-zero
+	// tells besides its exit code: Withheld (the default: the size of its
+	// stderr only, since no post-execute rule passes a failure, and a
+	// tool's output reaches the model only through its result) or
+	// StderrTail (the last 512 bytes of its stderr, for a tool whose
+	// stderr is safe to show).
+	// +optional
+	// +kubebuilder:default=Withheld
+	FailureDetail FailureDetail `json:"failureDetail,omitempty"`
 }
+
+// FailureDetail is what a failed body's message carries of its stderr.
+// +kubebuilder:validation:Enum=Withheld;StderrTail
+type FailureDetail string
+
+// Failure details.
+const (
+	FailureDetailWithheld   FailureDetail = "Withheld"
+	FailureDetailStderrTail FailureDetail = "StderrTail"
+)
 
 // FinalizeContentSpec is the last, content-only word on a result: a
 // template, then a byte cap.

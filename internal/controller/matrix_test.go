@@ -362,9 +362,23 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		c := committedCall(ns, "c1")
 		expectResult(c, toolgatev1alpha1.OutcomeFailed, "tool_error",
 			"Call:Admitted PreExecute:Allow Guard:Abstain Dispatch:Dispatched Execute:Error "+settledTail+"Failed")
-		Expect(c.Status.Result.Message).To(Equal("exit code 3: broken"))
+		Expect(c.Status.Result.Message).To(Equal("exit code 3 (7 bytes of stderr withheld: the tool's output.failureDetail is Withheld)"))
 		Expect(c.Status.Result.Value).To(BeEmpty())
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
+	})
+
+	It("body failure: its stderr, which no post-execute rule passed, reaches the agent only where the tool declares it safe", func() {
+		leaky := shTool("leaky", "echo 'oops ghp_0123456789abcdef' >&2; exit 3")
+		shown := shTool("shown", "echo 'usage: shown FILE' >&2; exit 2")
+		shown.Output.FailureDetail = toolgatev1alpha1.FailureDetailStderrTail
+		setup(processProfile(ns, leaky.Obj(), shown.Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "leaky", `{}`, 0, 0)
+		submit(ns, "c2", "shown", `{}`, 1, 0)
+		c := committedCall(ns, "c1")
+		Expect(c.Status.Result.ErrorCode).To(Equal("tool_error"))
+		Expect(c.Status.Result.Message + c.Status.Result.Content).NotTo(ContainSubstring("ghp_"))
+		Expect(c.Status.Result.Message).To(ContainSubstring("exit code 3"))
+		Expect(committedCall(ns, "c2").Status.Result.Message).To(Equal("exit code 2: usage: shown FILE"))
 	})
 
 	It("post block: a valueless failure", func() {

@@ -78,7 +78,7 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 	case err != nil:
 		return "", err
 	case res.ExitCode != 0:
-		return "", pipeline.Fail(pipeline.CodeToolError, fmt.Sprintf("exit code %d: %s", res.ExitCode, textutil.Tail(res.Stderr, 512)))
+		return "", pipeline.Fail(pipeline.CodeToolError, exitMessage(tool, res))
 	}
 	exec.Truncated = res.Truncated
 	// A tool's deferred contexts precede decision contexts, and reach the
@@ -87,4 +87,18 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 		exec.DeferContext(pipeline.Context{Message: m})
 	}
 	return res.Stdout, nil
+}
+
+// exitMessage is the message of a body that exited non-zero. Its stderr is
+// the tool's output, which no post-execute rule passes on a failure: only
+// its size is told, unless the tool declares its stderr safe to show
+// (output.failureDetail StderrTail).
+func exitMessage(tool *toolgatev1alpha1.ToolDefinition, res sandbox.Result) string {
+	switch {
+	case tool.Output.FailureDetail == toolgatev1alpha1.FailureDetailStderrTail:
+		return fmt.Sprintf("exit code %d: %s", res.ExitCode, textutil.Tail(res.Stderr, 512))
+	case res.Stderr == "":
+		return fmt.Sprintf("exit code %d", res.ExitCode)
+	}
+	return fmt.Sprintf("exit code %d (%d bytes of stderr withheld: the tool's output.failureDetail is Withheld)", res.ExitCode, len(res.Stderr))
 }

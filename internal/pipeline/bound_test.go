@@ -202,3 +202,29 @@ func TestValuesAreWhatTheyClaim(t *testing.T) {
 		})
 	}
 }
+
+// TestSchemaErrorsNameThePathNeverTheValue: a value that fails its output
+// schema was passed by no post-execute rule, so the failure's message and
+// content name where and which keyword failed, never the value (a pattern,
+// const or enum error would quote it).
+func TestSchemaErrorsNameThePathNeverTheValue(t *testing.T) {
+	for _, schema := range []string{
+		`{"type":"object","properties":{"token":{"type":"string","pattern":"^[a-z]+$"}}}`,
+		`{"type":"object","properties":{"token":{"const":"x"}}}`,
+		`{"type":"object","properties":{"token":{"enum":["a","b"]}}}`,
+		`{"type":"object","properties":{"token":{"type":"string","maxLength":3}}}`,
+	} {
+		h := newHarness(t)
+		h.allowAll()
+		must(t, h.reg.Register(h.scope, Definition{
+			Name: "body", Parameters: `{"type":"object"}`, Output: Output{Schema: schema},
+			Execute: func(context.Context, Arguments, *Exec) (any, error) {
+				return map[string]any{"token": "TOPSECRET-SCHEMA-1"}, nil
+			},
+		}))
+		res := h.pipeline(Options{}).Run(context.Background(), req("body", `{}`))
+		if res.Code != CodeOutputInvalid || strings.Contains(res.Message+res.Content, "TOPSECRET") || !strings.Contains(res.Message, "/token") {
+			t.Errorf("%s: %s %q", schema, res.Code, res.Message)
+		}
+	}
+}

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // refusingLoader resolves no URL: schemas are self-contained, so neither the
@@ -19,10 +17,7 @@ func (refusingLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("external $ref %q is not resolved", url)
 }
 
-var (
-	schemaSeq      atomic.Uint64
-	englishPrinter = message.NewPrinter(language.English)
-)
+var schemaSeq atomic.Uint64
 
 // CompileSchema compiles a JSON Schema (2020-12 unless it says otherwise).
 func CompileSchema(text string) (*jsonschema.Schema, error) {
@@ -40,18 +35,19 @@ func CompileSchema(text string) (*jsonschema.Schema, error) {
 	return c.Compile(url)
 }
 
-// schemaMessage is a bounded, single-line description of a validation error
-// (it names the failing location and keyword, never the whole document).
+// schemaMessage is a bounded, single-line description of a validation
+// error: the failing location and the keyword that failed, never a value
+// (a pattern, const or enum error quotes the offending value, which may be
+// what a post-execute rule would have withheld).
 func schemaMessage(err error) string {
 	var verr *jsonschema.ValidationError
-	msg := err.Error()
-	if errors.As(err, &verr) {
-		leaf := verr
-		for len(leaf.Causes) > 0 {
-			leaf = leaf.Causes[0]
-		}
-		loc := "/" + strings.Join(leaf.InstanceLocation, "/")
-		msg = fmt.Sprintf("at %s: %s", loc, leaf.ErrorKind.LocalizedString(englishPrinter))
+	if !errors.As(err, &verr) {
+		return "(the schema could not be applied)"
 	}
-	return bounded(msg)
+	leaf := verr
+	for len(leaf.Causes) > 0 {
+		leaf = leaf.Causes[0]
+	}
+	loc := "/" + strings.Join(leaf.InstanceLocation, "/")
+	return bounded(fmt.Sprintf("at %s: fails %s", loc, strings.Join(leaf.ErrorKind.KeywordPath(), "/")))
 }
