@@ -242,6 +242,10 @@ const (
 	// nothing waits for a first consumer); the message says which. Calls
 	// that have not started settle with workspace_unavailable.
 	AgentSessionReasonWorkspaceUnavailable = "WorkspaceUnavailable"
+	// AgentSessionReasonWorkspaceRefused: the session's claim template asks
+	// for a storage class or a size its profile's sandbox.workspace does
+	// not allow; no claim is created and no call starts.
+	AgentSessionReasonWorkspaceRefused = "WorkspaceRefused"
 )
 
 // ConditionSandboxIsolated says whether anything in the session's

@@ -517,6 +517,28 @@ type SandboxPolicy struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// workspace bounds the claims toolgate creates for the sessions of this
+	// profile from their volumeClaimTemplate; unset, any class and size
+	// their creator may request.
+	// +optional
+	Workspace *WorkspaceBounds `json:"workspace,omitempty"`
+}
+
+// WorkspaceBounds bounds a session's workspace claim template.
+type WorkspaceBounds struct {
+	// storageClassNames are the classes a template may name; unset, any.
+	// A template that names none uses the cluster's default class, which
+	// is allowed only when "" is listed.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	StorageClassNames []string `json:"storageClassNames,omitempty"`
+
+	// maxSize is the largest claim a template may request.
+	// +optional
+	MaxSize *resource.Quantity `json:"maxSize,omitempty"`
 }
 
 // SandboxMode is the workspace access a call gets.

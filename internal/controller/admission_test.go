@@ -10,9 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -333,6 +335,27 @@ var _ = Describe("admission", Ordered, func() {
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("mounting PersistentVolumeClaim someone-elses-workspace needs the verb use"))
 		Expect(as("dora").Create(ctx, mine("s4", "powerful", ""))).NotTo(Succeed())
+
+		// A claim toolgate would create from a template is dora's to make:
+		// 500Ti of the most expensive class is refused to whoever may not
+		// create claims (toolgate is no deputy), and admitted once she may.
+		big := mine("s5", "plain", "")
+		big.Spec.Workspace = &toolgatev1alpha1.WorkspaceSpec{VolumeClaimTemplate: &toolgatev1alpha1.WorkspaceClaimTemplate{
+			StorageClassName: ptr.To("premium-ultra-ssd"), Size: resource.MustParse("500Ti")}}
+		err = as("dora").Create(ctx, big)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("needs its creator to be allowed to create persistentvolumeclaims"))
+		claims := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dora-claims"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"create"}}},
+		}
+		Expect(k8s.Create(ctx, claims)).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dora-claims"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dora-claims"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "dora"}},
+		})).To(Succeed())
+		Eventually(func() error { return as("dora").Create(ctx, big.DeepCopy()) }, 30*time.Second).Should(Succeed())
 	})
 
 	It("refuses a ToolCall that claims another requester, and admits an honest one", func() {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -88,11 +89,11 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			retErr = client.IgnoreNotFound(err)
 		}
 	}()
-	conflict, err := r.reconcileWorkspace(ctx, s)
+	ready, profile := r.profileCondition(ctx, s)
+	conflict, err := r.reconcileWorkspace(ctx, s, profile)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ready, profile := r.profileCondition(ctx, s)
 	problem, recheck, err := r.workspaceProblem(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -106,9 +107,9 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	sp := planSession(s, calls, nil)
 	logged := sp.logged
-	if conflict != "" {
+	if conflict.reason != "" {
 		// No call starts without the workspace it was promised.
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceConflict, conflict
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, conflict.reason, conflict.message
 	} else if logged, err = r.schedule(ctx, sp); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -255,21 +256,29 @@ func (r *AgentSessionReconciler) isolationCondition(ctx context.Context, s *tool
 // template, owned by the session, and records the claim to mount.
 // A claim the session did not create is never adopted (it could be another
 // session's workspace, whose name is predictable): it is a conflict, and
-// deleting the session leaves it alone.
-func (r *AgentSessionReconciler) reconcileWorkspace(ctx context.Context, s *toolgatev1alpha1.AgentSession) (conflict string, err error) {
+// deleting the session leaves it alone. A claim is created only within the
+// bounds of the session's profile (sandbox.workspace), and only once the
+// profile exists.
+func (r *AgentSessionReconciler) reconcileWorkspace(ctx context.Context, s *toolgatev1alpha1.AgentSession, profile *toolgatev1alpha1.ToolProfile) (conflict workspaceConflict, err error) {
 	ws := s.Spec.Workspace
 	switch {
 	case ws == nil:
 		s.Status.WorkspaceClaimName = ""
-		return "", nil
+		return conflict, nil
 	case ws.ExistingClaim != "":
 		s.Status.WorkspaceClaimName = ws.ExistingClaim
-		return "", nil
+		return conflict, nil
 	}
 	key := client.ObjectKey{Namespace: s.Namespace, Name: workspaceClaimName(s)}
 	pvc := &corev1.PersistentVolumeClaim{}
 	switch err := r.Client.Get(ctx, key, pvc); {
+	case apierrors.IsNotFound(err) && profile == nil:
+		return conflict, nil // the session is not Ready: nothing to mount yet
 	case apierrors.IsNotFound(err):
+		if refused := outOfBounds(ws.VolumeClaimTemplate, profile.Spec.Sandbox.Workspace); refused != "" {
+			s.Status.WorkspaceClaimName = ""
+			return workspaceConflict{toolgatev1alpha1.AgentSessionReasonWorkspaceRefused, refused}, nil
+		}
 		pvc = &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
 			Spec: corev1.PersistentVolumeClaimSpec{
@@ -281,19 +290,46 @@ func (r *AgentSessionReconciler) reconcileWorkspace(ctx context.Context, s *tool
 			},
 		}
 		if err := controllerutil.SetControllerReference(s, pvc, r.Client.Scheme()); err != nil {
-			return "", err
+			return conflict, err
 		}
 		if err := r.Client.Create(ctx, pvc); err != nil {
-			return "", fmt.Errorf("creating the workspace claim: %w", err)
+			return conflict, fmt.Errorf("creating the workspace claim: %w", err)
 		}
 	case err != nil:
-		return "", fmt.Errorf("reading the workspace claim: %w", err)
+		return conflict, fmt.Errorf("reading the workspace claim: %w", err)
 	case !metav1.IsControlledBy(pvc, s):
 		s.Status.WorkspaceClaimName = ""
-		return "PersistentVolumeClaim " + key.Name + " exists and was not created by this session; toolgate does not adopt it (delete it, or name another session)", nil
+		return workspaceConflict{toolgatev1alpha1.AgentSessionReasonWorkspaceConflict,
+			"PersistentVolumeClaim " + key.Name + " exists and was not created by this session; toolgate does not adopt it (delete it, or name another session)"}, nil
 	}
 	s.Status.WorkspaceClaimName = pvc.Name
-	return "", nil
+	return conflict, nil
+}
+
+// workspaceConflict is why the session's workspace cannot be what it
+// asks for: a Ready reason and its message; empty when there is none.
+type workspaceConflict struct{ reason, message string }
+
+// outOfBounds says why a claim template exceeds its profile's bounds, or
+// "" when it does not.
+func outOfBounds(t *toolgatev1alpha1.WorkspaceClaimTemplate, b *toolgatev1alpha1.WorkspaceBounds) string {
+	if b == nil {
+		return ""
+	}
+	class := ""
+	if t.StorageClassName != nil {
+		class = *t.StorageClassName
+	}
+	if len(b.StorageClassNames) > 0 && !slices.Contains(b.StorageClassNames, class) {
+		if class == "" {
+			return "the workspace claim template names no storage class (the cluster's default), which the profile's sandbox.workspace.storageClassNames does not list"
+		}
+		return "the workspace claim template's storage class " + class + " is not one the profile's sandbox.workspace.storageClassNames allows"
+	}
+	if b.MaxSize != nil && t.Size.Cmp(*b.MaxSize) > 0 {
+		return "the workspace claim template asks for " + t.Size.String() + ", more than the profile's sandbox.workspace.maxSize " + b.MaxSize.String()
+	}
+	return ""
 }
 
 // workspaceClaimName is the deterministic name of a session's claim.

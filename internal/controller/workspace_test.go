@@ -7,8 +7,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,5 +76,36 @@ var _ = Describe("a workspace that cannot be mounted", func() {
 			Expect(c.Status.Schedule.CommitSequence).To(HaveValue(BeEquivalentTo(i)), "model order")
 		}
 		Expect(logIndex(ns, "start A")).To(Equal(-1), "no body ran")
+	})
+})
+
+var _ = Describe("a workspace claim template beyond its profile's bounds", func() {
+	It("creates no claim and keeps the session not Ready, naming the bound", func() {
+		ns := newNamespace()
+		p := processProfile(ns, loggingTool("fast", "0", true)).Obj()
+		p.Spec.Sandbox.Workspace = &toolgatev1alpha1.WorkspaceBounds{StorageClassNames: []string{"standard"}, MaxSize: ptr.To(resource.MustParse("10Gi"))}
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		for name, tmpl := range map[string]toolgatev1alpha1.WorkspaceClaimTemplate{
+			"premium": {StorageClassName: ptr.To("premium-ultra-ssd"), Size: resource.MustParse("1Gi")},
+			"huge":    {StorageClassName: ptr.To("standard"), Size: resource.MustParse("500Ti")},
+			"default": {Size: resource.MustParse("1Gi")},
+		} {
+			s := tu.MakeAgentSession(ns, name, "p").Obj()
+			s.Spec.Workspace = &toolgatev1alpha1.WorkspaceSpec{VolumeClaimTemplate: &tmpl}
+			Expect(k8s.Create(ctx, s)).To(Succeed())
+			sessionReady(s, metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceRefused)
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)).To(Succeed())
+			Expect(meta.FindStatusCondition(s.Status.Conditions, toolgatev1alpha1.ConditionReady).Message).To(ContainSubstring("sandbox.workspace"))
+			Consistently(func() bool {
+				return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-workspace"}, &corev1.PersistentVolumeClaim{}))
+			}, time.Second).Should(BeTrue(), "no claim was created for %s", name)
+		}
+		within := tu.MakeAgentSession(ns, "within", "p").Obj()
+		within.Spec.Workspace = &toolgatev1alpha1.WorkspaceSpec{VolumeClaimTemplate: &toolgatev1alpha1.WorkspaceClaimTemplate{
+			StorageClassName: ptr.To("standard"), Size: resource.MustParse("10Gi")}}
+		Expect(k8s.Create(ctx, within)).To(Succeed())
+		Eventually(func() error {
+			return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "within-workspace"}, &corev1.PersistentVolumeClaim{})
+		}, 20*time.Second).Should(Succeed(), "a template within the bounds gets its claim")
 	})
 })
