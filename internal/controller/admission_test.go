@@ -59,10 +59,15 @@ func installAdmission(label string, files ...string) {
 	}
 }
 
-func bind(ns, user, clusterRole string) {
+func bind(ns, user, clusterRole string) { bindKind(ns, user, "ClusterRole", clusterRole) }
+
+// bindRole binds the Role role of ns to user.
+func bindRole(ns, user, role string) { bindKind(ns, user, "Role", role) }
+
+func bindKind(ns, user, kind, role string) {
 	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: user + "-"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 	})).To(Succeed())
 }
@@ -325,11 +330,7 @@ var _ = Describe("admission", Ordered, func() {
 			},
 		}
 		Expect(k8s.Create(ctx, useRole)).To(Succeed())
-		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dora-uses"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dora-uses"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "dora"}},
-		})).To(Succeed())
+		bindRole(ns, "dora", useRole.Name)
 		Eventually(func() error { return as("dora").Create(ctx, mine("s2", "plain", "dora-ws")) }, 30*time.Second).Should(Succeed())
 		err = as("dora").Create(ctx, mine("s3", "plain", "someone-elses-workspace"))
 		Expect(err).To(HaveOccurred())
@@ -350,11 +351,7 @@ var _ = Describe("admission", Ordered, func() {
 			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"create"}}},
 		}
 		Expect(k8s.Create(ctx, claims)).To(Succeed())
-		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dora-claims"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dora-claims"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "dora"}},
-		})).To(Succeed())
+		bindRole(ns, "dora", claims.Name)
 		Eventually(func() error { return as("dora").Create(ctx, big.DeepCopy()) }, 30*time.Second).Should(Succeed())
 	})
 

@@ -184,12 +184,15 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
 	})
 
-	It("ask: a request someone created before toolgate, owned by the call but asking another question, never counts", func() {
+	// plantedRequestNeverCounts: a request for the write "w" (index 1,
+	// which waits for index 0: time to plant one), made by forge before
+	// toolgate asks and approved, is not its question: the write is denied
+	// and its body never runs.
+	plantedRequestNeverCounts := func(args string, forge func(*toolgatev1alpha1.ApprovalRequest)) {
 		setup(processProfile(ns, matrixTools()...).PreRule("ask-echo", toolgatev1alpha1.ActionAsk, "", "echo").PreRule("allow-rest", toolgatev1alpha1.ActionAllow, ""))
-		// Index 1 waits for index 0: time to plant a request for it.
-		w := submit(ns, "w", "echo", `{"text":"rm -rf /"}`, 0, 1, 2)
+		w := submit(ns, "w", "echo", args, 0, 1, 2)
 		forged := tu.MakeApprovalRequest(ns, "w", "w", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
-		forged.Spec.ArgumentsPreview = `{"text":"harmless"}`
+		forge(forged)
 		Expect(controllerutil.SetControllerReference(w, forged, k8s.Scheme())).To(Succeed())
 		Expect(k8s.Create(ctx, forged)).To(Succeed())
 		decide(forged, toolgatev1alpha1.DecisionApprove)
@@ -198,24 +201,19 @@ var _ = Describe("the seed's test matrix through the controllers", func() {
 		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_unavailable", "Call:Admitted PreExecute:Ask Approval:Unavailable "+settledTail+"Denied")
 		Expect(c.Status.Result.Message).To(ContainSubstring("does not ask this call's question"))
 		Expect(bodyRuns(ns, "runs")).To(Equal(1), "only the first call's body ran")
+	}
+
+	It("ask: a request someone created before toolgate, owned by the call but asking another question, never counts", func() {
+		plantedRequestNeverCounts(`{"text":"rm -rf /"}`, func(ar *toolgatev1alpha1.ApprovalRequest) { ar.Spec.ArgumentsPreview = `{"text":"harmless"}` })
 	})
 
 	It("ask: a request planted before toolgate asks, with the arguments' digest, a harmless preview and reason and no session, never counts", func() {
-		setup(processProfile(ns, matrixTools()...).PreRule("ask-echo", toolgatev1alpha1.ActionAsk, "", "echo").PreRule("allow-rest", toolgatev1alpha1.ActionAllow, ""))
-		w := submit(ns, "w", "echo", `{"text":"rm -rf /srv/prod"}`, 0, 1, 2)
-		forged := tu.MakeApprovalRequest(ns, "w", "w", metav1.NewTime(time.Now().Add(time.Hour))).Obj()
-		forged.Spec.ArgumentsPreview, forged.Spec.Reason = `{"text":"ls -l /tmp"}`, "routine: a read-only listing"
-		// Anyone can compute a plain hash of the arguments they want run.
-		sum := sha256.Sum256([]byte(`{"text":"rm -rf /srv/prod"}`))
-		forged.Annotations = map[string]string{toolgatev1alpha1.AnnotationArgumentsDigest: "sha256:" + hex.EncodeToString(sum[:])}
-		Expect(controllerutil.SetControllerReference(w, forged, k8s.Scheme())).To(Succeed())
-		Expect(k8s.Create(ctx, forged)).To(Succeed())
-		decide(forged, toolgatev1alpha1.DecisionApprove)
-		submit(ns, "first", "fail", `{}`, 0, 0, 2)
-		c := committedCall(ns, "w")
-		expectResult(c, toolgatev1alpha1.OutcomeDenied, "approval_unavailable", "Call:Admitted PreExecute:Ask Approval:Unavailable "+settledTail+"Denied")
-		Expect(c.Status.Result.Message).To(ContainSubstring("does not ask this call's question"))
-		Expect(bodyRuns(ns, "runs")).To(Equal(1), "only the first call's body ran")
+		plantedRequestNeverCounts(`{"text":"rm -rf /srv/prod"}`, func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.ArgumentsPreview, ar.Spec.Reason = `{"text":"ls -l /tmp"}`, "routine: a read-only listing"
+			// Anyone can compute a plain hash of the arguments they want run.
+			sum := sha256.Sum256([]byte(`{"text":"rm -rf /srv/prod"}`))
+			ar.Annotations = map[string]string{toolgatev1alpha1.AnnotationArgumentsDigest: "sha256:" + hex.EncodeToString(sum[:])}
+		})
 	})
 
 	It("ask + deny: no body runs", func() {
