@@ -30,10 +30,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
 	"github.com/toolgate/toolgate/internal/runner"
 )
 
@@ -223,6 +225,50 @@ spec:
       securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
 `, ns.Name, toolgatev1alpha1.LabelSandbox, toolgatev1alpha1.LabelWarm, toolgatev1alpha1.LabelSession, ns.Session, ns.Session, uid), "apply", "-f", "-")
 		Expect(err).To(MatchError(ContainSubstring("only toolgate may create a pod owned by a ToolCall or an AgentSession")))
+	})
+
+	// The exploit of a forged adoption, on a cluster whose garbage
+	// collector and kubelet are real: a pod made under a pending call's
+	// deterministic name, owned by the call (the exact reference toolgate
+	// writes, so the garbage collector keeps it), running a real runner
+	// with the manager's public key (copied from a real tool pod), would
+	// have been handed the call's arguments. It is made by the admin here
+	// (who holds every verb: an install without the admission policies);
+	// toolgate never hands it anything, because it did not seal it.
+	It("never hands a call to a pod it did not create, even one running a real runner under the call's name", func() {
+		ns := newAgentNamespace("forged")
+		template := ns.WarmToolsPod()
+		ns.Submit(call{"victim", "echo_args", `{"approve":"yes","token":"victim-secret-42"}`})
+		victim := &toolgatev1alpha1.ToolCall{}
+		Eventually(func() error { return ns.Admin.Get(ctx, client.ObjectKey{Name: "victim"}, victim) }, 30*time.Second).Should(Succeed())
+		Eventually(func() error {
+			return ns.Approver.Get(ctx, client.ObjectKey{Name: "victim"}, &toolgatev1alpha1.ApprovalRequest{})
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed(), "the call waits for its approval: time to plant")
+		planted := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name:            pod.Name(victim.Name, string(victim.UID), 1),
+			Labels:          map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelCallUID: string(victim.UID)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: victim.Name, UID: victim.UID, Controller: ptr.To(true)}},
+		}, Spec: *template.Spec.DeepCopy()}
+		planted.Spec.NodeName = ""
+		Expect(ns.Admin.Create(ctx, planted)).To(Succeed())
+		Eventually(func() string { return ns.Pod(planted.Name).Status.PodIP }, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty())
+
+		_, err := kubectl(userApprover, "", "-n", ns.Name, "patch", "approvalrequest", "victim", "--type=merge",
+			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver"}}}`)
+		Expect(err).NotTo(HaveOccurred())
+		tc := ns.Committed("victim")
+		Expect(tc.Status.Result.ErrorCode).To(Equal("sandbox_unavailable"), tc.Status.Result.Message)
+		Expect(tc.Status.Result.Message).To(ContainSubstring("toolgate did not create"))
+
+		// Its runner was never handed a call: it still greets as idle.
+		forger, err := runner.NewManagerKey()
+		Expect(err).NotTo(HaveOccurred())
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ns.Pod(planted.Name).Status.PodIP, fmt.Sprint(runner.Port)), 10*time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		hello, _, _ := runner.Exchange(conn, forger, runner.Request{Op: runner.OpCollect, Call: "victim"}, nil)
+		_ = conn.Close()
+		Expect(hello).NotTo(BeNil())
+		Expect(hello.State).To(Equal(runner.StateIdle), "the planted runner was handed the call")
 	})
 
 	// A runner greets anyone who connects, but takes a call only from the
