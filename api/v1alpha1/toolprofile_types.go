@@ -397,7 +397,8 @@ type GuardRule struct {
 
 // PostRule is one post-execute rule.
 // +kubebuilder:validation:XValidation:rule="!(has(self.replaceContent) && has(self.replaceValue))",message="replaceContent and replaceValue are mutually exclusive"
-// +kubebuilder:validation:XValidation:rule="self.action == 'Accept' || (!has(self.replaceContent) && !has(self.replaceValue))",message="a Block rule cannot replace content or value"
+// +kubebuilder:validation:XValidation:rule="self.action == 'Accept' || (!has(self.replaceContent) && !has(self.replaceValue) && !has(self.redact))",message="a Block rule cannot replace content or value, or redact"
+// +kubebuilder:validation:XValidation:rule="!has(self.redact) || (!has(self.replaceContent) && !has(self.replaceValue))",message="redact replaces the value; it excludes replaceContent and replaceValue"
 type PostRule struct {
 	// name identifies the rule in traces and results.
 	// +required
@@ -440,6 +441,15 @@ type PostRule struct {
 	// +kubebuilder:validation:MaxLength=4096
 	ReplaceValue string `json:"replaceValue,omitempty"`
 
+	// redact replaces every match of each pattern, in order, in every
+	// string of the value (object keys aside); the new value is validated
+	// against the output schema and rendered again, so the content no
+	// longer holds the matches either.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Redact []RedactPattern `json:"redact,omitempty"`
+
 	// contexts are messages delivered to the model after the turn commits.
 	// +optional
 	// +listType=atomic
@@ -451,6 +461,21 @@ type PostRule struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+}
+
+// RedactPattern is one pattern a post-execute rule redacts.
+type RedactPattern struct {
+	// pattern is an RE2 regular expression.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Pattern string `json:"pattern"`
+
+	// replacement replaces each match; $1 or ${name} insert a group.
+	// +optional
+	// +kubebuilder:default="[redacted]"
+	// +kubebuilder:validation:MaxLength=256
+	Replacement *string `json:"replacement,omitempty"`
 }
 
 // PostAction is a post-execute decision.

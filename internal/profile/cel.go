@@ -29,8 +29,12 @@ func celEnv() (*cel.Env, error) {
 		cel.Variable("call", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("args", cel.DynType),
 		cel.Variable("result", cel.MapType(cel.StringType, cel.DynType)),
-		// The string helpers Kubernetes CEL offers (lowerAscii, split, ...).
+		// The string helpers Kubernetes CEL offers (lowerAscii, split, ...),
+		// and regular expressions (regex.replace, regex.extract: RE2, so
+		// linear in the input, and within the cost limit).
 		ext.Strings(),
+		cel.OptionalTypes(),
+		ext.Regex(),
 	)
 }
 

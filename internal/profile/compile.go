@@ -315,6 +315,10 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 			return fail(toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "postExecute rule %s: replaceContent: %v", r.Name, oneLine(err))
 		}
 	}
+	redact, err := compileRedact(r.Redact)
+	if err != nil {
+		return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "postExecute rule %s: redact: %v", r.Name, oneLine(err))
+	}
 	return c.Registry.OnPostExecute(c.scope, r.Name, i, func(call pipeline.Call, in pipeline.PostInput) pipeline.PostDecision {
 		if !appliesTo(r.Tools, call.Tool) {
 			return pipeline.PostDecision{}
@@ -345,6 +349,11 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 				return pipeline.PostDecision{Err: err}
 			}
 			d.ReplaceValue = v
+		}
+		if redact != nil {
+			if v, changed := redact.value(result.Value()); changed {
+				d.ReplaceValue = v
+			}
 		}
 		return d
 	})

@@ -52,7 +52,7 @@ func TestCompileSampleProfile(t *testing.T) {
 		t.Fatalf("tools %d default %s", len(c.Tools), c.Default.Action)
 	}
 	tools, listeners := c.Registry.Counts()
-	if tools != 4 || listeners != 4 { // 2 pre rules, 1 guard, 1 post rule
+	if tools != 4 || listeners != 5 { // 2 pre rules, 1 guard, 2 post rules
 		t.Fatalf("registry has %d tools, %d listeners", tools, listeners)
 	}
 	c.Dispose()
@@ -368,4 +368,66 @@ func TestTemplatesRunOnABudget(t *testing.T) {
 			t.Errorf("%s: %q %s %q (%v), want %q", tpl, res.Content, res.Code, res.Message, err, want)
 		}
 	}
+}
+
+// TestRedactByPattern: the sample profile's redact rule removes its token
+// patterns from every string of a value, at any depth, and the content is
+// rendered again from the redacted value; a CEL replaceValue may use
+// regex.replace; a pattern that is no RE2 expression fails the compile.
+func TestRedactByPattern(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "toolgate_v1alpha1_toolprofile.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := &toolgatev1alpha1.ToolProfile{}
+	if err := yaml.UnmarshalStrict(data, sample); err != nil {
+		t.Fatal(err)
+	}
+	var redact toolgatev1alpha1.PostRule
+	for _, r := range sample.Spec.PostExecute {
+		if len(r.Redact) > 0 {
+			redact = r
+		}
+	}
+	if redact.Name == "" {
+		t.Fatal("the sample has no redact rule")
+	}
+	ghp, sk, akia := "ghp_"+strings.Repeat("a1B2", 9), "sk-proj-"+strings.Repeat("x9", 12), "AKIA"+strings.Repeat("Z7", 8)
+	out := fmt.Sprintf(`{"log":"token %s and %s","nested":[{"k":"%s"},"clean"],"n":1}`, ghp, sk, akia)
+	w := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Tools(tu.MakeTool("t").Parameters(`{"type":"object"}`).Obj())
+	w.Spec.Tools[0].Output = toolgatev1alpha1.OutputDeclaration{Schema: tu.JSON(`{"type":"object"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderJSON}}
+	w.Spec.PostExecute = []toolgatev1alpha1.PostRule{redact}
+	res := runWith(t, w, out)
+	for _, secret := range []string{ghp, sk, akia} {
+		if strings.Contains(res.Value+res.Content, secret) {
+			t.Fatalf("%s reached the model: value %s content %s", secret, res.Value, res.Content)
+		}
+	}
+	if want := `{"log":"token [redacted] and [redacted]","n":1,"nested":[{"k":"[aws key redacted]"},"clean"]}`; res.Value != want || res.Content != want {
+		t.Fatalf("value %s content %s, want %s", res.Value, res.Content, want)
+	}
+
+	w.Spec.PostExecute = []toolgatev1alpha1.PostRule{{Name: "cel", Action: toolgatev1alpha1.PostAccept,
+		ReplaceValue: `{"log": regex.replace(result.value.log, 'gh[pousr]_[A-Za-z0-9]{36,}', '***')}`}}
+	if res := runWith(t, w, out); strings.Contains(res.Value, ghp) || !strings.Contains(res.Value, "token *** and") {
+		t.Fatalf("regex.replace: %s %s %q", res.Code, res.Value, res.Message)
+	}
+
+	w.Spec.PostExecute = []toolgatev1alpha1.PostRule{{Name: "bad", Action: toolgatev1alpha1.PostAccept, Redact: []toolgatev1alpha1.RedactPattern{{Pattern: "(?<=x)y"}}}}
+	if _, err := Compile(w.Obj()); err == nil || !strings.Contains(err.Error(), "postExecute rule bad: redact") {
+		t.Fatalf("an invalid pattern compiled: %v", err)
+	}
+}
+
+// runWith runs one call of the profile's first tool, whose body outputs out.
+func runWith(t *testing.T, w *tu.ToolProfileWrapper, out string) pipeline.Result {
+	t.Helper()
+	c, err := Compile(w.Obj())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Dispose()
+	body := runnerFunc(func(pipeline.Arguments) (string, error) { return out, nil })
+	return pipeline.New(c.Registry, pipeline.Options{Default: c.Default, Runner: body}).Run(context.Background(),
+		pipeline.Request{CallID: "c", Tool: w.Spec.Tools[0].Name, Arguments: `{}`})
 }
