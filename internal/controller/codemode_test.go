@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -8,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
 var _ = Describe("Code Mode", func() {
@@ -83,5 +85,34 @@ var _ = Describe("Code Mode when the parent settles first", func() {
 		Expect(child.Status.Result.Message).To(ContainSubstring("parent call's body ended"))
 		// Its body sleeps 6 s and then writes "finished": stopped, it never does.
 		Consistently(func() int { return bodyRuns(ns, "finished") }, 7*time.Second, 100*time.Millisecond).Should(Equal(0))
+	})
+})
+
+var _ = Describe("Code Mode within the session's bounds", func() {
+	// A body fans out sub-calls at once: they count against the session's
+	// maxParallel like a turn's calls, so with maxParallel 1 they run one
+	// after the other, and all of them still run.
+	It("runs at most maxParallel of one parent's sub-calls at a time", func() {
+		ns := newNamespace()
+		fanout := shTool("fanout", `for i in 1 2 3 4; do "$TOOLGATE_RUNNER" call step "{\"id\":\"S$i\"}" >/dev/null & done; wait; echo fanned`).Obj()
+		fanout.TimeoutSeconds = 60
+		setup(processProfile(ns, append(matrixTools(), fanout, loggingTool("step", "0.3", true))...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
+			func(s *tu.AgentSessionWrapper) { s.MaxParallel(1) })
+		submit(ns, "c1", "fanout", `{}`, 0, 0)
+		c := committedCall(ns, "c1", 60*time.Second)
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Status.Result.Message)
+		lines := strings.Fields(strings.ReplaceAll(workspaceFile(ns, "log"), "\n", " "))
+		Expect(lines).To(HaveLen(16), "every sub-call ran: %v", lines)
+		running, most := 0, 0
+		for i := 0; i < len(lines); i += 2 {
+			switch lines[i] {
+			case "start":
+				running++
+			case "end":
+				running--
+			}
+			most = max(most, running)
+		}
+		Expect(most).To(Equal(1), "sub-calls overlapped: %v", lines)
 	})
 })

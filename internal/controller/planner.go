@@ -164,9 +164,20 @@ func (sp *sessionPlan) work() []callWork {
 				func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = code }}})
 		}
 	}
+	// Within its parent's slot: a nested call starts (and may settle) at
+	// once, at most maxParallel of one parent at a time, so that a body
+	// fanning out sub-calls is bounded like a turn; the others wait for
+	// one to settle.
+	running := map[string]int{}
 	for _, c := range sp.nested {
-		if c.Status.Schedule.ExecutionMode == "" {
-			// Within its parent's slot: it starts and may settle at once.
+		if c.Status.Schedule.ExecutionMode != "" && c.Status.Result == nil {
+			running[c.Spec.ParentRef.Name]++
+		}
+	}
+	for _, c := range sp.nested {
+		parent := c.Spec.ParentRef.Name
+		if c.Status.Schedule.ExecutionMode == "" && running[parent] < nestedBound(sp.session) {
+			running[parent]++
 			work = append(work, callWork{call: c, nested: true, edits: []func(*toolgatev1alpha1.CallSchedule){
 				func(sch *toolgatev1alpha1.CallSchedule) {
 					sch.ExecutionMode, sch.Released = toolgatev1alpha1.ModeParallel, true
@@ -192,6 +203,12 @@ func (sp *sessionPlan) work() []callWork {
 		}
 	}
 	return work
+}
+
+// nestedBound is how many nested calls of one parent run at once: the
+// session's maxParallel (at least one).
+func nestedBound(s *toolgatev1alpha1.AgentSession) int {
+	return int(max(1, s.Spec.MaxParallel))
 }
 
 // nextOf are the calls of a session (in any order) that may move: the
