@@ -14,7 +14,7 @@ import (
 // large: the value is bounded (output_too_large); the content, which is
 // presentation, is cut to what is left, with a marker and the cut flag; a
 // result holds at most MaxContexts contexts of at most MaxContextBytes
-// each.
+// each, as stored.
 const (
 	// MaxValueBytes bounds the value as stored: its canonical JSON text,
 	// escaped in a JSON string.
@@ -93,7 +93,9 @@ func boundContent(value, content string, contexts []Context) (string, bool) {
 	for _, c := range contexts {
 		used += encodedLen(c.Source) + encodedLen(c.Rule) + encodedLen(c.Message)
 	}
-	return cutEncoded(content, max(MaxResultBytes-used, 4096))
+	// Value and contexts take at most MaxValueBytes + MaxContexts *
+	// (MaxContextBytes + their names): there is always room left.
+	return cutEncoded(content, MaxResultBytes-used)
 }
 
 // boundContexts is the contexts a result holds, tool's (in order) before
@@ -114,9 +116,11 @@ func boundContexts(tool, rules []Context) ([]Context, bool) {
 	}
 	out := make([]Context, 0, len(tool)+len(rules))
 	for _, c := range append(append([]Context(nil), tool...), rules...) {
-		if len(c.Message) > MaxContextBytes {
-			c.Message, cut = textutil.TruncateMarked(c.Message, MaxContextBytes, cutMarker), true
-		}
+		// Bounded as stored, and text: an invalid byte becomes U+FFFD.
+		var over bool
+		c.Message, over = cutEncoded(strings.ToValidUTF8(c.Message, "\uFFFD"), MaxContextBytes)
+		c.Source, c.Rule = textutil.Truncate(strings.ToValidUTF8(c.Source, "\uFFFD"), 253), textutil.Truncate(strings.ToValidUTF8(c.Rule, "\uFFFD"), 253)
+		cut = cut || over
 		out = append(out, c)
 	}
 	return out, cut

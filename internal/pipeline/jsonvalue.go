@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,6 +322,12 @@ func (p *parser) number() (any, error) {
 		p.i = start
 		return nil, p.fail(errNegZero)
 	}
+	if _, ok := new(big.Rat).SetString(text); !ok {
+		// A schema's numeric keywords read it as a rational: one whose
+		// exponent is beyond that (1e1000001) is not a number here.
+		p.i = start
+		return nil, p.fail(errors.New("number out of range"))
+	}
 	return json.Number(text), nil
 }
 
@@ -360,7 +368,8 @@ func appendCanonical(b *strings.Builder, v any) error {
 		// Its text is written as is: it must be a number, not any JSON.
 		if n, err := ParseJSON(string(v)); err != nil {
 			return fmt.Errorf("%w: number %q: %w", errInvalidValue, textutil.Truncate(string(v), 64), err)
-		} else if _, ok := n.(json.Number); !ok {
+		} else if n, ok := n.(json.Number); !ok || n != v {
+			// Not a number, or one with space around it.
 			return fmt.Errorf("%w: %q is not a number", errInvalidValue, textutil.Truncate(string(v), 64))
 		}
 		b.WriteString(string(v))
@@ -473,9 +482,54 @@ func toLossless(v any) (any, error) {
 			return nil, err
 		}
 	}
+	if !validText(reflect.ValueOf(v), 0) {
+		// encoding/json would write U+FFFD instead: refuse it.
+		return nil, fmt.Errorf("%w: text holds invalid UTF-8", errInvalidValue)
+	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
 	return ParseJSON(string(data))
+}
+
+// maxTextDepth bounds validText's walk.
+const maxTextDepth = 1000
+
+// validText reports whether every string in v (struct fields, elements,
+// map keys and values) is valid UTF-8; past maxTextDepth (a cycle, say) it
+// leaves the value to encoding/json, which refuses cycles.
+func validText(v reflect.Value, depth int) bool {
+	if depth > maxTextDepth {
+		return true
+	}
+	depth++
+	switch v.Kind() {
+	case reflect.String:
+		return utf8.ValidString(v.String())
+	case reflect.Pointer, reflect.Interface:
+		return v.IsNil() || validText(v.Elem(), depth)
+	case reflect.Slice, reflect.Array:
+		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Uint8 {
+			return true // []byte is written as base64
+		}
+		for i := range v.Len() {
+			if !validText(v.Index(i), depth) {
+				return false
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			if !validText(it.Key(), depth) || !validText(it.Value(), depth) {
+				return false
+			}
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && !validText(v.Field(i), depth) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -127,8 +128,16 @@ const (
 // is replaced by a cancellation (after). A driver persists the state after
 // every Advanced step, before calling Step again: that is what makes each
 // boundary durable before the side effect that follows it.
-func (p *Pipeline) Step(ctx context.Context, st *State) (Progress, time.Duration) {
+func (p *Pipeline) Step(ctx context.Context, st *State) (progress Progress, wait time.Duration) {
 	snap := p.snapshot(st.Request.Tool)
+	defer func() {
+		// Whatever panics inside a stage (a validator, an encoder, a
+		// value's own methods) is a broken invariant, reported as such:
+		// the call still gets its one result.
+		if r := recover(); r != nil {
+			progress, wait = p.recovered(st, r), 0
+		}
+	}()
 	switch st.Next {
 	case StageCall:
 		p.admit(ctx, st, snap)
@@ -160,4 +169,25 @@ func (p *Pipeline) Step(ctx context.Context, st *State) (Progress, time.Duration
 		return Finished, 0
 	}
 	return Advanced, 0
+}
+
+// recovered settles a call whose stage panicked with CodeInternal: before
+// finalize, through finalize like any failure; from finalize on, with the
+// failure as its result.
+func (p *Pipeline) recovered(st *State, r any) Progress {
+	msg := fmt.Sprintf("the %s stage panicked: %s", st.Next, bounded(fmt.Sprint(r)))
+	if st.Next.Before(StageFinalize) {
+		st.record(st.Next, VerdictError, string(CodeInternal), p.opts.Clock.Now())
+		st.Body, st.Decisions = nil, nil
+		st.settle(CodeInternal, msg)
+		return Advanced
+	}
+	req := st.Request
+	f := &Failure{Code: CodeInternal, Message: msg}
+	st.Result = &Result{Token: st.Token, CallID: req.CallID, Tool: req.Tool, Outcome: Failed, Code: f.Code, Message: f.Message, Content: failureContent(f)}
+	if st.Next == StageFinalize {
+		st.record(StageFinalize, VerdictError, string(CodeInternal), p.opts.Clock.Now())
+		st.Next = StageObserve
+	}
+	return Advanced
 }

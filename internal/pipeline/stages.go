@@ -474,6 +474,11 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 			// A block keeps only the blocking policy's contexts.
 			res.Contexts, _ = boundContexts(nil, st.Decisions)
 		}
+	} else if st.Body != nil && snap.tool == nil {
+		// The definition whose finalizer has the last word on this output
+		// is gone: nothing of the output reaches the model.
+		f := &Failure{Code: CodeUnknownTool, Message: fmt.Sprintf("tool %q was removed before its result was finalized", r.Tool)}
+		res.Outcome, res.Code, res.Message, res.Content = OutcomeOf(f.Code), f.Code, f.Message, failureContent(f)
 	} else if st.Body != nil {
 		res.Outcome, res.Value, res.Content, res.Truncated = Succeeded, st.Body.Value, st.Body.Content, st.Body.Truncated
 		// Tool-deferred contexts precede decision contexts; the rules'
@@ -491,9 +496,8 @@ func (p *Pipeline) finalize(st *State, snap snapshot) {
 	}
 	// Bounded before the finalizer, which has the last word: what it
 	// returns is the content, unless it is more than a result holds.
-	if content, cut := boundContent(res.Value, res.Content, res.Contexts); cut {
-		res.Content, res.Truncated = content, true
-	}
+	content, cut := boundContent(res.Value, res.Content, res.Contexts)
+	res.Content, res.Truncated = content, res.Truncated || cut
 	verdict := VerdictOK
 	if snap.tool != nil && snap.tool.def.FinalizeContent != nil {
 		content, ok := safeFinalize(snap.tool.def.FinalizeContent, res)

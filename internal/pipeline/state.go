@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"strings"
 	"time"
 )
 
@@ -176,15 +177,26 @@ func (s *State) FailResult(code Code, message string) {
 	if s.Result == nil {
 		return
 	}
-	f := &Failure{Code: code, Message: message}
+	f := &Failure{Code: code, Message: failureMessage(message)}
 	r := s.Result
-	s.Result = &Result{Token: r.Token, CallID: r.CallID, Tool: r.Tool, Outcome: OutcomeOf(code), Code: code, Message: message, Content: failureContent(f)}
+	s.Result = &Result{Token: r.Token, CallID: r.CallID, Tool: r.Tool, Outcome: OutcomeOf(code), Code: code, Message: f.Message, Content: failureContent(f)}
 }
 
-// settle fails the call with code and skips to finalize.
+// settle fails the call with code and skips to finalize. The message,
+// whoever wrote it (a body's own failure, a rule, an approver), is bounded
+// and valid UTF-8, like every text of a result.
 func (s *State) settle(code Code, message string) {
-	s.Failure = &Failure{Code: code, Message: message}
+	s.Failure = &Failure{Code: code, Message: failureMessage(message)}
 	s.Next = StageFinalize
+}
+
+// MaxMessageBytes bounds a result's message, as stored.
+const MaxMessageBytes = 4096
+
+// failureMessage is message as a result holds it.
+func failureMessage(message string) string {
+	m, _ := cutEncoded(strings.ToValidUTF8(message, "\uFFFD"), MaxMessageBytes)
+	return m
 }
 
 // Mode is a call's execution mode.
