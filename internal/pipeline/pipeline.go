@@ -1,10 +1,10 @@
 package pipeline
 
 import (
-	"fmt"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
+	"fmt"
 	"time"
 )
 
