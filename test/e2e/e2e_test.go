@@ -260,14 +260,18 @@ spec:
 		Expect(tc.Status.Result.ErrorCode).To(Equal("sandbox_unavailable"), tc.Status.Result.Message)
 		Expect(tc.Status.Result.Message).To(ContainSubstring("toolgate did not create"))
 
-		// Its runner was never handed a call: it still greets as idle.
+		// Its runner was never handed a call: it still greets as idle (once
+		// it listens: the call may have settled before the pod ran).
 		forger, err := runner.NewManagerKey()
 		Expect(err).NotTo(HaveOccurred())
-		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ns.Pod(planted.Name).Status.PodIP, fmt.Sprint(runner.Port)), 10*time.Second)
-		Expect(err).NotTo(HaveOccurred())
-		hello, _, _ := runner.Exchange(conn, forger, runner.Request{Op: runner.OpCollect, Call: "victim"}, nil)
-		_ = conn.Close()
-		Expect(hello).NotTo(BeNil())
+		var hello *runner.Hello
+		Eventually(func(g Gomega) {
+			conn, err := net.DialTimeout("tcp", net.JoinHostPort(ns.Pod(planted.Name).Status.PodIP, fmt.Sprint(runner.Port)), 5*time.Second)
+			g.Expect(err).NotTo(HaveOccurred())
+			hello, _, _ = runner.Exchange(conn, forger, runner.Request{Op: runner.OpCollect, Call: "victim"}, nil)
+			_ = conn.Close()
+			g.Expect(hello).NotTo(BeNil())
+		}, 90*time.Second, 500*time.Millisecond).Should(Succeed())
 		Expect(hello.State).To(Equal(runner.StateIdle), "the planted runner was handed the call")
 	})
 
