@@ -313,11 +313,16 @@ func (r *ToolCallReconciler) childrenSettled(ctx context.Context, s *callScope) 
 		return false, fmt.Errorf("listing the session's calls: %w", err)
 	}
 	for _, c := range calls {
-		if c.Spec.ParentRef != nil && c.Spec.ParentRef.Name == s.tc.Name && c.Status.Result == nil {
+		if nestedIn(c, s.tc.Name) && c.Status.Result == nil {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// nestedIn reports whether c is a nested call of the call named parent.
+func nestedIn(c *toolgatev1alpha1.ToolCall, parent string) bool {
+	return c.Spec.ParentRef != nil && c.Spec.ParentRef.Name == parent
 }
 
 // reconcileSettled does what follows a durable result, idempotently, every
@@ -482,7 +487,7 @@ func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *to
 		why = context.Canceled // the caller asked: nothing to add
 	case parent != nil && (parent.Spec.CancelRequested || deleting(parent)):
 		why = errParentCancelled
-	case parent != nil && (parent.Status.Result != nil || pipeline.BodyDone(nextStage(parent))):
+	case parent != nil && pipeline.BodyDone(nextStage(parent)): // a parent with its result too
 		// A sub-call is its parent's owned work: once the parent's body
 		// has ended (whatever the outcome: a timeout, say), nobody waits
 		// for the sub-call's result, and it stops; the parent settles

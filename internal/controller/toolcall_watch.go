@@ -82,7 +82,7 @@ func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.
 		return
 	}
 	for _, c := range calls {
-		if c.Spec.ParentRef != nil && c.Spec.ParentRef.Name == tc.Name && !c.Settled() {
+		if nestedIn(c, tc.Name) && !c.Settled() {
 			r.Wake.Notify(client.ObjectKeyFromObject(c))
 		}
 	}

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"strings"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/internal/textutil"
@@ -88,7 +87,7 @@ func cutEncoded(s string, limit int) (string, bool) {
 // fit MaxResultBytes as stored; it reports whether it cut. Content is text:
 // an invalid byte becomes U+FFFD here, as it would when stored.
 func boundContent(value, content string, contexts []Context) (string, bool) {
-	content = strings.ToValidUTF8(content, "\uFFFD")
+	content = textutil.Text(content)
 	used := encodedLen(value)
 	for _, c := range contexts {
 		used += encodedLen(c.Source) + encodedLen(c.Rule) + encodedLen(c.Message)
@@ -118,8 +117,8 @@ func boundContexts(tool, rules []Context) ([]Context, bool) {
 	for _, c := range append(append([]Context(nil), tool...), rules...) {
 		// Bounded as stored, and text: an invalid byte becomes U+FFFD.
 		var over bool
-		c.Message, over = cutEncoded(strings.ToValidUTF8(c.Message, "\uFFFD"), MaxContextBytes)
-		c.Source, c.Rule = textutil.Truncate(strings.ToValidUTF8(c.Source, "\uFFFD"), 253), textutil.Truncate(strings.ToValidUTF8(c.Rule, "\uFFFD"), 253)
+		c.Message, over = cutEncoded(textutil.Text(c.Message), MaxContextBytes)
+		c.Source, c.Rule = textutil.Truncate(textutil.Text(c.Source), 253), textutil.Truncate(textutil.Text(c.Rule), 253)
 		cut = cut || over
 		out = append(out, c)
 	}

@@ -182,9 +182,7 @@ func (p *Pipeline) recovered(st *State, r any) Progress {
 		st.settle(CodeInternal, msg)
 		return Advanced
 	}
-	req := st.Request
-	f := &Failure{Code: CodeInternal, Message: msg}
-	st.Result = &Result{Token: st.Token, CallID: req.CallID, Tool: req.Tool, Outcome: Failed, Code: f.Code, Message: f.Message, Content: failureContent(f)}
+	st.Result = st.failureResult(CodeInternal, msg)
 	if st.Next == StageFinalize {
 		st.record(StageFinalize, VerdictError, string(CodeInternal), p.opts.Clock.Now())
 		st.Next = StageObserve

@@ -1,8 +1,9 @@
 package pipeline
 
 import (
-	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Stage is a pipeline boundary, in the seed's order.
@@ -177,9 +178,13 @@ func (s *State) FailResult(code Code, message string) {
 	if s.Result == nil {
 		return
 	}
+	s.Result = s.failureResult(code, message)
+}
+
+// failureResult is the call's result as a failure of code.
+func (s *State) failureResult(code Code, message string) *Result {
 	f := &Failure{Code: code, Message: failureMessage(message)}
-	r := s.Result
-	s.Result = &Result{Token: r.Token, CallID: r.CallID, Tool: r.Tool, Outcome: OutcomeOf(code), Code: code, Message: f.Message, Content: failureContent(f)}
+	return &Result{Token: s.Token, CallID: s.Request.CallID, Tool: s.Request.Tool, Outcome: OutcomeOf(code), Code: code, Message: f.Message, Content: failureContent(f)}
 }
 
 // settle fails the call with code and skips to finalize. The message,
@@ -195,7 +200,7 @@ const MaxMessageBytes = 4096
 
 // failureMessage is message as a result holds it.
 func failureMessage(message string) string {
-	m, _ := cutEncoded(strings.ToValidUTF8(message, "\uFFFD"), MaxMessageBytes)
+	m, _ := cutEncoded(textutil.Text(message), MaxMessageBytes)
 	return m
 }
 

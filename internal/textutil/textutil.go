@@ -68,3 +68,7 @@ func LabelValue(s string) string {
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// Text is s with every invalid UTF-8 byte replaced by U+FFFD, as a JSON
+// encoder would write it: text stored in a result says so itself.
+func Text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }

@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"strings"
-
 	"github.com/toolgate/toolgate/internal/codes"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/runner"
@@ -19,7 +17,7 @@ var runnerCodes = map[string]bool{
 
 // maxRunnerMessage bounds a runner's failure message, as a result's
 // message is bounded.
-const maxRunnerMessage = 4096
+const maxRunnerMessage = pipeline.MaxMessageBytes
 
 // Outcome turns a runner frame into the contract's answer: a built-in's
 // stable code or a runner failure becomes a pipeline failure with that code
@@ -31,7 +29,7 @@ func Outcome(h runner.Header, stdout, stderr []byte) (Result, error) {
 		if !runnerCodes[h.Code] {
 			code, msg = pipeline.CodeToolError, "the tool's runner reported a code toolgate does not know: "+msg
 		}
-		return Result{}, pipeline.Fail(code, textutil.Truncate(strings.ToValidUTF8(msg, "\uFFFD"), maxRunnerMessage))
+		return Result{}, pipeline.Fail(code, textutil.Truncate(textutil.Text(msg), maxRunnerMessage))
 	}
 	return Result{Stdout: string(stdout), Stderr: string(stderr), ExitCode: h.ExitCode, Truncated: h.Truncated, Contexts: h.Contexts}, nil
 }
