@@ -141,6 +141,13 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		switch {
 		case !pod.DeletionTimestamp.IsZero():
 			return sandbox.Result{}, sandbox.ErrPending // going (one whose seal failed); then gone
+		case controlledBy(pod, callOwner(job)) && !job.Resumed:
+			// Created for this attempt by a manager that stopped before
+			// sealing it, and no body was handed to it yet: made again.
+			if err := client.IgnoreNotFound(p.Client.Delete(api, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})); err != nil && !apierrors.IsConflict(err) {
+				log.FromContext(ctx).Error(err, "unsealed tool pod not deleted", "pod", pod.Name)
+			}
+			return sandbox.Result{}, sandbox.ErrPending
 		case job.Resumed:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by one toolgate did not create ("+pod.Name+")")
 		}
@@ -320,11 +327,14 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 	if err := p.Client.List(ctx, pods, client.InNamespace(owner.Namespace), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}); err != nil {
 		return false, err
 	}
+	call := metav1.OwnerReference{APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: owner.Name, UID: uid}
 	left := 0
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if !metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: uid}) || !p.sealed(pod) {
-			continue // not the call's work: toolgate never handed it anything
+		// Sealed or not: a pod this process created and has not sealed
+		// yet may be handed the call next (seal.go).
+		if !controlledBy(pod, call) {
+			continue
 		}
 		left++
 		if pod.DeletionTimestamp.IsZero() {

@@ -246,6 +246,35 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("release waits for a pod of the call created and not yet sealed", func(t *testing.T) {
+		// The provider creates a pod and then seals it: a release between
+		// the two (a cancellation as the pod appears) must not report the
+		// call's work gone while that pod exists.
+		p := newProvider()
+		j := job(7, false)
+		pod, err := p.buildPod(j, Name("call-1", string(call.UID), 7))
+		must(t, err)
+		pod.OwnerReferences = []metav1.OwnerReference{callOwner(j)}
+		must(t, c.Create(ctx, pod))
+		gone, err := p.Release(ctx, j.Owner, call.UID)
+		must(t, err)
+		if gone {
+			t.Fatal("release reported the call's pods gone while its unsealed pod exists")
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !gone {
+			if time.Now().After(deadline) {
+				t.Fatal("pods remain")
+			}
+			time.Sleep(50 * time.Millisecond)
+			gone, err = p.Release(ctx, j.Owner, call.UID)
+			must(t, err)
+		}
+		if n := len(pods()); n != 0 {
+			t.Fatalf("%d pods after release", n)
+		}
+	})
+
 	t.Run("discard deletes a settled attempt's pod at once", func(t *testing.T) {
 		p := newProvider()
 		j := job(6, false)

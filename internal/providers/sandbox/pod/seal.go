@@ -46,9 +46,17 @@ func (p *Provider) sealed(pod *corev1.Pod) bool {
 
 // ours reports whether pod is toolgate's and controlled by owner, exactly.
 func (p *Provider) ours(pod *corev1.Pod, owner metav1.OwnerReference) bool {
+	return controlledBy(pod, owner) && p.sealed(pod)
+}
+
+// controlledBy reports whether pod's controller reference is owner's,
+// exactly (group, version, kind, name and UID). Such a pod without its
+// seal is one toolgate created and has not sealed yet, or one whose maker
+// stopped before sealing it (admission lets only the manager write such a
+// reference): never handed anything, and deleted as the call's work.
+func controlledBy(pod *corev1.Pod, owner metav1.OwnerReference) bool {
 	ref := metav1.GetControllerOfNoCopy(pod)
-	return ref != nil && ref.APIVersion == owner.APIVersion && ref.Kind == owner.Kind && ref.Name == owner.Name && ref.UID == owner.UID &&
-		p.sealed(pod)
+	return ref != nil && ref.APIVersion == owner.APIVersion && ref.Kind == owner.Kind && ref.Name == owner.Name && ref.UID == owner.UID
 }
 
 // seal writes the seal of a pod just created (pod is the API server's

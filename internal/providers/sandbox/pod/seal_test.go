@@ -24,7 +24,8 @@ import (
 // or the session's UID (under a bare group, or the exact apiVersion), even
 // the seal copied from the real pod it deleted and made again. None is
 // handed a call, claimed, or deleted by the warm-pod sweep; the attempt
-// fails with a code that says why and runs nothing.
+// fails with a code that says why and runs nothing, except under the
+// exact reference, which only a manager writes: that pod is replaced.
 func TestForgedPodsNeverServe(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
@@ -64,25 +65,51 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		}
 	}
 
-	for i, owner := range []metav1.OwnerReference{
-		{APIVersion: "toolgate.dev", Kind: "ToolCall", Name: call.Name, UID: call.UID, Controller: ptr.To(true)},
-		callOwner(job(2)), // the exact reference, without a seal
-	} {
-		j := job(i + 1)
+	planted := func(j sandbox.Job, owner metav1.OwnerReference) (*corev1.Pod, *kubelet) {
+		t.Helper()
 		pod, err := p.buildPod(j, p.podKey(j).Name)
 		must(t, err)
 		pod.Labels[toolgatev1alpha1.LabelCallUID] = string(call.UID)
 		pod.OwnerReferences = []metav1.OwnerReference{owner}
 		k := plant(pod)
-		failsWith(p, j, pipeline.CodeSandboxUnavailable)
-		if k.runs.Load() != 0 {
-			t.Fatalf("a planted pod owned by %s was handed the call", owner.APIVersion)
+		return pod, k
+	}
+	j := job(1)
+	_, k := planted(j, metav1.OwnerReference{APIVersion: "toolgate.dev", Kind: "ToolCall", Name: call.Name, UID: call.UID, Controller: ptr.To(true)})
+	failsWith(p, j, pipeline.CodeSandboxUnavailable)
+	if k.runs.Load() != 0 {
+		t.Fatal("a planted pod under a bare group was handed the call")
+	}
+
+	// The exact reference without a seal (what only a manager can write,
+	// and one stopped before sealing leaves): never handed anything,
+	// deleted, and the attempt gets a sealed pod of its own.
+	j = job(2)
+	pod, k := planted(j, callOwner(j))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("%v, want pending while the unsealed pod is replaced", err)
 		}
+		now := &corev1.Pod{}
+		if err := c.Get(ctx, p.podKey(j), now); err == nil && now.UID != pod.UID {
+			if !p.sealed(now) {
+				t.Fatal("the pod made in its place is not sealed")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the unsealed pod was not replaced within 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if k.runs.Load() != 0 {
+		t.Fatal("an unsealed pod was handed the call")
 	}
 
 	// The real pod, deleted and made again under its name with everything
 	// it carried, seal included; a restarted manager resumes the attempt.
-	j := job(3)
+	j = job(3)
 	must(t, p.Prepare(ctx, j))
 	real := &corev1.Pod{}
 	must(t, c.Get(ctx, p.podKey(j), real))
@@ -99,7 +126,7 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	k := startKubeletAt(t, c, copied, "10.0.2.1")
+	k = startKubeletAt(t, c, copied, "10.0.2.1")
 	net.add("10.0.2.1", k)
 	successor := newProvider()
 	successor.Dial = net.dial
