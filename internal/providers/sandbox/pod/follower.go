@@ -44,6 +44,7 @@ func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
 	if f, ok := p.followers[job.Key]; ok {
 		return f
 	}
+	delete(p.prepared, job.Key) // followed from now on
 	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	p.followers[job.Key] = f
 	go p.follow(f, job)

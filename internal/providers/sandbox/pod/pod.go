@@ -56,6 +56,9 @@ type Provider struct {
 
 	mu        sync.Mutex
 	followers map[string]*follower
+	// prepared names the pod Prepare made or claimed for an attempt not
+	// followed yet: Release finds it even before the cache shows it.
+	prepared map[string]types.NamespacedName
 	warm      pools
 	// minPoll and maxPoll replace the followers' poll bounds (tests).
 	minPoll, maxPoll time.Duration
@@ -287,9 +290,7 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) erro
 	defer p.replenish(job, template)
 	if warm := p.claim(ctx, job, template); warm != nil {
 		warmClaims.WithLabelValues("hit").Inc()
-		if follow {
-			p.adopt(job, warm)
-		}
+		p.made(job, warm, follow)
 		return sandbox.ErrPending
 	} else if job.WarmPods > 0 {
 		warmClaims.WithLabelValues("miss").Inc()
@@ -308,10 +309,23 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) erro
 	if err := p.sealCreated(ctx, pod); err != nil {
 		return sandbox.ErrPending // the next poll waits for it to go and creates another
 	}
+	p.made(job, pod, follow)
+	return sandbox.ErrPending
+}
+
+// made records the attempt's new pod: followed at once, or named for
+// Release until Run follows it.
+func (p *Provider) made(job sandbox.Job, pod *corev1.Pod, follow bool) {
 	if follow {
 		p.adopt(job, pod)
+		return
 	}
-	return sandbox.ErrPending
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.prepared == nil {
+		p.prepared = map[string]types.NamespacedName{}
+	}
+	p.prepared[job.Key] = client.ObjectKeyFromObject(pod)
 }
 
 func (p *Provider) now() time.Time {
@@ -326,6 +340,25 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 	pods := &corev1.PodList{}
 	if err := p.Client.List(ctx, pods, client.InNamespace(owner.Namespace), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}); err != nil {
 		return false, err
+	}
+	// The pods this process made for the call, read from the API server:
+	// the cache may not show one just created yet.
+	listed := map[string]bool{}
+	for i := range pods.Items {
+		listed[pods.Items[i].Name] = true
+	}
+	for _, key := range p.podsOf(uid) {
+		if listed[key.Name] {
+			continue
+		}
+		pod := &corev1.Pod{}
+		if err := p.Reader.Get(ctx, key, pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return false, err
+		}
+		pods.Items = append(pods.Items, *pod)
 	}
 	call := metav1.OwnerReference{APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: owner.Name, UID: uid}
 	left := 0
@@ -350,9 +383,32 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 				delete(p.followers, key)
 			}
 		}
+		for key := range p.prepared {
+			if sandbox.OfCall(key, uid) {
+				delete(p.prepared, key)
+			}
+		}
 		p.mu.Unlock()
 	}
 	return left == 0, nil
+}
+
+// podsOf names the pods this process made or follows for the call.
+func (p *Provider) podsOf(uid types.UID) []types.NamespacedName {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var keys []types.NamespacedName
+	for key, f := range p.followers {
+		if sandbox.OfCall(key, uid) {
+			keys = append(keys, f.pod)
+		}
+	}
+	for key, pod := range p.prepared {
+		if sandbox.OfCall(key, uid) {
+			keys = append(keys, pod)
+		}
+	}
+	return keys
 }
 
 // Discard deletes a settled attempt's pod at once (a pod serves one call:
@@ -361,6 +417,7 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 	p.mu.Lock()
 	f, ok := p.followers[key]
 	delete(p.followers, key)
+	delete(p.prepared, key)
 	p.mu.Unlock()
 	if ok {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.pod.Namespace, Name: f.pod.Name}}

@@ -275,6 +275,32 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("release finds a pod it prepared that the cache does not show yet", func(t *testing.T) {
+		p := newProvider()
+		// A cache behind the API server: it lists no pods.
+		p.Client = cacheBehind{c}
+		j := job(8, false)
+		must(t, p.Prepare(ctx, j))
+		if n := len(pods()); n != 1 {
+			t.Fatalf("%d pods after prepare, want 1", n)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			gone, err := p.Release(ctx, j.Owner, call.UID)
+			must(t, err)
+			if gone {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("pods remain")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := len(pods()); n != 0 {
+			t.Fatalf("release reported the call's work gone while %d of its pods exist", n)
+		}
+	})
+
 	t.Run("discard deletes a settled attempt's pod at once", func(t *testing.T) {
 		p := newProvider()
 		j := job(6, false)
@@ -326,4 +352,14 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// cacheBehind is a cache that has not seen any pod yet.
+type cacheBehind struct{ client.Client }
+
+func (c cacheBehind) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*corev1.PodList); ok {
+		return nil
+	}
+	return c.Client.List(ctx, list, opts...)
 }
