@@ -25,11 +25,11 @@ type callRunner struct {
 
 // prepare gets the sandbox of the attempt just dispatched ready before its
 // boundary is written, when the provider can (sandbox.Preparer); a failure
-// only leaves the work to Run.
-func (r callRunner) prepare(ctx context.Context, st *pipeline.State) {
+// only leaves the work to Run. It reports whether it asked the provider.
+func (r callRunner) prepare(ctx context.Context, st *pipeline.State) bool {
 	p, ok := r.provider.(sandbox.Preparer)
 	if !ok {
-		return
+		return false
 	}
 	for i := range r.tools {
 		if r.tools[i].Name != st.Request.Tool {
@@ -43,8 +43,9 @@ func (r callRunner) prepare(ctx context.Context, st *pipeline.State) {
 		if err := p.Prepare(ctx, job); err != nil {
 			log.FromContext(ctx).Info("sandbox not prepared ahead of dispatch", "call", job.Owner.Name, "attempt", st.Attempt, "reason", err.Error())
 		}
-		return
+		return true
 	}
+	return false
 }
 
 var _ pipeline.Runner = callRunner{}

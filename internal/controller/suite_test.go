@@ -135,6 +135,11 @@ func ownManagers() {
 	})
 }
 
+// wrapSandbox wraps the Process sandbox of the managers started next (a
+// spec that needs a provider seam the process provider lacks sets it, and
+// resets it before its managers stop).
+var wrapSandbox = func(p sandbox.Provider) sandbox.Provider { return p }
+
 // composeForTests mounts the providers the specs use, as cmd/manager
 // composes them: approval through the API server (and None), the Process
 // sandbox.
@@ -145,7 +150,7 @@ func composeForTests(mgr ctrl.Manager) Config {
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
 	box := process.New(workspaceDir, cfg.Wake.Notify)
 	box.SubCalls, box.RunnerPath = SubCalls(mgr.GetClient()), runnerPath
-	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)).To(Succeed())
+	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), wrapSandbox(box))).To(Succeed())
 	return cfg
 }
 

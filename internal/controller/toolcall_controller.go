@@ -55,6 +55,10 @@ type ToolCallReconciler struct {
 	// invoked its body; after a restart it is empty, which is what makes a
 	// resumed attempt look interrupted to the pipeline.
 	live sync.Map // attemptKey -> pipeline.LiveAttempt
+	// prepared remembers, per call, the last attempt whose sandbox this
+	// process prepared (sandbox.Preparer); one beyond the call's durable
+	// attempts is released before the call settles without it.
+	prepared sync.Map // types.NamespacedName -> attemptKey
 	// announced remembers the settled calls whose Event and metrics this
 	// process emitted (or found emitted); an entry goes with its call.
 	announced sync.Map // types.NamespacedName -> types.UID
@@ -129,6 +133,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.announced.Delete(req.NamespacedName)
+			r.prepared.Delete(req.NamespacedName)
 			r.own.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -239,7 +239,9 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		if before == pipeline.StageDispatch && s.st.Next == pipeline.StageExecute {
 			// The boundary is written next: its sandbox first, so that a
 			// successor finds it (idle) whenever this process dies.
-			s.runner.prepare(ctx, s.st)
+			if s.runner.prepare(ctx, s.st) {
+				r.prepared.Store(client.ObjectKeyFromObject(s.tc), attemptKey{s.tc.UID, s.st.Attempt})
+			}
 		}
 		if n := len(s.st.Records); !heldAt.IsZero() && n > 0 && s.st.Records[n-1].Stage == pipeline.StageExecute {
 			// Collected again: the body ended when it first did.
@@ -279,12 +281,25 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		// once it is durable.)
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
+	if s.st.Done() && r.preparedAhead(s.tc, s.st) {
+		// Settled before the attempt it prepared became durable (a
+		// cancellation as its boundary was written, say): that sandbox is
+		// the call's work, stopped before the call settles.
+		gone, err := r.release(ctx, s.tc)
+		if err != nil {
+			return ctrl.Result{}, true, fmt.Errorf("releasing the sandbox: %w", err)
+		}
+		if !gone {
+			return ctrl.Result{RequeueAfter: r.PollInterval}, true, nil
+		}
+	}
 	if err := r.persist(ctx, s); err != nil {
 		return ctrl.Result{}, true, err
 	}
 	if !s.st.Done() {
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
+	r.prepared.Delete(client.ObjectKeyFromObject(s.tc))
 	r.announceDurable(ctx, s.tc)
 	for a := 1; a <= s.st.Attempt; a++ {
 		r.live.Delete(attemptKey{s.tc.UID, a})
@@ -419,10 +434,18 @@ func (r *ToolCallReconciler) placeHeld(ctx context.Context, s *callScope) (bool,
 // every mounted sandbox provider: which one ran it is in the profile that is
 // gone. It reports whether no owned work is left.
 func (r *ToolCallReconciler) stopInFlight(ctx context.Context, tc *toolgatev1alpha1.ToolCall, st *pipeline.State) (bool, error) {
-	if st.Next != pipeline.StageExecute {
+	if st.Next != pipeline.StageExecute && !r.preparedAhead(tc, st) {
 		return true, nil
 	}
 	return r.release(ctx, tc)
+}
+
+// preparedAhead reports whether this process prepared a sandbox for an
+// attempt of the call beyond those st holds (its boundary was never
+// written).
+func (r *ToolCallReconciler) preparedAhead(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) bool {
+	v, ok := r.prepared.Load(client.ObjectKeyFromObject(tc))
+	return ok && v.(attemptKey).uid == tc.UID && v.(attemptKey).attempt > st.Attempt
 }
 
 // release asks every mounted sandbox provider to stop and forget the call's

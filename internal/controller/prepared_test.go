@@ -1,0 +1,81 @@
+package controller
+
+import (
+	"context"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+)
+
+// preparing is the process sandbox with the pod provider's Prepare seam:
+// Prepare makes a stand-in sandbox for the attempt and, like an agent
+// cancelling at that moment, asks for the call's cancellation before the
+// attempt's boundary is written (whose write then conflicts). Release
+// removes the stand-in, and records whether the call had its result then.
+type preparing struct {
+	sandbox.Provider
+	mu   sync.Mutex
+	made map[types.UID]bool
+	// releasedWith counts the releases of a stand-in, by whether the
+	// call had a result at that moment.
+	releasedWith map[bool]int
+}
+
+func (p *preparing) Prepare(ctx context.Context, job sandbox.Job) error {
+	p.mu.Lock()
+	p.made[job.OwnerUID] = true
+	p.mu.Unlock()
+	tc := &toolgatev1alpha1.ToolCall{}
+	if err := k8s.Get(ctx, job.Owner, tc); err != nil {
+		return err
+	}
+	base := tc.DeepCopy()
+	tc.Spec.CancelRequested = true
+	return k8s.Patch(ctx, tc, client.MergeFrom(base))
+}
+
+func (p *preparing) Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (bool, error) {
+	p.mu.Lock()
+	made := p.made[uid]
+	p.mu.Unlock()
+	if !made {
+		return p.Provider.Release(ctx, owner, uid)
+	}
+	tc := &toolgatev1alpha1.ToolCall{}
+	if err := k8s.Get(ctx, owner, tc); err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	delete(p.made, uid)
+	p.releasedWith[tc.Status.Result != nil]++
+	p.mu.Unlock()
+	return false, nil // going; gone when asked again
+}
+
+var _ = Describe("a sandbox prepared for an attempt that never became durable", Ordered, func() {
+	box := &preparing{made: map[types.UID]bool{}, releasedWith: map[bool]int{}}
+	BeforeAll(func() {
+		ownManagers()
+		wrapSandbox = func(p sandbox.Provider) sandbox.Provider { box.Provider = p; return box }
+		DeferCleanup(func() { wrapSandbox = func(p sandbox.Provider) sandbox.Provider { return p } })
+		startManager(env.Config)
+	})
+
+	It("is stopped before the call settles", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("work", "echo ran").Obj()).PreRule("allow", toolgatev1alpha1.ActionAllow, "", "work"))
+		submit(ns, "c", "work", `{}`, 0, 0)
+		tc := committedCall(ns, "c")
+		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
+		box.mu.Lock()
+		defer box.mu.Unlock()
+		Expect(box.made).To(BeEmpty(), "the stand-in sandbox is left")
+		Expect(box.releasedWith).To(Equal(map[bool]int{false: 1}), "released once, before the result was written")
+	})
+})
