@@ -59,7 +59,7 @@ type Provider struct {
 	// prepared names the pod Prepare made or claimed for an attempt not
 	// followed yet: Release finds it even before the cache shows it.
 	prepared map[string]types.NamespacedName
-	warm      pools
+	warm     pools
 	// minPoll and maxPoll replace the followers' poll bounds (tests).
 	minPoll, maxPoll time.Duration
 }
