@@ -298,6 +298,30 @@ var _ = Describe("the MCP gateway", func() {
 		Entry("2025-06-18: the client sends notifications/cancelled in its MCP session", "2025-06-18"),
 	)
 
+	It("runs calls past the names another agent squatted, whether it picks the turn or the client gives it", func() {
+		bind(ns, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}, "agent")
+		mallory := as("mallory")
+		for turn := range int64(70) {
+			squat := agent.NewCall(ns, "s", agent.Place{Turn: turn, TurnSize: 1}, "danger", `{"text":"squat"}`, "mallory")
+			Eventually(func() error { return mallory.Create(ctx, squat) }).Should(Succeed())
+		}
+		cs := connect(ns, tok, nil)
+		for _, p := range []*mcp.CallToolParams{
+			{Name: "echo", Arguments: map[string]any{"text": "auto"}},
+			{Name: "echo", Arguments: map[string]any{"text": "given"}, Meta: mcp.Meta{agent.MetaTurn: 5, agent.MetaIndex: 0, agent.MetaTurnSize: 1}},
+		} {
+			res, err := cs.CallTool(ctx, p)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.IsError).To(BeFalse(), text(res))
+			Expect(res.Meta).To(HaveKeyWithValue(agent.MetaOutcome, "Succeeded"))
+			name, _ := res.Meta[agent.MetaToolCall].(string)
+			tc := &toolgatev1alpha1.ToolCall{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tc)).To(Succeed())
+			Expect(tc.Spec.Requester).To(Equal(user))
+			Expect(tc.Spec.Arguments).To(Equal(fmt.Sprintf(`{"text":%q}`, p.Arguments.(map[string]any)["text"])))
+		}
+	})
+
 	It("answers 401 and creates nothing without a valid token for its audience", func() {
 		before := calls(ns)
 		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`

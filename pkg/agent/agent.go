@@ -168,7 +168,7 @@ func (s *Session) Submit(ctx context.Context, calls []Call) (*Turn, error) {
 	turn := StartTurn(obj)
 	for range maxTurnProbes {
 		// The first call claims the turn; the rest follow it.
-		err := s.create(ctx, turn, 0, calls, false)
+		_, err := s.create(ctx, turn, 0, calls, false)
 		if apierrors.IsAlreadyExists(err) {
 			turn++
 			continue
@@ -188,17 +188,18 @@ func (s *Session) Submit(ctx context.Context, calls []Call) (*Turn, error) {
 func (s *Session) SubmitAt(ctx context.Context, turn int64, calls []Call) (*Turn, error) {
 	t := &Turn{s: s, Number: turn}
 	for i := range calls {
-		if err := s.create(ctx, turn, int32(i), calls, true); err != nil {
+		name, err := s.create(ctx, turn, int32(i), calls, true)
+		if err != nil {
 			return nil, err
 		}
-		t.Names = append(t.Names, CallName(s.Name, turn, int32(i)))
+		t.Names = append(t.Names, name)
 	}
 	return t, nil
 }
 
-// create makes call index of the turn; attach accepts the same call
-// already made.
-func (s *Session) create(ctx context.Context, turn int64, index int32, calls []Call, attach bool) error {
+// create makes call index of the turn, and returns its name; attach
+// accepts the same call already made.
+func (s *Session) create(ctx context.Context, turn int64, index int32, calls []Call, attach bool) (string, error) {
 	call := calls[index]
 	place := Place{Turn: turn, Index: index, TurnSize: int32(len(calls)), CallID: call.CallID}
 	tc := NewCall(s.Namespace, s.Name, place, call.Tool, string(call.Arguments), s.c.user)
@@ -207,9 +208,12 @@ func (s *Session) create(ctx context.Context, turn int64, index int32, calls []C
 	// one a resumed SubmitAt finds, so a retry never claims a second turn.
 	found, err := createCall(ctx, s.c.c, tc, attach, s.c.retries)
 	if err != nil && found != nil && attach {
-		return fmt.Errorf("turn %d index %d of agentsession %s/%s already holds another call (toolcall %s)", turn, index, s.Namespace, s.Name, found.Name)
+		return "", fmt.Errorf("turn %d index %d of agentsession %s/%s already holds another call (toolcall %s)", turn, index, s.Namespace, s.Name, found.Name)
 	}
-	return err // on AlreadyExists, Submit takes the next turn
+	if err != nil {
+		return "", err // on AlreadyExists, Submit takes the next turn
+	}
+	return found.Name, nil
 }
 
 // DeferredContexts are the contexts the session released for the model's

@@ -246,6 +246,41 @@ var _ = Describe("the agent client", func() {
 		Expect(res[0].Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
 	})
 
+	It("submits past every name another agent squatted, and resumes its turn there", func() {
+		s, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
+		Expect(err).NotTo(HaveOccurred())
+		// Another agent of the namespace (the shipped agent role) makes a
+		// call under each name the session's next 70 turns would use.
+		bind(ns, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}, "agent")
+		mallory, err := client.New(as("mallory"), client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		for turn := range int64(70) {
+			for index := range int32(2) {
+				squat := agent.NewCall(ns, "s", agent.Place{Turn: turn, Index: index, TurnSize: 2}, "write", `{"text":"squat"}`, "mallory")
+				Eventually(func() error { return mallory.Create(ctx, squat) }).Should(Succeed())
+			}
+		}
+		calls := []agent.Call{{Tool: "read", Arguments: json.RawMessage(`{"text":"a"}`)}, {Tool: "read", Arguments: json.RawMessage(`{"text":"b"}`)}}
+		turn, err := s.Submit(ctx, calls)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(turn.Number).To(BeEquivalentTo(0), "a squatted name holds no place in the session")
+		Expect(turn.Names).NotTo(ContainElement(agent.CallName("s", 0, 0)))
+		again, err := s.SubmitAt(ctx, 0, calls)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(again.Names).To(Equal(turn.Names), "resumed, the turn finds its calls again")
+		res, err := turn.Wait(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res).To(HaveLen(2))
+		for i, r := range res {
+			Expect(r.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), r.Message)
+			Expect(*r.CommitSequence).To(BeEquivalentTo(i))
+		}
+		Expect(res[0].Content).To(Equal(`read {"text":"a"}`))
+		next, err := s.Submit(ctx, calls[:1])
+		Expect(err).NotTo(HaveOccurred())
+		Expect(next.Number).To(BeEquivalentTo(1))
+	})
+
 	It("attaches only to the identity's own session", func() {
 		_, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
 		Expect(err).NotTo(HaveOccurred())

@@ -22,7 +22,7 @@ func TestSubmittedCallsHoldTheFinalizerFromCreation(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()
 	s := &Session{c: NewForClient(c, "agent"), Namespace: "ns", Name: "s"}
-	if err := s.create(context.Background(), 0, 0, []Call{{Tool: "echo"}}, false); err != nil {
+	if _, err := s.create(context.Background(), 0, 0, []Call{{Tool: "echo"}}, false); err != nil {
 		t.Fatal(err)
 	}
 	tc := &toolgatev1alpha1.ToolCall{}

@@ -53,12 +53,14 @@ func retrying(ctx context.Context, waits []time.Duration, op func() error) (retr
 }
 
 // CreateCall creates tc, sending the create again while the API server
-// answers with a transient error (about 14 s in all). When a call already
-// holds tc's place it is returned: with a nil error when it is tc itself
-// (SameCall) and attach is set or a retry may have made it (an ambiguous
-// failure that landed), with the AlreadyExists error otherwise (the caller
-// takes the next turn, or refuses). pkg/agent and the MCP gateway create
-// every call through it.
+// answers with a transient error (about 14 s in all). When a call of the
+// same requester already holds tc's place it is returned: with a nil error
+// when it is tc itself (SameCall) and attach is set or a retry may have
+// made it (an ambiguous failure that landed), with the AlreadyExists error
+// otherwise (the caller takes the next turn, or refuses). When another
+// requester's call holds tc's name, tc is made under a generated name
+// (createBeside): the call returned is the one to follow. pkg/agent and the
+// MCP gateway create every call through it.
 func CreateCall(ctx context.Context, c client.Client, tc *toolgatev1alpha1.ToolCall, attach bool) (*toolgatev1alpha1.ToolCall, error) {
 	return createCall(ctx, c, tc, attach, createRetries)
 }
@@ -68,17 +70,74 @@ func createCall(ctx context.Context, c client.Client, tc *toolgatev1alpha1.ToolC
 	if err == nil {
 		return tc, nil
 	}
-	if !apierrors.IsAlreadyExists(err) || (!attach && !retried) {
+	if !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
 	found := &toolgatev1alpha1.ToolCall{}
 	if gerr := c.Get(ctx, client.ObjectKeyFromObject(tc), found); gerr != nil {
 		return nil, gerr
 	}
-	if SameCall(found, tc) {
+	if found.Spec.Requester != tc.Spec.Requester {
+		return createBeside(ctx, c, tc, attach, waits)
+	}
+	if (attach || retried) && SameCall(found, tc) {
 		return found, nil
 	}
 	return found, err
+}
+
+// A call's name (CallName) is where toolgate's clients look first, not a
+// claim: whoever may create ToolCalls in the namespace can make an object
+// under it first. A call there of another requester is never in the
+// session (the session refuses it, not_session_owner), so it holds no
+// place; the session owner's call is then made beside it, under a name
+// generated from the same one, and found again by its place (session,
+// turn, index, requester) when a create is retried or a turn resumed.
+
+// createBeside makes tc under a generated name, or returns the caller's
+// call already made at its place (as createCall does for a call found
+// under its name).
+func createBeside(ctx context.Context, c client.Client, tc *toolgatev1alpha1.ToolCall, attach bool, waits []time.Duration) (*toolgatev1alpha1.ToolCall, error) {
+	var made, found *toolgatev1alpha1.ToolCall
+	sent := false
+	_, err := retrying(ctx, waits, func() error {
+		// Before every create: one that landed before its error is found
+		// by its place.
+		var err error
+		if found, err = atPlace(ctx, c, tc); err != nil || found != nil {
+			return err
+		}
+		made = tc.DeepCopy()
+		made.Name, made.GenerateName = "", tc.Name+"-"
+		sent = true
+		return c.Create(ctx, made)
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case found == nil:
+		return made, nil
+	case (attach || sent) && SameCall(found, tc):
+		return found, nil
+	}
+	return found, apierrors.NewAlreadyExists(toolgatev1alpha1.GroupVersion.WithResource("toolcalls").GroupResource(), found.Name)
+}
+
+// atPlace returns the call the caller made at tc's place under another
+// name than tc's, if any.
+func atPlace(ctx context.Context, c client.Client, tc *toolgatev1alpha1.ToolCall) (*toolgatev1alpha1.ToolCall, error) {
+	list := &toolgatev1alpha1.ToolCallList{}
+	if err := c.List(ctx, list, client.InNamespace(tc.Namespace)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		f := &list.Items[i]
+		if f.Name != tc.Name && f.Spec.ParentRef == nil && f.Spec.SessionRef == tc.Spec.SessionRef &&
+			f.Spec.Turn == tc.Spec.Turn && f.Spec.Index == tc.Spec.Index && f.Spec.Requester == tc.Spec.Requester {
+			return f, nil
+		}
+	}
+	return nil, nil
 }
 
 // SameCall reports whether found, read at a call's place, is the call want

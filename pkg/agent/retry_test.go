@@ -98,7 +98,7 @@ func TestSubmitKeepsItsTurnWhenATimedOutCreateLanded(t *testing.T) {
 func TestSubmitAfterARetryStillSkipsATakenTurn(t *testing.T) {
 	s, inner, _ := flakyCreates(t, 1, apierrors.NewServiceUnavailable("busy"), false)
 	other := &Session{c: NewForClient(inner.(client.WithWatch), "agent"), Namespace: "ns", Name: "s"}
-	if err := other.create(context.Background(), 0, 0, []Call{{Tool: "other"}}, false); err != nil {
+	if _, err := other.create(context.Background(), 0, 0, []Call{{Tool: "other"}}, false); err != nil {
 		t.Fatal(err)
 	}
 	turn, err := s.Submit(context.Background(), []Call{{Tool: "echo"}})
