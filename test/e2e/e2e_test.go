@@ -30,7 +30,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -229,15 +228,17 @@ spec:
 
 	// The exploit of a forged adoption, on a cluster whose garbage
 	// collector and kubelet are real: a pod made under a pending call's
-	// deterministic name, owned by the call (the exact reference toolgate
-	// writes, so the garbage collector keeps it), running a real runner
-	// with the manager's public key (copied from a real tool pod), would
-	// have been handed the call's arguments. It is made by the admin here
-	// (who holds every verb: an install without the admission policies);
-	// toolgate never hands it anything, because it did not seal it.
+	// deterministic name, with its labels, running a real runner with the
+	// manager's public key (copied from a real tool pod), would have been
+	// handed the call's arguments. It is made by demo-approver with the
+	// built-in edit role, as admission lets it (no owner reference:
+	// admission refuses a pod owned by anything of toolgate's to anyone
+	// but the manager). toolgate never hands it anything, because it did
+	// not seal it, and runs the call in a pod of its own beside it.
 	It("never hands a call to a pod it did not create, even one running a real runner under the call's name", func() {
 		ns := newAgentNamespace("forged")
 		template := ns.WarmToolsPod()
+		ns.Bind("approver-edit", "ClusterRole", "edit", userSubject(userApprover))
 		ns.Submit(call{"victim", "echo_args", `{"approve":"yes","token":"victim-secret-42"}`})
 		victim := &toolgatev1alpha1.ToolCall{}
 		Eventually(func() error { return ns.Admin.Get(ctx, client.ObjectKey{Name: "victim"}, victim) }, 30*time.Second).Should(Succeed())
@@ -245,23 +246,21 @@ spec:
 			return ns.Approver.Get(ctx, client.ObjectKey{Name: "victim"}, &toolgatev1alpha1.ApprovalRequest{})
 		}, 30*time.Second, 100*time.Millisecond).Should(Succeed(), "the call waits for its approval: time to plant")
 		planted := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-			Name:            pod.Name(victim.Name, string(victim.UID), 1),
-			Labels:          map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelCallUID: string(victim.UID)},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "ToolCall", Name: victim.Name, UID: victim.UID, Controller: ptr.To(true)}},
+			Name:   pod.Name(victim.Name, string(victim.UID), 1),
+			Labels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelCallUID: string(victim.UID), toolgatev1alpha1.LabelAttempt: "1"},
 		}, Spec: *template.Spec.DeepCopy()}
 		planted.Spec.NodeName = ""
-		Expect(ns.Admin.Create(ctx, planted)).To(Succeed())
+		Eventually(func() error { return ns.Approver.Create(ctx, planted) }, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 		Eventually(func() string { return ns.Pod(planted.Name).Status.PodIP }, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty())
 
 		_, err := kubectl(userApprover, "", "-n", ns.Name, "patch", "approvalrequest", "victim", "--type=merge",
 			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver"}}}`)
 		Expect(err).NotTo(HaveOccurred())
 		tc := ns.Committed("victim")
-		Expect(tc.Status.Result.ErrorCode).To(Equal("sandbox_unavailable"), tc.Status.Result.Message)
-		Expect(tc.Status.Result.Message).To(ContainSubstring("toolgate did not create"))
+		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), tc.Status.Result.Message)
+		Expect(tc.Status.Result.Content).To(ContainSubstring("victim-secret-42"))
 
-		// Its runner was never handed a call: it still greets as idle (once
-		// it listens: the call may have settled before the pod ran).
+		// Its runner was never handed a call: it still greets as idle.
 		forger, err := runner.NewManagerKey()
 		Expect(err).NotTo(HaveOccurred())
 		var hello *runner.Hello

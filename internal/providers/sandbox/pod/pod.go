@@ -135,7 +135,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// unknowable.
 			return sandbox.Result{}, sandbox.ErrLost
 		}
-		return sandbox.Result{}, p.start(api, job, true)
+		return sandbox.Result{}, p.start(api, job, true, false)
 	case err != nil:
 		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
 	}
@@ -154,7 +154,10 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		case job.Resumed:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by one toolgate did not create ("+pod.Name+")")
 		}
-		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxUnavailable, "a pod toolgate did not create holds the attempt's name ("+pod.Name+"); nothing was handed to it")
+		// Someone else's pod holds the attempt's name (a name is easy to
+		// foresee): it is never handed anything, and the attempt's own
+		// pod is made beside it (find finds it by its labels and seal).
+		return sandbox.Result{}, p.start(api, job, true, true)
 	}
 	if ctx.Err() != nil {
 		// Stop the pod and report only once it is gone.
@@ -229,15 +232,17 @@ func (p *Provider) Prepare(ctx context.Context, job sandbox.Job) error {
 	if _, err := p.find(api, job, nil); !apierrors.IsNotFound(err) {
 		return err // there already, or unknown: Run decides
 	}
-	if err := p.start(api, job, false); !errors.Is(err, sandbox.ErrPending) {
+	if err := p.start(api, job, false, false); !errors.Is(err, sandbox.ErrPending) {
 		return err
 	}
 	return nil
 }
 
 // find reads the attempt's pod: the one its follower f follows, else the
-// pod of its deterministic name, else a warm pod it claimed (before a
-// restart). NotFound when it has none.
+// pod of its deterministic name, else one of its own under another name (a
+// warm pod it claimed, or one made beside a pod someone else made under
+// its name), found after a restart. NotFound when it has none; someone
+// else's pod under its name when that is all there is.
 func (p *Provider) find(ctx context.Context, job sandbox.Job, f *follower) (*corev1.Pod, error) {
 	key := p.podKey(job)
 	if f != nil {
@@ -245,8 +250,13 @@ func (p *Provider) find(ctx context.Context, job sandbox.Job, f *follower) (*cor
 	}
 	pod := &corev1.Pod{}
 	err := p.Reader.Get(ctx, key, pod)
-	if !apierrors.IsNotFound(err) || f != nil {
+	switch {
+	case f != nil:
 		return pod, err
+	case err == nil && (p.sealed(pod) || controlledBy(pod, callOwner(job))):
+		return pod, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, err
 	}
 	claimed, cerr := p.claimed(ctx, job)
 	switch {
@@ -254,6 +264,8 @@ func (p *Provider) find(ctx context.Context, job sandbox.Job, f *follower) (*cor
 		return nil, cerr // transient; asked again
 	case claimed != nil:
 		return claimed, nil
+	case err == nil:
+		return pod, nil // someone else's: Run decides
 	}
 	return nil, err
 }
@@ -273,7 +285,7 @@ func (p *Provider) buildPod(job sandbox.Job, name string) (*corev1.Pod, error) {
 // start gives the attempt a pod: a warm one of its session if one is
 // ready, else a new one; either way the session's pool is replenished.
 // With follow, the call is handed to the pod once it listens.
-func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) error {
+func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bool) error {
 	if p.Key == nil {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the pod sandbox has no channel key")
 	}
@@ -297,6 +309,9 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow bool) erro
 	}
 	pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
 	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
+	if beside {
+		pod.Name, pod.GenerateName = "", pod.Name+"-"
+	}
 	if err := p.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return sandbox.ErrPending // adopted on the next poll, if it is toolgate's

@@ -23,9 +23,11 @@ import (
 // attempt's own name, its labels, an owner reference carrying the call's
 // or the session's UID (under a bare group, or the exact apiVersion), even
 // the seal copied from the real pod it deleted and made again. None is
-// handed a call, claimed, or deleted by the warm-pod sweep; the attempt
-// fails with a code that says why and runs nothing, except under the
-// exact reference, which only a manager writes: that pod is replaced.
+// handed a call, claimed, or deleted by the warm-pod sweep. The attempt
+// runs in a pod of its own made beside it (a pod made again under the
+// real pod's name, by a resumed attempt, fails it as lost: the real pod
+// is gone); under the exact reference, which only a manager writes, an
+// unsealed pod is replaced.
 func TestForgedPodsNeverServe(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
@@ -74,17 +76,45 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		k := plant(pod)
 		return pod, k
 	}
-	j := job(1)
-	_, k := planted(j, metav1.OwnerReference{APIVersion: "toolgate.dev", Kind: "ToolCall", Name: call.Name, UID: call.UID, Controller: ptr.To(true)})
-	failsWith(p, j, pipeline.CodeSandboxUnavailable)
-	if k.runs.Load() != 0 {
-		t.Fatal("a planted pod under a bare group was handed the call")
+	// Someone else's pod under the attempt's name (owned under a bare
+	// group, or by nothing: what edit may make past admission): never
+	// handed anything; the attempt's own pod is made beside it and runs
+	// the call.
+	for i, owners := range [][]metav1.OwnerReference{
+		{{APIVersion: "toolgate.dev", Kind: "ToolCall", Name: call.Name, UID: call.UID, Controller: ptr.To(true)}},
+		nil,
+	} {
+		j := job(1 + 4*i)
+		pod, err := p.buildPod(j, p.podKey(j).Name)
+		must(t, err)
+		pod.Labels[toolgatev1alpha1.LabelCallUID] = string(call.UID)
+		pod.OwnerReferences = owners
+		squatter := plant(pod)
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("start beside: %v", err)
+		}
+		own, err := p.claimed(ctx, j)
+		must(t, err)
+		if own == nil || own.Name == pod.Name {
+			t.Fatal("the attempt has no pod of its own beside the squatter's")
+		}
+		ip++
+		addr := fmt.Sprintf("10.0.1.%d", ip)
+		k := startKubeletAt(t, c, own, addr)
+		net.add(addr, k)
+		if _, err := settle(t, p, j); err != nil {
+			t.Fatalf("the call did not run in its own pod: %v", err)
+		}
+		if squatter.runs.Load() != 0 || k.runs.Load() != 1 {
+			t.Fatalf("squatter's pod ran %d calls, the attempt's own %d; want 0 and 1", squatter.runs.Load(), k.runs.Load())
+		}
+		p.Discard(ctx, j.Key)
 	}
 
 	// The exact reference without a seal (what only a manager can write,
 	// and one stopped before sealing leaves): never handed anything,
 	// deleted, and the attempt gets a sealed pod of its own.
-	j = job(2)
+	j := job(2)
 	pod, k := planted(j, callOwner(j))
 	deadline := time.Now().Add(20 * time.Second)
 	for {
