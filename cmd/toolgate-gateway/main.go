@@ -63,17 +63,22 @@ func main() {
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
 	ops.HandleFunc("/healthz", ok)
 	ops.HandleFunc("/readyz", ok)
-	servers := []*http.Server{
-		{Addr: addr, Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second},
-		{Addr: metricsAddr, Handler: ops, ReadHeaderTimeout: 10 * time.Second},
-	}
+	servers := []*http.Server{gateway.NewServer(addr, gw.Handler()), gateway.NewServer(metricsAddr, ops)}
 	errs := make(chan error, len(servers))
 	if certFile == "" {
 		log.Info("serving MCP over plain HTTP: terminate TLS in front of the gateway", "address", addr)
+	} else {
+		// Read again when the mounted Secret is renewed.
+		certs, err := gateway.NewCertReloader(certFile, keyFile)
+		if err != nil {
+			log.Error(err, "TLS certificate not loaded")
+			os.Exit(1)
+		}
+		servers[0].TLSConfig = certs.TLSConfig()
 	}
 	go func() {
 		if certFile != "" {
-			errs <- servers[0].ListenAndServeTLS(certFile, keyFile)
+			errs <- servers[0].ListenAndServeTLS("", "")
 			return
 		}
 		errs <- servers[0].ListenAndServe()

@@ -133,8 +133,16 @@ func (g *Gateway) Handler() http.Handler {
 			http.Error(w, "the path must be /mcp/NAMESPACE/SESSION", http.StatusNotFound)
 			return
 		}
-		if !strings.HasPrefix(strings.ToLower(r.Header.Get("Authorization")), "bearer ") {
+		authz := r.Header.Get("Authorization")
+		if !strings.HasPrefix(strings.ToLower(authz), "bearer ") {
 			g.metrics.rejected.WithLabelValues("unauthenticated").Inc()
+		} else if !g.auth.Admit(strings.TrimSpace(authz[len("bearer "):]), r.RemoteAddr) {
+			// A token to review, beyond the review budget: refused before
+			// any TokenReview (identity.go).
+			g.metrics.rejected.WithLabelValues("review_budget").Inc()
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many requests with tokens to check: retry later", http.StatusTooManyRequests)
+			return
 		}
 		r.Header.Set(headerSession, ns+"/"+session)
 		// The SDK detaches a request's handlers from its HTTP request under

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -320,6 +321,46 @@ var _ = Describe("the MCP gateway", func() {
 			Expect(tc.Spec.Requester).To(Equal(user))
 			Expect(tc.Spec.Arguments).To(Equal(fmt.Sprintf(`{"text":%q}`, p.Arguments.(map[string]any)["text"])))
 		}
+	})
+
+	It("answers a flood of tokens without a TokenReview each, and a known caller through it", func() {
+		cs := connect(ns, tok, nil)
+		_, err := cs.ListTools(ctx, nil)
+		Expect(err).NotTo(HaveOccurred())
+		post := func(header string) int {
+			body := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+			req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/mcp/%s/s", server.URL, ns), strings.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Authorization", header)
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(resp.Body.Close()).To(Succeed())
+			return resp.StatusCode
+		}
+		statuses := map[int]int{}
+		for i := range 400 {
+			statuses[post(fmt.Sprintf("Bearer made-up-%d", i))]++
+		}
+		Expect(statuses).To(Equal(map[int]int{http.StatusUnauthorized: 400}), "a made-up token is refused at once")
+		// Shaped as the audience's tokens (unsigned): each would cost a
+		// review; beyond this source's budget they are answered 429.
+		enc := base64.RawURLEncoding.EncodeToString
+		statuses = map[int]int{}
+		for i := range 100 {
+			claims := fmt.Sprintf(`{"aud":[%q],"exp":%d,"jti":"forged-%d"}`, audience, time.Now().Add(time.Hour).Unix(), i)
+			statuses[post("Bearer "+enc([]byte(`{"alg":"RS256"}`))+"."+enc([]byte(claims))+"."+enc([]byte("sig")))]++
+		}
+		Expect(statuses[http.StatusTooManyRequests]).To(BeNumerically(">", 0), "%v", statuses)
+		Expect(statuses[http.StatusUnauthorized] + statuses[http.StatusTooManyRequests]).To(Equal(100), "%v", statuses)
+		Expect(counter("toolgate_gateway_requests_rejected_total", "review_budget")).To(BeNumerically(">=", statuses[http.StatusTooManyRequests]))
+		// The known caller is answered from memory meanwhile.
+		_, err = cs.ListTools(ctx, nil)
+		Expect(err).NotTo(HaveOccurred())
+		// The next specs' callers come from the same address: its budget
+		// (20 at once, 10 a second) refills first.
+		time.Sleep(2 * time.Second)
 	})
 
 	It("answers 401 and creates nothing without a valid token for its audience", func() {

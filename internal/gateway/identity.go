@@ -3,8 +3,11 @@ package gateway
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -21,9 +25,31 @@ import (
 // serviceAccountPrefix starts the username of every ServiceAccount.
 const serviceAccountPrefix = "system:serviceaccount:"
 
-// maxCachedReviews bounds the cache of TokenReview answers; a full cache is
-// emptied rather than grown.
+// maxCachedReviews bounds each cache of TokenReview answers; a full cache
+// is emptied rather than grown.
 const maxCachedReviews = 4096
+
+// A flood of made-up tokens must not cost a TokenReview each, nor make a
+// valid caller wait behind them (they share the gateway's client-side
+// rate limit to the API server). A token is reviewed only if it looks like
+// a ServiceAccount token for the gateway's audience (a JWT whose claims,
+// unverified, name the audience and have not expired), was not refused in
+// the last refusalTTL, and the review budget allows it: reviewsPerSecond
+// (reviewBurst at once) across all callers, and sourceReviewsPerSecond
+// (sourceReviewBurst) for one client address. A token remembered as
+// accepted needs no review and no budget.
+const (
+	refusalTTL = 30 * time.Second
+	// Below the gateway's client-side limit (identityQPS), so that reviews
+	// never queue there.
+	reviewsPerSecond = 40
+	reviewBurst      = 80
+	// Room for a hundred callers behind one proxy, each reviewed once per
+	// DefaultReviewTTL.
+	sourceReviewsPerSecond = 10
+	sourceReviewBurst      = 20
+	maxTokenBytes          = 16 << 10
+)
 
 // Authenticator checks bearer tokens with the API server's TokenReview,
 // requiring the gateway's audience, and accepts ServiceAccounts only: those
@@ -34,8 +60,11 @@ type Authenticator struct {
 	ttl      time.Duration
 	clock    clock.PassiveClock
 
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]review
+	mu       sync.Mutex
+	cache    map[[sha256.Size]byte]review
+	refused  map[[sha256.Size]byte]time.Time // until when
+	budget   *rate.Limiter
+	bySource map[string]*rate.Limiter
 }
 
 type review struct {
@@ -48,11 +77,51 @@ type review struct {
 // A positive answer is remembered for ttl, so a revoked token may still be
 // accepted for that long; 0 asks every time.
 func NewAuthenticator(reviews kubernetes.Interface, audience string, ttl time.Duration, clk clock.PassiveClock) *Authenticator {
-	return &Authenticator{reviews: reviews, audience: audience, ttl: ttl, clock: clk, cache: map[[sha256.Size]byte]review{}}
+	return &Authenticator{
+		reviews: reviews, audience: audience, ttl: ttl, clock: clk,
+		cache: map[[sha256.Size]byte]review{}, refused: map[[sha256.Size]byte]time.Time{},
+		budget: rate.NewLimiter(reviewsPerSecond, reviewBurst), bySource: map[string]*rate.Limiter{},
+	}
 }
 
 // errNotServiceAccount refuses identities the gateway cannot act as.
 var errNotServiceAccount = errors.New("only ServiceAccount tokens are accepted")
+
+// Admit reports whether a request carrying token may be answered now: a
+// token remembered (accepted or refused) or one that is not a token for
+// the audience at all costs nothing; any other spends the review budget,
+// overall and of the request's source address. A request refused here is
+// answered 429 without a TokenReview.
+func (a *Authenticator) Admit(token, remoteAddr string) bool {
+	key := sha256.Sum256([]byte(token))
+	now := a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r, ok := a.cache[key]; ok && now.Before(r.expires) {
+		return true
+	}
+	if until, ok := a.refused[key]; ok && now.Before(until) {
+		return true // refused again, from memory
+	}
+	if a.shapeProblem(token, now) != "" {
+		return true // refused without a review
+	}
+	source, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		source = remoteAddr
+	}
+	l, ok := a.bySource[source]
+	if !ok {
+		if len(a.bySource) >= maxCachedReviews {
+			clear(a.bySource)
+		}
+		l = rate.NewLimiter(sourceReviewsPerSecond, sourceReviewBurst)
+		a.bySource[source] = l
+	}
+	// The source's budget first: one flooding address never spends the
+	// budget others need.
+	return l.AllowN(now, 1) && a.budget.AllowN(now, 1)
+}
 
 // Verify is an auth.TokenVerifier: it answers the identity of a valid token
 // (UserID is the ServiceAccount's username) or an error wrapping
@@ -62,9 +131,16 @@ func (a *Authenticator) Verify(ctx context.Context, token string, _ *http.Reques
 	now := a.clock.Now()
 	a.mu.Lock()
 	r, ok := a.cache[key]
+	until, refused := a.refused[key]
+	problem := a.shapeProblem(token, now)
 	a.mu.Unlock()
-	if ok && now.Before(r.expires) {
+	switch {
+	case ok && now.Before(r.expires):
 		return &auth.TokenInfo{UserID: r.user}, nil
+	case refused && now.Before(until):
+		return nil, fmt.Errorf("%w: refused in the last %s", auth.ErrInvalidToken, refusalTTL)
+	case problem != "":
+		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, problem)
 	}
 	tr, err := a.reviews.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}},
@@ -74,10 +150,12 @@ func (a *Authenticator) Verify(ctx context.Context, token string, _ *http.Reques
 		return nil, fmt.Errorf("reviewing the token: %w", err)
 	}
 	if !tr.Status.Authenticated || !slices.Contains(tr.Status.Audiences, a.audience) {
+		a.refuse(key, now)
 		return nil, fmt.Errorf("%w: not a valid token for audience %q", auth.ErrInvalidToken, a.audience)
 	}
 	user := tr.Status.User.Username
 	if !strings.HasPrefix(user, serviceAccountPrefix) {
+		a.refuse(key, now)
 		return nil, fmt.Errorf("%w: %w", auth.ErrInvalidToken, errNotServiceAccount)
 	}
 	if a.ttl > 0 {
@@ -89,4 +167,62 @@ func (a *Authenticator) Verify(ctx context.Context, token string, _ *http.Reques
 		a.mu.Unlock()
 	}
 	return &auth.TokenInfo{UserID: user}, nil
+}
+
+// refuse remembers a refused token for refusalTTL.
+func (a *Authenticator) refuse(key [sha256.Size]byte, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.refused) >= maxCachedReviews {
+		clear(a.refused)
+	}
+	a.refused[key] = now.Add(refusalTTL)
+}
+
+// shapeProblem says why token cannot be a ServiceAccount token for the
+// audience, read without verifying it (the TokenReview verifies); "" when
+// it may be one.
+func (a *Authenticator) shapeProblem(token string, now time.Time) string {
+	if len(token) > maxTokenBytes {
+		return "the token is too long"
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "not a ServiceAccount token (a JWT)"
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "not a ServiceAccount token (a JWT)"
+	}
+	var claims struct {
+		Audience audiences `json:"aud"`
+		Expiry   *float64  `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return "not a ServiceAccount token (a JWT)"
+	}
+	if !slices.Contains(claims.Audience, a.audience) {
+		return fmt.Sprintf("not a token for audience %q", a.audience)
+	}
+	if claims.Expiry == nil || time.Unix(int64(*claims.Expiry), 0).Before(now) {
+		return "the token has expired"
+	}
+	return ""
+}
+
+// audiences is a JWT's aud claim: one string or a list.
+type audiences []string
+
+func (a *audiences) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*a = []string{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*a = many
+	return nil
 }

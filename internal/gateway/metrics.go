@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"tool", "outcome"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_gateway_requests_rejected_total",
-			Help: "Requests refused before any ToolCall existed, by reason (unauthenticated, concurrency_limit).",
+			Help: "Requests refused before any ToolCall existed, by reason (unauthenticated; review_budget: a token to check beyond the TokenReview budget; concurrency_limit).",
 		}, []string{"reason"}),
 	}
 	if reg != nil {

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -154,4 +155,32 @@ func mapKeys(m map[string]*unstructured.Unstructured) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestGatewayTLS: gateway.tls.secretName mounts that Secret and serves MCP
+// over TLS with it; without it, nothing of TLS is rendered.
+func TestGatewayTLS(t *testing.T) {
+	dep := "Deployment " + releaseNamespace + "/toolgate-gateway"
+	plain := gatewayObjects(helmTemplate(t, gatewayValues...))[dep]
+	tls := gatewayObjects(helmTemplate(t, append(gatewayValues, "--set", "gateway.tls.secretName=gateway-tls")...))[dep]
+	if plain == nil || tls == nil {
+		t.Fatal("no gateway Deployment rendered")
+	}
+	args := func(u *unstructured.Unstructured) string { return fmt.Sprint(container("args")(u)) }
+	if strings.Contains(args(plain), "tls") || path("spec", "template", "spec", "volumes")(plain) != nil {
+		t.Errorf("TLS rendered without gateway.tls.secretName: %s", args(plain))
+	}
+	for _, want := range []string{"--tls-cert-file=/etc/toolgate/tls/tls.crt", "--tls-key-file=/etc/toolgate/tls/tls.key"} {
+		if !strings.Contains(args(tls), want) {
+			t.Errorf("args %s lack %s", args(tls), want)
+		}
+	}
+	volumes := []any{map[string]any{"name": "tls", "secret": map[string]any{"secretName": "gateway-tls"}}}
+	if d := cmp.Diff(volumes, path("spec", "template", "spec", "volumes")(tls)); d != "" {
+		t.Errorf("volumes (-want +got):\n%s", d)
+	}
+	mounts := []any{map[string]any{"name": "tls", "mountPath": "/etc/toolgate/tls", "readOnly": true}}
+	if d := cmp.Diff(mounts, container("volumeMounts")(tls)); d != "" {
+		t.Errorf("volumeMounts (-want +got):\n%s", d)
+	}
 }
