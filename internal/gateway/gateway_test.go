@@ -353,7 +353,7 @@ var _ = Describe("the MCP gateway", func() {
 			statuses[post("Bearer "+enc([]byte(`{"alg":"RS256"}`))+"."+enc([]byte(claims))+"."+enc([]byte("sig")))]++
 		}
 		Expect(statuses[http.StatusTooManyRequests]).To(BeNumerically(">", 0), "%v", statuses)
-		Expect(statuses[http.StatusUnauthorized] + statuses[http.StatusTooManyRequests]).To(Equal(100), "%v", statuses)
+		Expect(statuses[http.StatusUnauthorized]+statuses[http.StatusTooManyRequests]).To(Equal(100), "%v", statuses)
 		Expect(counter("toolgate_gateway_requests_rejected_total", "review_budget")).To(BeNumerically(">=", statuses[http.StatusTooManyRequests]))
 		// The known caller is answered from memory meanwhile.
 		_, err = cs.ListTools(ctx, nil)
