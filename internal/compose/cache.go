@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/controller"
 )
 
 // Cache restricts what the manager's informers list and watch: among
@@ -19,6 +20,9 @@ func Cache(o Options) cache.Options {
 	opts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{toolgatev1alpha1.LabelSandbox: "true"})},
+			// Without what agents and tools put in calls: memory follows
+			// the number of calls, not what they carry.
+			&toolgatev1alpha1.ToolCall{}: {Transform: controller.StripCachedCall},
 		},
 		// Managed fields are a large share of every cached call and session,
 		// and toolgate never reads them: memory follows the objects.

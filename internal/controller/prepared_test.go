@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -77,5 +79,19 @@ var _ = Describe("a sandbox prepared for an attempt that never became durable", 
 		defer box.mu.Unlock()
 		Expect(box.made).To(BeEmpty(), "the stand-in sandbox is left")
 		Expect(box.releasedWith).To(Equal(map[bool]int{false: 1}), "released once, before the result was written")
+	})
+})
+
+var _ = Describe("a call whose arguments and result the cache leaves out", func() {
+	It("runs with its whole arguments and commits its whole result", func() {
+		ns := newNamespace()
+		// The tool prints its arguments back, twice.
+		setup(processProfile(ns, shTool("twice", "a=$(cat); printf '%s%s' \"$a\" \"$a\"").Obj()).PreRule("allow", toolgatev1alpha1.ActionAllow, "", "twice"))
+		args := `{"text":"` + strings.Repeat("a", 150<<10) + `"}`
+		submit(ns, "big", "twice", args, 0, 0)
+		tc := committedCall(ns, "big", 60*time.Second)
+		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), tc.Status.Result.Message)
+		Expect(tc.Status.Result.Content).To(Equal(args+args), "the body saw the whole arguments")
+		Expect(tc.Spec.Arguments).To(Equal(args))
 	})
 })

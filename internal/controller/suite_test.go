@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -90,6 +91,8 @@ func startManager(cfg *rest.Config, opts ...func(*ctrl.Options)) {
 		HealthProbeBindAddress: "0",
 		// Specs restart the manager in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		// Calls cached without their bulk, as compose.Cache has it.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&toolgatev1alpha1.ToolCall{}: {Transform: StripCachedCall}}},
 	}
 	for _, f := range opts {
 		f(&o)

@@ -143,6 +143,12 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		// safety net only.
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
+	if strippedInCache(tc) && !tc.Settled() {
+		// Its pipeline needs what the cache left out (cachestrip.go).
+		if err := r.reader().Get(ctx, req.NamespacedName, tc); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
 	s := r.scopeOf(tc)
 	var phases []callPhase
 	if !s.wasSettled {

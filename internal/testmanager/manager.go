@@ -26,11 +26,13 @@ const pollInterval = 500 * time.Millisecond
 // approval provider; tools run in workspaceDir. The returned channel closes
 // once the manager has stopped, carrying its error if it failed.
 func Start(ctx context.Context, env *testenv.Env, workspaceDir string) (<-chan error, error) {
-	return Run(ctx, env.Config, env.Scheme, cache.Options{}, compose.Options{
+	o := compose.Options{
 		Approvals:      []toolgatev1alpha1.ApprovalProvider{toolgatev1alpha1.ApprovalProviderAPIServer},
 		ProcessSandbox: true, ProcessWorkspaceDir: workspaceDir,
 		PollInterval: pollInterval,
-	})
+	}
+	// The manager's cache, as cmd/manager configures it.
+	return Run(ctx, env.Config, env.Scheme, compose.Cache(o), o)
 }
 
 // Run runs the controllers composed with o against cfg until ctx ends,

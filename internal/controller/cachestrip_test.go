@@ -1,0 +1,50 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// TestStripCachedCall: a call's large arguments, result and checkpointed
+// output stay out of the cache (marked so), small ones stay in, and so
+// does everything the controllers plan from.
+func TestStripCachedCall(t *testing.T) {
+	big := strings.Repeat("x", strippedAbove+1)
+	tc := &toolgatev1alpha1.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "agent"}}},
+		Spec:       toolgatev1alpha1.ToolCallSpec{Tool: "t", Arguments: `{"a":"` + big + `"}`, Turn: 3},
+		Status: toolgatev1alpha1.ToolCallStatus{
+			Result: &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeSucceeded, Value: `"` + big + `"`, Content: big,
+				Contexts: []toolgatev1alpha1.AdditionalContext{{Message: "kept"}}},
+			Checkpoint: &toolgatev1alpha1.PipelineCheckpoint{Next: "Finalize", Body: &toolgatev1alpha1.CheckpointBody{Value: `"` + big + `"`, Content: big}},
+		},
+	}
+	out, err := StripCachedCall(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*toolgatev1alpha1.ToolCall)
+	if got.Spec.Arguments != "" || got.Status.Result.Value != "" || got.Status.Result.Content != "" ||
+		got.Status.Checkpoint.Body.Value != "" || got.Status.Checkpoint.Body.Content != "" {
+		t.Fatalf("bulk left in the cache: %d %d %d bytes", len(got.Spec.Arguments), len(got.Status.Result.Content), len(got.Status.Checkpoint.Body.Content))
+	}
+	if !strippedInCache(got) || got.ManagedFields != nil {
+		t.Fatalf("not marked stripped, or managed fields kept: %v %v", got.Annotations, got.ManagedFields)
+	}
+	if got.Spec.Tool != "t" || got.Spec.Turn != 3 || got.Status.Result.Outcome != toolgatev1alpha1.OutcomeSucceeded || len(got.Status.Result.Contexts) != 1 {
+		t.Fatalf("what the controllers plan from was lost: %+v", got)
+	}
+
+	small := &toolgatev1alpha1.ToolCall{Spec: toolgatev1alpha1.ToolCallSpec{Arguments: `{"a":1}`}}
+	out, err = StripCachedCall(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*toolgatev1alpha1.ToolCall); got.Spec.Arguments != `{"a":1}` || strippedInCache(got) {
+		t.Fatalf("a small call was changed: %+v", got)
+	}
+}
