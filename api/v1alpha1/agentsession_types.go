@@ -62,7 +62,9 @@ type AgentSessionSpec struct {
 	// holds only its recent calls. The session's committedTurn,
 	// nextSequence, commitCursor and deferredContexts keep what deleted
 	// calls contributed; committedCalls and counts are of the calls
-	// present. Unset keeps every call until the session is deleted; 0
+	// present. Unset takes the install's default (the manager's
+	// --default-call-retention; the chart's callRetention, a week), and
+	// keeps every call until the session is deleted where it has none; 0
 	// deletes each as soon as its turn is complete.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

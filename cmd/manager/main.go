@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +39,7 @@ func main() {
 		keySecret    string
 		podLabels    string
 		watch        string
+		retention    time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
@@ -51,6 +53,8 @@ func main() {
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace (default $POD_NAMESPACE): where the pod sandbox's channel key Secret lives.")
 	flag.StringVar(&keySecret, "channel-key-secret", "toolgate-channel-key", "Secret (in --namespace) holding the key with which the manager hands calls to tool pods; created on first start.")
 	flag.StringVar(&podLabels, "manager-pod-labels", "control-plane=controller-manager", "Labels of the manager's pods: the only ingress tool pods' NetworkPolicies allow (to the runner's port).")
+	flag.DurationVar(&retention, "default-call-retention", 0,
+		"How long a committed call of a session that sets no ttlSecondsAfterCommit is kept once its turn is complete (for instance 168h); 0 keeps calls until their session is deleted.")
 	flag.StringVar(&watch, "watch-namespaces", "",
 		"Comma-separated namespaces the manager watches, and the only ones it acts in; empty watches every namespace. With a list, the manager needs Roles only (config/namespaced, docs/install.md).")
 	opts := zap.Options{}
@@ -73,6 +77,7 @@ func main() {
 		ProcessSandbox: processBox, ProcessWorkspaceDir: workspaceDir, ProcessSubCalls: true,
 		RunnerImage: runnerImage, NetworkPolicyEnforced: netpolicy,
 		Namespace: namespace, ChannelKeySecret: keySecret, ManagerLabels: managerLabels, WatchNamespaces: watchNamespaces,
+		DefaultRetention: retention,
 	}
 
 	scheme := runtime.NewScheme()

@@ -61,6 +61,9 @@ type Options struct {
 	// 0: its defaults).
 	PollInterval   time.Duration
 	SessionWorkers int
+	// DefaultRetention is controller.Config's: the ttlSecondsAfterCommit
+	// of a session that sets none (0: calls are kept with their session).
+	DefaultRetention time.Duration
 }
 
 // defaultWakeBuffer is the room for pending wake-ups when Options leave it
@@ -86,7 +89,7 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	}
 	cfg := controller.Config{
 		Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: controller.NewWake(wake),
-		PollInterval: o.PollInterval, SessionWorkers: o.SessionWorkers,
+		PollInterval: o.PollInterval, SessionWorkers: o.SessionWorkers, DefaultRetention: o.DefaultRetention,
 	}
 	key, err := managerKey(mgr, o)
 	if err != nil {

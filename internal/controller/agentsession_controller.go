@@ -57,6 +57,9 @@ type AgentSessionReconciler struct {
 	// MaxConcurrentReconciles bounds how many sessions are scheduled at
 	// once.
 	MaxConcurrentReconciles int
+	// DefaultRetention replaces an unset spec.ttlSecondsAfterCommit (0:
+	// none, every call is kept).
+	DefaultRetention time.Duration
 }
 
 // Reconcile schedules one session and patches its status once.
@@ -132,14 +135,17 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 }
 
 // expire deletes the committed calls whose time is up
-// (spec.ttlSecondsAfterCommit after their result, once their turn is
-// complete) and returns when the next one is due (0: none). Completeness is
+// (spec.ttlSecondsAfterCommit, else DefaultRetention, after their result,
+// once their turn is complete) and returns when the next one is due (0:
+// none). Completeness is
 // read from the status as written (persisted), never from this reconcile's
 // unwritten one: a turn whose calls are gone must already be recorded
 // complete, or its size would hold the session back for good.
 func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) (time.Duration, error) {
-	ttl := persisted.Spec.TTLSecondsAfterCommit
-	if ttl == nil {
+	ttl := r.DefaultRetention
+	if t := persisted.Spec.TTLSecondsAfterCommit; t != nil {
+		ttl = time.Duration(*t) * time.Second
+	} else if ttl <= 0 {
 		return 0, nil
 	}
 	through, now := completeThrough(persisted), r.Clock.Now()
@@ -148,7 +154,7 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 		if !c.Committed() || c.Spec.Turn > through || deleting(c) {
 			continue
 		}
-		left := c.Status.Result.SettledAt.Add(time.Duration(*ttl) * time.Second).Sub(now)
+		left := c.Status.Result.SettledAt.Add(ttl).Sub(now)
 		if left > 0 {
 			if next == 0 || left < next {
 				next = left

@@ -31,6 +31,10 @@ type Config struct {
 	// SessionWorkers is how many sessions are scheduled at once (one
 	// session is never scheduled by two workers); default 4.
 	SessionWorkers int
+	// DefaultRetention is how long a committed call of a session that sets
+	// no ttlSecondsAfterCommit is kept once its turn is complete; 0 keeps
+	// it until the session is deleted.
+	DefaultRetention time.Duration
 }
 
 // Setup registers the three controllers on mgr.
@@ -52,7 +56,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	}
 	if err := (&AgentSessionReconciler{
 		Client: mgr.GetClient(), Profiles: profiles, Sandboxes: cfg.Sandboxes, Approvals: cfg.Approvals, Clock: cfg.Clock,
-		Reader: mgr.GetAPIReader(), MaxConcurrentReconciles: cfg.SessionWorkers,
+		Reader: mgr.GetAPIReader(), MaxConcurrentReconciles: cfg.SessionWorkers, DefaultRetention: cfg.DefaultRetention,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AgentSession controller: %w", err)
 	}

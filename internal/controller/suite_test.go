@@ -143,12 +143,17 @@ func ownManagers() {
 // resets it before its managers stop).
 var wrapSandbox = func(p sandbox.Provider) sandbox.Provider { return p }
 
+// defaultRetention is the DefaultRetention of the managers started next
+// (a spec sets it, and resets it before its managers stop).
+var defaultRetention time.Duration
+
 // composeForTests mounts the providers the specs use, as cmd/manager
 // composes them: approval through the API server (and None), the Process
 // sandbox.
 func composeForTests(mgr ctrl.Manager) Config {
 	scope := lifecycle.NewScope()
-	cfg := Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: NewWake(1024), PollInterval: 500 * time.Millisecond}
+	cfg := Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: NewWake(1024), PollInterval: 500 * time.Millisecond,
+		DefaultRetention: defaultRetention}
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, suiteKey))).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
 	box := process.New(workspaceDir, cfg.Wake.Notify)

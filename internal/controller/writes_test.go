@@ -298,6 +298,34 @@ var _ = Describe("a cache behind the manager's own write", Ordered, func() {
 	})
 })
 
+var _ = Describe("the install's default retention", Ordered, func() {
+	BeforeAll(func() {
+		ownManagers()
+		defaultRetention = time.Second
+		DeferCleanup(func() { defaultRetention = 0 })
+		startManager(env.Config)
+	})
+
+	It("deletes the committed calls of a session that sets no ttlSecondsAfterCommit, and a session's own ttl wins", func() {
+		ns := newNamespace()
+		p := processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, "")
+		setup(p)
+		keeps := tu.MakeAgentSession(ns, "keeps", "p").Obj()
+		keeps.Spec.TTLSecondsAfterCommit = ptr.To[int32](3600)
+		Expect(k8s.Create(ctx, keeps)).To(Succeed())
+		c := tu.MakeToolCall(ns, "a", "s").Tool("echo", `{"text":"a"}`).At(0, 0).Obj()
+		c.Finalizers = append(c.Finalizers, keepFinalizer)
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		k := tu.MakeToolCall(ns, "kept", "keeps").Tool("echo", `{"text":"kept"}`).At(0, 0).Obj()
+		Expect(k8s.Create(ctx, k)).To(Succeed())
+		Expect(committedCall(ns, "a").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(committedCall(ns, "kept").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		release(ns, "a")
+		Eventually(callGone(ns, "a")).Should(BeTrue(), "the default retention deletes the call")
+		Consistently(callGone(ns, "kept"), 3*time.Second).Should(BeFalse(), "a session's own ttl wins")
+	})
+})
+
 var _ = Describe("a session with ttlSecondsAfterCommit", func() {
 	It("deletes its committed calls once their turn is complete, and keeps its place in the log", func() {
 		ns := newNamespace()

@@ -117,7 +117,7 @@ func TestAgentNamespaces(t *testing.T) {
 	// No other binding in the agent namespaces: none for agents' empty
 	// approvers.
 	for _, u := range objs {
-		if (u.GetNamespace() == "agent-a" || u.GetNamespace() == "agents") && bindings[key(u)].role == "" {
+		if (u.GetNamespace() == "agent-a" || u.GetNamespace() == "agents") && bindings[key(u)].role == "" && u.GetKind() != "ResourceQuota" {
 			t.Errorf("unexpected %s", key(u))
 		}
 	}
@@ -200,5 +200,32 @@ func TestAgentNamespacesWatched(t *testing.T) {
 				t.Errorf("%s: the manager's %ss are in (-want +got):\n%s", name, kind, d)
 			}
 		}
+	}
+}
+
+// TestAgentNamespaceQuota: each agent namespace gets a ResourceQuota of
+// toolgate's objects, agentNamespaceQuota's unless its entry has its own;
+// agentNamespaceQuota null installs none.
+func TestAgentNamespaceQuota(t *testing.T) {
+	hard := func(objs []*unstructured.Unstructured) map[string]any {
+		out := map[string]any{}
+		for _, u := range kinds(objs, "ResourceQuota") {
+			if u.GetName() != "toolgate-objects" {
+				t.Errorf("unexpected %s", key(u))
+			}
+			out[u.GetNamespace()] = path("spec", "hard")(u)
+		}
+		return out
+	}
+	values := agentNamespacesValues + "    quota: {toolcalls: 50}\n"
+	want := map[string]any{
+		"agent-a": map[string]any{"count/toolcalls.toolgate.dev": "2000", "count/agentsessions.toolgate.dev": "100"},
+		"agents":  map[string]any{"count/toolcalls.toolgate.dev": "50"},
+	}
+	if d := cmp.Diff(want, hard(helmTemplate(t, "-f", valuesFile(t, values)))); d != "" {
+		t.Errorf("quotas (-want +got):\n%s", d)
+	}
+	if got := hard(helmTemplate(t, "-f", valuesFile(t, agentNamespacesValues), "--set", "agentNamespaceQuota=null")); len(got) != 0 {
+		t.Errorf("agentNamespaceQuota null installs %v", got)
 	}
 }
