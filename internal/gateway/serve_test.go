@@ -79,7 +79,7 @@ func TestServesTLSAndPicksUpARenewedCertificate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a client trusting %s: %v", trusted.Subject.CommonName, err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		return resp.TLS.PeerCertificates[0].Subject.CommonName
 	}
 	if cn := served(first); cn != "first" {
