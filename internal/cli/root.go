@@ -63,6 +63,7 @@ decides what that user may read and decide.`,
 		traceCommand(o),
 		transcriptCommand(o),
 		profileCommand(o),
+		rotateCommand(o),
 	)
 	return root
 }

@@ -105,7 +105,11 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 		var p approval.Provider
 		switch name {
 		case toolgatev1alpha1.ApprovalProviderAPIServer:
-			p = approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, key.Bytes())
+			ap := approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, key.Current.Bytes())
+			if key.Previous != nil {
+				ap.Previous = key.Previous.Bytes()
+			}
+			p = ap
 		case toolgatev1alpha1.ApprovalProviderNone:
 			p = approvalnone.Provider{}
 		default:
@@ -142,21 +146,21 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 // questions under a key derived from it. A composition without a
 // namespace (tests) gets one key per process, so a manager restarted in
 // the same process still reads its predecessor's questions.
-func managerKey(mgr ctrl.Manager, o Options) (*ecdh.PrivateKey, error) {
+func managerKey(mgr ctrl.Manager, o Options) (pod.ChannelKeys, error) {
 	if o.Namespace == "" {
 		if o.RunnerImage != "" {
-			return nil, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
+			return pod.ChannelKeys{}, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
 		}
 		processKeyOnce.Do(func() { processKey, processKeyErr = runner.NewManagerKey() })
-		return processKey, processKeyErr
+		return pod.ChannelKeys{Current: processKey}, processKeyErr
 	}
 	// Read directly: the manager's cache is not started, and must never
 	// watch Secrets.
 	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
-		return nil, err
+		return pod.ChannelKeys{}, err
 	}
-	return pod.LoadChannelKey(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
+	return pod.LoadChannelKeys(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
 }
 
 var (
@@ -167,9 +171,9 @@ var (
 
 // podProvider makes the Pod sandbox provider with the channel key, and
 // wakes its follower at every change of a tool pod.
-func podProvider(mgr ctrl.Manager, o Options, key *ecdh.PrivateKey, wake *controller.Wake) (*pod.Provider, error) {
+func podProvider(mgr ctrl.Manager, o Options, key pod.ChannelKeys, wake *controller.Wake) (*pod.Provider, error) {
 	provider := &pod.Provider{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key.Current, Previous: key.Previous, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
 		SubCalls: controller.SubCalls(mgr.GetClient()),
 		Config:   pod.Config{RunnerImage: o.RunnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels},
 	}

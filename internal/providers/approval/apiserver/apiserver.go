@@ -34,6 +34,9 @@ type Provider struct {
 	// the arguments digest and the question's seal are MACs under keys
 	// derived from it, which nobody else can compute.
 	Key []byte
+	// Previous is the secret before the last rotation (nil: none): a
+	// question asked under it is still the call's.
+	Previous []byte
 }
 
 var _ approval.Provider = &Provider{}
@@ -74,7 +77,7 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 		// A same-named request this call does not own is not its question.
 		return pipeline.Unavailable, "an ApprovalRequest of that name belongs to another object"
 	}
-	if !p.asks(ar, p.question(subj, q)) {
+	if !p.asksUnderAnyKey(ar, subj, q) {
 		// Someone created this request before toolgate did: what an
 		// approver read there is not this call's question, so no answer to
 		// it counts.
@@ -154,6 +157,19 @@ func (p *Provider) asks(found, want *toolgatev1alpha1.ApprovalRequest) bool {
 	}
 	seal, _ := hex.DecodeString(p.seal(found))
 	return len(p.Key) > 0 && hmac.Equal(got, seal)
+}
+
+// asksUnderAnyKey is asks under the current key, else the previous one
+// (a question asked before the last rotation).
+func (p *Provider) asksUnderAnyKey(found *toolgatev1alpha1.ApprovalRequest, subj approval.Subject, q pipeline.Question) bool {
+	if p.asks(found, p.question(subj, q)) {
+		return true
+	}
+	if len(p.Previous) == 0 {
+		return false
+	}
+	old := &Provider{Client: p.Client, Clock: p.Clock, Key: p.Previous}
+	return old.asks(found, old.question(subj, q))
 }
 
 // mac is HMAC-SHA256 under the key derived from the manager's for label.

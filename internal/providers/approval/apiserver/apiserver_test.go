@@ -125,3 +125,31 @@ func TestTheRequestNamesTheSession(t *testing.T) {
 		t.Error("the same question is not recognized")
 	}
 }
+
+// TestAQuestionOutlivesOneKeyRotation: a question asked under the key
+// before the last rotation is still the call's; one asked under a key two
+// rotations ago is not (the ask fails closed).
+func TestAQuestionOutlivesOneKeyRotation(t *testing.T) {
+	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	subject := approval.Subject{Owner: call, Session: "s1"}
+	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{"text":"hi"}`), Requester: "agent"}, Reason: "ask-all",
+		Deadline: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)}
+	k1, k2, k3 := []byte("the key before the rotation......"), []byte("the key after the rotation......."), []byte("the key after a second rotation..")
+	asked := stored(t, New(nil, nil, k1).question(subject, q))
+	rotated := New(nil, nil, k2)
+	if rotated.asksUnderAnyKey(asked, subject, q) {
+		t.Fatal("a manager that does not hold the previous key took the question")
+	}
+	rotated.Previous = k1
+	if !rotated.asksUnderAnyKey(asked, subject, q) {
+		t.Fatal("the question asked before the rotation is no longer the call's")
+	}
+	twice := New(nil, nil, k3)
+	twice.Previous = k2
+	if twice.asksUnderAnyKey(asked, subject, q) {
+		t.Fatal("a question of two rotations ago still counts")
+	}
+	if !rotated.asksUnderAnyKey(stored(t, rotated.question(subject, q)), subject, q) {
+		t.Fatal("a question asked under the current key")
+	}
+}

@@ -2,6 +2,8 @@ package pod
 
 import (
 	"context"
+	"crypto/ecdh"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -498,5 +500,93 @@ func TestTheRunnerIsTriedOnceThePodHasAnAddress(t *testing.T) {
 	res, err := settle(t, p, j)
 	if err != nil || res.Stdout != "ran with "+j.Arguments {
 		t.Fatalf("result %+v %v", res, err)
+	}
+}
+
+// TestChannelKeyRotation: after a rotation, the pod made under the
+// previous key is handed its call and yields its frame, once, and every
+// new pod is made under the new key; after a second rotation, a pod of the
+// key dropped is no longer toolgate's, and its resumed attempt fails
+// cleanly (sandbox_lost) without running anything again. The Secret
+// carries both keys across a rotation.
+func TestChannelKeyRotation(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace(t, c, "rotate-", nil)}}
+	call := callIn(t, c, ns.Name, "call-1", `{"text":"a b"}`)
+	job := func(attempt int) sandbox.Job {
+		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+		j.Owner.Namespace, j.OwnerUID, j.Attempt = ns.Name, call.UID, attempt
+		j.Key = sandbox.Key(call.UID, attempt)
+		j.Dispatched = time.Now()
+		return j
+	}
+	podOf := func(attempt int) *corev1.Pod {
+		pod := &corev1.Pod{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), attempt)}, pod))
+		return pod
+	}
+	keyIn := func(pod *corev1.Pod) string { return pod.Spec.Containers[0].Env[0].Value }
+	hexOf := func(k *ecdh.PrivateKey) string { return hex.EncodeToString(k.PublicKey().Bytes()) }
+
+	// The Secret: made on first start, both keys after a rotation, the
+	// oldest dropped at the next.
+	secretNS := namespace(t, c, "manager-", nil)
+	first, err := LoadChannelKeys(ctx, c, secretNS, "key")
+	must(t, err)
+	if first.Previous != nil {
+		t.Fatal("a new Secret has a previous key")
+	}
+	_, err = RotateChannelKey(ctx, c, secretNS, "key")
+	must(t, err)
+	second, err := LoadChannelKeys(ctx, c, secretNS, "key")
+	must(t, err)
+	if second.Current.Equal(first.Current) || second.Previous == nil || !second.Previous.Equal(first.Current) {
+		t.Fatal("after a rotation the Secret holds a new key and the one it replaced")
+	}
+	_, err = RotateChannelKey(ctx, c, secretNS, "key")
+	must(t, err)
+	third, err := LoadChannelKeys(ctx, c, secretNS, "key")
+	must(t, err)
+	if !third.Previous.Equal(second.Current) {
+		t.Fatal("a second rotation keeps the key it replaced")
+	}
+
+	// A pod made before the rotation (prepared: nothing handed yet).
+	before := newProvider()
+	j := job(1)
+	must(t, before.Prepare(ctx, j))
+	if keyIn(podOf(1)) != hexOf(before.Key) {
+		t.Fatal("the pod does not carry the manager's key")
+	}
+	k := startKubelet(t, c, podOf(1))
+	newKey, err := runner.NewManagerKey()
+	must(t, err)
+	rotated := newProvider()
+	rotated.Key, rotated.Previous, rotated.Dial = newKey, before.Key, k.dial
+	if res, err := settle(t, rotated, j); err != nil || res.Stdout != `ran with {"text":"a b"}` {
+		t.Fatalf("the pod of the previous key, after the rotation: %+v %v", res, err)
+	}
+	j2 := job(2)
+	if _, err := rotated.Run(ctx, j2); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	if got := podOf(2); keyIn(got) != hexOf(newKey) || !rotated.sealed(got) {
+		t.Fatal("a pod made after the rotation is not made and sealed under the new key")
+	}
+	rotated.Discard(ctx, j2.Key)
+
+	// Two rotations on, the pod of the key dropped is not toolgate's.
+	newest, err := runner.NewManagerKey()
+	must(t, err)
+	twice := newProvider()
+	twice.Key, twice.Previous, twice.Dial = newest, newKey, k.dial
+	j.Resumed = true
+	var f *pipeline.Failure
+	if _, err := settle(t, twice, j); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxLost {
+		t.Fatalf("a pod of a key two rotations old: %v, want sandbox_lost", err)
+	}
+	if n := k.runs.Load(); n != 1 {
+		t.Fatalf("the body ran %d times", n)
 	}
 }

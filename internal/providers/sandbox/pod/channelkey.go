@@ -15,45 +15,108 @@ import (
 )
 
 // ChannelKeyField is the Secret key holding the manager's channel key (the
-// raw 32-byte X25519 private key).
-const ChannelKeyField = "x25519.key"
+// raw 32-byte X25519 private key); ChannelKeyPreviousField holds the key
+// before the last rotation, when there was one.
+const (
+	ChannelKeyField         = "x25519.key"
+	ChannelKeyPreviousField = "x25519.previous.key"
+)
 
-// LoadChannelKey reads the manager's channel key from the Secret
+// ChannelKeys are the manager's channel key and the one before its last
+// rotation (nil when it was never rotated).
+type ChannelKeys struct {
+	Current, Previous *ecdh.PrivateKey
+}
+
+// LoadChannelKeys reads the manager's channel keys from the Secret
 // namespace/name, creating it on first start. Every replica, and every
-// restart, uses the same key, so a call handed over by one manager is
-// collected by the next; only the manager's service account can read it.
-func LoadChannelKey(ctx context.Context, c client.Client, namespace, name string) (*ecdh.PrivateKey, error) {
+// restart, uses the same keys, so a call handed over by one manager is
+// collected by the next; only the manager's service account can read them.
+func LoadChannelKeys(ctx context.Context, c client.Client, namespace, name string) (ChannelKeys, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
 	for range 2 {
 		s := &corev1.Secret{}
 		err := c.Get(ctx, key, s)
 		switch {
 		case err == nil:
-			k, perr := ecdh.X25519().NewPrivateKey(s.Data[ChannelKeyField])
-			if perr != nil {
-				return nil, fmt.Errorf("secret %s: field %s is not an X25519 key: %w", key, ChannelKeyField, perr)
-			}
-			return k, nil
+			return keysOf(key, s)
 		case !apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("read the channel key secret %s: %w", key, err)
+			return ChannelKeys{}, fmt.Errorf("read the channel key secret %s: %w", key, err)
 		}
 		k, err := runner.NewManagerKey()
 		if err != nil {
-			return nil, err
+			return ChannelKeys{}, err
 		}
-		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{LabelManagedBy: managedBy}},
-			Type:       corev1.SecretTypeOpaque,
-			Immutable:  ptr.To(true),
-			Data:       map[string][]byte{ChannelKeyField: k.Bytes()},
-		}
+		s = channelKeySecret(key, k, nil)
 		switch err := c.Create(ctx, s); {
 		case err == nil:
-			return k, nil
+			return ChannelKeys{Current: k}, nil
 		case !apierrors.IsAlreadyExists(err):
-			return nil, fmt.Errorf("create the channel key secret %s: %w", key, err)
+			return ChannelKeys{}, fmt.Errorf("create the channel key secret %s: %w", key, err)
 		}
 		// Another replica created it first: read theirs.
 	}
-	return nil, fmt.Errorf("the channel key secret %s could not be read or created", key)
+	return ChannelKeys{}, fmt.Errorf("the channel key secret %s could not be read or created", key)
+}
+
+func keysOf(key client.ObjectKey, s *corev1.Secret) (ChannelKeys, error) {
+	var keys ChannelKeys
+	k, err := ecdh.X25519().NewPrivateKey(s.Data[ChannelKeyField])
+	if err != nil {
+		return keys, fmt.Errorf("secret %s: field %s is not an X25519 key: %w", key, ChannelKeyField, err)
+	}
+	keys.Current = k
+	if b, ok := s.Data[ChannelKeyPreviousField]; ok {
+		if keys.Previous, err = ecdh.X25519().NewPrivateKey(b); err != nil {
+			return keys, fmt.Errorf("secret %s: field %s is not an X25519 key: %w", key, ChannelKeyPreviousField, err)
+		}
+	}
+	return keys, nil
+}
+
+// channelKeySecret is the immutable Secret holding current and previous.
+func channelKeySecret(key client.ObjectKey, current, previous *ecdh.PrivateKey) *corev1.Secret {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{LabelManagedBy: managedBy}},
+		Type:       corev1.SecretTypeOpaque,
+		Immutable:  ptr.To(true),
+		Data:       map[string][]byte{ChannelKeyField: current.Bytes()},
+	}
+	if previous != nil {
+		s.Data[ChannelKeyPreviousField] = previous.Bytes()
+	}
+	return s
+}
+
+// RotateChannelKey replaces the manager's channel key with a new one and
+// keeps the current one as the previous (the one before it is dropped).
+// The Secret is immutable: it is deleted (exactly the version read) and
+// made again. Managers read it when they start: restart them after (the
+// pods and questions made under the previous key keep working; those
+// made under the key dropped fail cleanly, so rotate again only once the
+// calls of two rotations ago have settled). It returns the new Secret.
+func RotateChannelKey(ctx context.Context, c client.Client, namespace, name string) (*corev1.Secret, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	s := &corev1.Secret{}
+	if err := c.Get(ctx, key, s); err != nil {
+		return nil, fmt.Errorf("read the channel key secret %s: %w", key, err)
+	}
+	old, err := keysOf(key, s)
+	if err != nil {
+		return nil, err
+	}
+	k, err := runner.NewManagerKey()
+	if err != nil {
+		return nil, err
+	}
+	next := channelKeySecret(key, k, old.Current)
+	if err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion}); err != nil {
+		return nil, fmt.Errorf("delete the channel key secret %s to replace it: %w", key, err)
+	}
+	if err := c.Create(ctx, next); err != nil {
+		// A manager starting in between made a key of its own: the
+		// previous one is in this error's Secret only.
+		return nil, fmt.Errorf("create the rotated channel key secret %s (the managers must be restarted; calls in flight under the old key fail): %w", key, err)
+	}
+	return next, nil
 }

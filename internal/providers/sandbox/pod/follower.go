@@ -219,7 +219,7 @@ func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Req
 	if p.SubCalls != nil {
 		sub = func(c runner.SubCall) runner.SubResult { return p.SubCalls(ctx, job, c) }
 	}
-	return runner.Exchange(conn, p.Key, req, sub)
+	return runner.Exchange(conn, p.keyOf(pod), req, sub)
 }
 
 // running tells whether the tool container (the runner) has started.

@@ -38,6 +38,10 @@ type Provider struct {
 	// Key is the manager's channel key: its public half is in every tool
 	// pod, and only its holder can hand a call over or open a frame.
 	Key *ecdh.PrivateKey
+	// Previous is the channel key before the last rotation (nil: none):
+	// the pods made under it are still handed their calls, read and
+	// recognised as toolgate's; no new pod is made under it.
+	Previous *ecdh.PrivateKey
 	// Dial connects to a runner (nil: TCP with keep-alives, so a vanished
 	// peer is noticed while a long body runs).
 	Dial func(ctx context.Context, addr string) (net.Conn, error)

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"context"
+	"crypto/ecdh"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/runner"
 )
 
 // Which pods are toolgate's. Anyone who may create pods in an agent
@@ -28,20 +30,41 @@ import (
 
 // sealOf is the seal of pod under the manager's key.
 func (p *Provider) sealOf(pod *corev1.Pod) string {
-	key := sha256.Sum256(append([]byte("toolgate.dev/seal\x00"), p.Key.Bytes()...))
-	mac := hmac.New(sha256.New, key[:])
-	mac.Write([]byte(pod.Namespace + "\x00" + pod.Name + "\x00" + string(pod.UID)))
-	return hex.EncodeToString(mac.Sum(nil))
+	return hex.EncodeToString(sealUnder(p.Key, pod))
 }
 
-// sealed reports whether pod carries its valid seal.
+func sealUnder(k *ecdh.PrivateKey, pod *corev1.Pod) []byte {
+	key := sha256.Sum256(append([]byte("toolgate.dev/seal\x00"), k.Bytes()...))
+	mac := hmac.New(sha256.New, key[:])
+	mac.Write([]byte(pod.Namespace + "\x00" + pod.Name + "\x00" + string(pod.UID)))
+	return mac.Sum(nil)
+}
+
+// sealed reports whether pod carries its valid seal, under the manager's
+// key or the one before its last rotation.
 func (p *Provider) sealed(pod *corev1.Pod) bool {
 	got, err := hex.DecodeString(pod.Annotations[toolgatev1alpha1.AnnotationSeal])
 	if err != nil || p.Key == nil || pod.UID == "" {
 		return false
 	}
-	want, _ := hex.DecodeString(p.sealOf(pod))
-	return hmac.Equal(got, want)
+	return hmac.Equal(got, sealUnder(p.Key, pod)) || (p.Previous != nil && hmac.Equal(got, sealUnder(p.Previous, pod)))
+}
+
+// keyOf is the channel key the pod was made under: the previous one when
+// the pod carries its public half, else the manager's.
+func (p *Provider) keyOf(pod *corev1.Pod) *ecdh.PrivateKey {
+	if p.Previous == nil {
+		return p.Key
+	}
+	old := hex.EncodeToString(p.Previous.PublicKey().Bytes())
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, e := range c.Env {
+			if e.Name == runner.EnvManagerKey && e.Value == old {
+				return p.Previous
+			}
+		}
+	}
+	return p.Key
 }
 
 // ours reports whether pod is toolgate's and controlled by owner, exactly.
