@@ -140,14 +140,16 @@ func TestNetworkIsolationOnAPIServer(t *testing.T) {
 		noIngress(t, podOf(t, ns, call, 1))
 	})
 
-	t.Run("a tool pod allowed egress: ingress denied, no egress to link-local or the API server", func(t *testing.T) {
+	t.Run("a tool pod allowed egress: ingress denied, no egress to link-local, the cluster's private ranges or the API server", func(t *testing.T) {
 		ns, call := setup(t)
 		if _, err := newProvider().Run(ctx, job(ns, call, 1, true)); !errors.Is(err, sandbox.ErrPending) {
 			t.Fatalf("run: %v", err)
 		}
 		pod := podOf(t, ns, call, 1)
 		noIngress(t, pod)
-		blocked := append([]string{"169.254.169.254", "169.254.0.1"}, apiServer(t)...)
+		// Metadata, the API server, and where a cluster's nodes (kubelets),
+		// pods (the manager's, other sessions') and Services usually are.
+		blocked := append([]string{"169.254.169.254", "169.254.0.1", "10.0.0.5", "10.244.0.7", "10.96.0.10", "172.18.0.2", "192.168.1.20", "100.64.0.3"}, apiServer(t)...)
 		egressIsolated, allowsSomething := false, false
 		for _, np := range selecting(t, pod) {
 			if !has(np, networkingv1.PolicyTypeEgress) {
@@ -160,7 +162,16 @@ func TestNetworkIsolationOnAPIServer(t *testing.T) {
 				}
 				for _, peer := range rule.To {
 					if peer.IPBlock == nil {
-						t.Fatalf("policy %s allows egress to pods or namespaces: %+v", np.Name, peer)
+						// Only the cluster's DNS pods, on port 53.
+						dns := peer.NamespaceSelector != nil && peer.PodSelector != nil &&
+							peer.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "kube-system" && peer.PodSelector.MatchLabels["k8s-app"] == "kube-dns"
+						for _, port := range rule.Ports {
+							dns = dns && port.Port != nil && port.Port.IntVal == 53 && port.EndPort == nil
+						}
+						if !dns || len(rule.Ports) == 0 {
+							t.Fatalf("policy %s allows egress to pods or namespaces: %+v %+v", np.Name, peer, rule.Ports)
+						}
+						continue
 					}
 					allowsSomething = true
 					cidr := netip.MustParsePrefix(peer.IPBlock.CIDR)

@@ -338,25 +338,48 @@ func (c Config) managerIngress() []networkingv1.NetworkPolicyIngressRule {
 }
 
 // Addresses tool pods never reach, even when allowed egress: link-local
-// ranges, where clouds serve instance metadata and credentials (169.254.0.0/16,
-// fe80::/10, and AWS's IPv6 metadata address).
+// ranges, where clouds serve instance metadata and credentials
+// (169.254.0.0/16, fe80::/10, and AWS's IPv6 metadata address inside
+// fc00::/7); and every private and shared range (RFC 1918, RFC 6598,
+// unique local), where a cluster keeps its nodes (the kubelets' port
+// 10250), its pods (the manager's, other sessions'), its Services and its
+// neighbours. Egress is to the internet; an in-cluster destination is an
+// operator's opt-in, a NetworkPolicy of their own selecting the tool pods
+// (which the profile's status then names as widening the sandbox: Audit).
 var (
-	deniedIPv4 = []string{"169.254.0.0/16"}
-	deniedIPv6 = []string{"fe80::/10", "fd00:ec2::254/128"}
+	deniedIPv4 = []string{"169.254.0.0/16", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"}
+	deniedIPv6 = []string{"fe80::/10", "fc00::/7", "::1/128"}
 )
 
+// The cluster's DNS, which tool pods allowed egress need to resolve the
+// names they reach: the kube-dns pods of kube-system, port 53.
+var (
+	dnsNamespace = "kube-system"
+	dnsPods      = map[string]string{"k8s-app": "kube-dns"}
+)
+
+// deniedAlready reports whether a is inside one of the denied prefixes.
+func deniedAlready(a netip.Addr, denied []string) bool {
+	for _, d := range denied {
+		if netip.MustParsePrefix(d).Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // EgressPolicy is the namespace's NetworkPolicy for tool pods labelled for
-// egress: no ingress but the manager's; egress to every address except the
-// denied ranges and apiServer (the API server's Service and endpoint
-// addresses, each as a host block). The same addresses in any order give
-// the same object.
+// egress: no ingress but the manager's; egress to the cluster's DNS, and to
+// every address except the denied ranges and apiServer (the API server's
+// Service and endpoint addresses, each as a host block, where not denied
+// already). The same addresses in any order give the same object.
 func (c Config) EgressPolicy(namespace string, apiServer []netip.Addr) *networkingv1.NetworkPolicy {
 	v4, v6 := slices.Clone(deniedIPv4), slices.Clone(deniedIPv6)
 	var hosts4, hosts6 []netip.Addr
 	for _, a := range apiServer {
 		a = a.Unmap()
 		switch {
-		case !a.IsValid() || a.IsLinkLocalUnicast():
+		case !a.IsValid() || deniedAlready(a, deniedIPv4) || deniedAlready(a, deniedIPv6):
 			// Already denied.
 		case a.Is4():
 			hosts4 = append(hosts4, a)
@@ -382,10 +405,22 @@ func (c Config) EgressPolicy(namespace string, apiServer []netip.Addr) *networki
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: "true"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress:     c.managerIngress(),
-			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
-				{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
-				{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},
-			}}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{
+					{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
+					{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},
+				}},
+				{
+					To: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: dnsNamespace}},
+						PodSelector:       &metav1.LabelSelector{MatchLabels: dnsPods},
+					}},
+					Ports: []networkingv1.NetworkPolicyPort{
+						{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))},
+						{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(53))},
+					},
+				},
+			},
 		},
 	}
 }

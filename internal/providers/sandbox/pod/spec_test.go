@@ -336,12 +336,16 @@ func TestEnforcementWithEgress(t *testing.T) {
 }
 
 // TestEgressPolicy: tool pods allowed egress are isolated for ingress and
-// may reach everything but link-local addresses (cloud metadata) and the API
-// server, the same object for the same addresses in any order.
+// may reach the cluster's DNS, and everything but link-local addresses
+// (cloud metadata), the private and shared ranges where the cluster's
+// nodes, pods and Services are, and the API server wherever it is; the same
+// object for the same addresses in any order.
 func TestEgressPolicy(t *testing.T) {
 	addrs := []netip.Addr{
 		netip.MustParseAddr("172.18.0.2"), netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00::1"),
 		netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("169.254.3.4"),
+		// An API server on public addresses.
+		netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7"),
 	}
 	np := testConfig.EgressPolicy("ns", addrs)
 	if np.Name != EgressPolicyName || np.Namespace != "ns" || np.Name == NetworkPolicyName || np.Labels["app.kubernetes.io/managed-by"] != "toolgate" {
@@ -356,17 +360,32 @@ func TestEgressPolicy(t *testing.T) {
 	if len(np.Spec.Ingress) != 0 {
 		t.Fatalf("ingress allowed: %+v", np.Spec.Ingress)
 	}
-	if len(np.Spec.Egress) != 1 || len(np.Spec.Egress[0].Ports) != 0 {
+	if len(np.Spec.Egress) != 2 || len(np.Spec.Egress[0].Ports) != 0 {
 		t.Fatalf("egress rules %+v", np.Spec.Egress)
 	}
 	want := []networkingv1.NetworkPolicyPeer{
-		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"169.254.0.0/16", "10.96.0.1/32", "172.18.0.2/32"}}},
-		{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fe80::/10", "fd00:ec2::254/128", "fd00::1/128"}}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{
+			"169.254.0.0/16", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "203.0.113.7/32"}}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fe80::/10", "fc00::/7", "::1/128", "2001:db8::7/128"}}},
 	}
 	if got := np.Spec.Egress[0].To; !reflect.DeepEqual(got, want) {
 		t.Fatalf("egress to %s, want %s", dump(got), dump(want))
 	}
-	reordered := []netip.Addr{addrs[2], addrs[1], addrs[0]}
+	// Every address a cluster usually gives its nodes, pods and Services
+	// (the kubelets' 10250, the manager's metrics, other sessions' pods)
+	// and the metadata addresses are excepted.
+	for _, a := range []string{"10.0.0.5", "10.244.1.7", "10.96.0.10", "172.18.0.3", "192.168.49.2", "100.64.0.9", "169.254.169.254", "fd00:ec2::254", "fd12::5"} {
+		addr := netip.MustParseAddr(a)
+		if !deniedAlready(addr, want[0].IPBlock.Except) && !deniedAlready(addr, want[1].IPBlock.Except) {
+			t.Errorf("%s is reachable from a tool pod allowed egress", a)
+		}
+	}
+	dns := np.Spec.Egress[1]
+	if len(dns.To) != 1 || dns.To[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "kube-system" || dns.To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" ||
+		len(dns.Ports) != 2 || dns.Ports[0].Port.IntVal != 53 || dns.Ports[1].Port.IntVal != 53 {
+		t.Fatalf("the DNS rule %s", dump(dns))
+	}
+	reordered := []netip.Addr{addrs[6], addrs[5], addrs[2], addrs[1], addrs[0]}
 	if again := testConfig.EgressPolicy("ns", reordered); !reflect.DeepEqual(again, np) {
 		t.Fatal("the policy depends on the order of the addresses")
 	}
