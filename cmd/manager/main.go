@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -28,20 +29,23 @@ import (
 
 func main() {
 	var (
-		metricsAddr  string
-		probeAddr    string
-		leaderElect  bool
-		workspaceDir string
-		runnerImage  string
-		netpolicy    bool
-		processBox   bool
-		namespace    string
-		keySecret    string
-		podLabels    string
-		watch        string
-		retention    time.Duration
+		metricsAddr   string
+		probeAddr     string
+		leaderElect   bool
+		workspaceDir  string
+		runnerImage   string
+		netpolicy     bool
+		processBox    bool
+		namespace     string
+		keySecret     string
+		podLabels     string
+		watch         string
+		retention     time.Duration
+		metricsSecure bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS to clients the API server authenticates and authorizes (get on the non-resource URL /metrics: the ClusterRole toolgate-metrics-reader); false serves plain HTTP to anyone who reaches the port.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one manager reconciles at a time.")
 	flag.BoolVar(&processBox, "enable-process-sandbox", false,
@@ -86,7 +90,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                metricsOptions(metricsAddr, metricsSecure),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       leaderElectionID,
@@ -156,4 +160,17 @@ func parseNamespaces(s string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// metricsOptions serves metrics at addr: with secure, over HTTPS (a
+// certificate made at start) to clients the API server authenticates and
+// authorizes for get on /metrics; tool pods and anyone else who reaches
+// the port are refused.
+func metricsOptions(addr string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: addr}
+	if secure {
+		o.SecureServing = true
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }
