@@ -178,6 +178,18 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	f = p.adopt(job, pod)
 	select {
 	case <-f.done:
+		if f.res != nil && f.res.Code == codes.Timeout {
+			// The runner stopped the body at its budget: its pod, the
+			// call's sandbox, goes before the call settles (the outcome
+			// is kept: the NotFound case above returns it).
+			if pod.DeletionTimestamp.IsZero() {
+				err := p.Client.Delete(api, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
+				if err = client.IgnoreNotFound(err); err != nil && !apierrors.IsConflict(err) {
+					log.FromContext(ctx).Error(err, "timed out tool pod not deleted", "pod", pod.Name)
+				}
+			}
+			return sandbox.Result{}, sandbox.ErrPending
+		}
 		if f.err != nil {
 			if fail := failureOf(pod); fail != nil {
 				return sandbox.Result{}, fail // what the pod says now is the most precise

@@ -224,6 +224,32 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a body its runner timed out settles only once its pod is gone", func(t *testing.T) {
+		p := newProvider()
+		j := job(9, false)
+		must(t, p.Prepare(ctx, j))
+		key := p.podKey(j)
+		pod := &corev1.Pod{}
+		must(t, c.Get(ctx, key, pod))
+		// The runner's frame: its budget fired and it stopped the body.
+		f := &follower{pod: key, uid: pod.UID, done: make(chan struct{}),
+			res: &runner.Result{Header: runner.Header{Code: "timeout", Error: "the body exceeded its 1s timeout"}}}
+		close(f.done)
+		p.mu.Lock()
+		p.followers = map[string]*follower{j.Key: f}
+		p.mu.Unlock()
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("%v, want pending while the pod goes", err)
+		}
+		if err := c.Get(ctx, key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the timed out body's pod is still there: %v", err)
+		}
+		var fail *pipeline.Failure
+		if _, err := p.Run(ctx, j); !errors.As(err, &fail) || fail.Code != pipeline.CodeTimeout {
+			t.Fatalf("%v, want the timeout once the pod is gone", err)
+		}
+	})
+
 	t.Run("release deletes every pod of the call", func(t *testing.T) {
 		p := newProvider()
 		if _, err := p.Run(ctx, job(5, false)); !errors.Is(err, sandbox.ErrPending) {
