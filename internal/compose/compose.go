@@ -122,7 +122,7 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	if o.ProcessSandbox {
 		box := process.New(o.ProcessWorkspaceDir, cfg.Wake.Notify)
 		if o.ProcessSubCalls {
-			box.SubCalls = controller.SubCalls(mgr.GetClient())
+			box.SubCalls = controller.SubCalls(mgr.GetClient(), mgr.GetAPIReader())
 		}
 		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)); err != nil {
 			return cfg, err
@@ -174,7 +174,7 @@ var (
 func podProvider(mgr ctrl.Manager, o Options, key pod.ChannelKeys, wake *controller.Wake) (*pod.Provider, error) {
 	provider := &pod.Provider{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key.Current, Previous: key.Previous, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
-		SubCalls: controller.SubCalls(mgr.GetClient()),
+		SubCalls: controller.SubCalls(mgr.GetClient(), mgr.GetAPIReader()),
 		Config:   pod.Config{RunnerImage: o.RunnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels},
 	}
 	// A tool pod's change wakes its follower: a cold pod is handed its

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,24 @@ var _ = Describe("Code Mode", func() {
 		Expect(byTool["fail"]).To(HaveLen(1))
 		Expect(byTool["fail"][0].Status.Result.ErrorCode).To(Equal("policy_denied"), "the policy decides a sub-call like any call")
 		Expect(bodyRuns(ns, "runs")).To(Equal(2), "the denied sub-call's body never ran")
+	})
+})
+
+var _ = Describe("Code Mode with a large sub-call result", func() {
+	// The manager's cache holds calls without results over 1 KiB
+	// (cachestrip.go): the body still gets the whole of its sub-call's.
+	It("gives the body the whole result", func() {
+		ns := newNamespace()
+		big := shTool("big", `head -c 3000 /dev/zero | tr '\0' b`).Obj()
+		count := shTool("count", `"$TOOLGATE_RUNNER" call big '{}' | wc -c | tr -d ' '`).Obj()
+		count.TimeoutSeconds = 60
+		setup(processProfile(ns, big, count).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "count", `{}`, 0, 0)
+		c := committedCall(ns, "c1", 60*time.Second)
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Status.Result.Message)
+		n, err := strconv.Atoi(strings.TrimSpace(c.Status.Result.Content))
+		Expect(err).NotTo(HaveOccurred(), c.Status.Result.Content)
+		Expect(n).To(BeNumerically(">=", 3000), "the body read the sub-call's whole result (its 3,000 bytes, as the runner prints them)")
 	})
 })
 

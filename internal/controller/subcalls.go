@@ -23,8 +23,9 @@ import (
 // within the caller's slot, outside the log. Its name is derived from the
 // caller's attempt and the sub-call's ID, so a sub-call asked again (the
 // runner resends it to a restarted manager) is the same ToolCall, answered
-// once. It waits for the nested call's result.
-func SubCalls(c client.Client) sandbox.SubCalls {
+// once. It waits for the nested call's result, read from the cache (c), or
+// from the API server (api) when the cache left part of it out.
+func SubCalls(c client.Client, api client.Reader) sandbox.SubCalls {
 	return func(ctx context.Context, parent sandbox.Job, call runner.SubCall) runner.SubResult {
 		failed := func(code, format string, args ...any) runner.SubResult {
 			return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeFailed), Code: code, Message: fmt.Sprintf(format, args...)}
@@ -51,7 +52,11 @@ func SubCalls(c client.Client) sandbox.SubCalls {
 		key := client.ObjectKeyFromObject(nested)
 		for {
 			got := &toolgatev1alpha1.ToolCall{}
-			if err := c.Get(ctx, key, got); err == nil && got.Status.Result != nil {
+			err := c.Get(ctx, key, got)
+			if err == nil && got.Status.Result != nil && strippedInCache(got) {
+				err = api.Get(ctx, key, got) // its value or content is over 1 KiB (cachestrip.go)
+			}
+			if err == nil && got.Status.Result != nil {
 				r := got.Status.Result
 				return runner.SubResult{Outcome: string(r.Outcome), Code: r.ErrorCode, Message: r.Message, Value: r.Value, Content: r.Content}
 			}

@@ -157,7 +157,7 @@ func composeForTests(mgr ctrl.Manager) Config {
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, suiteKey))).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
 	box := process.New(workspaceDir, cfg.Wake.Notify)
-	box.SubCalls, box.RunnerPath = SubCalls(mgr.GetClient()), runnerPath
+	box.SubCalls, box.RunnerPath = SubCalls(mgr.GetClient(), mgr.GetAPIReader()), runnerPath
 	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), wrapSandbox(box))).To(Succeed())
 	return cfg
 }
