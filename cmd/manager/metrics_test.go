@@ -58,7 +58,12 @@ func TestMetricsNeedAnAuthorizedCaller(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the manager stopped with %v", err)
+		}
+	}()
 
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper"}}, metav1.CreateOptions{}); err != nil {
