@@ -88,6 +88,27 @@ func settle(t *testing.T, p *Provider, job sandbox.Job) (sandbox.Result, error) 
 	}
 }
 
+// oneCall makes a namespace with one call, call-1, and returns the job of
+// an attempt of it and a reader of that attempt's pod.
+func oneCall(t *testing.T, c client.Client, prefix string) (func(attempt int) sandbox.Job, func(attempt int) *corev1.Pod) {
+	ns := namespace(t, c, prefix, nil)
+	call := callIn(t, c, ns, "call-1", `{"text":"a b"}`)
+	job := func(attempt int) sandbox.Job {
+		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+		j.Owner.Namespace, j.OwnerUID, j.Attempt = ns, call.UID, attempt
+		j.Key = sandbox.Key(call.UID, attempt)
+		j.Dispatched = time.Now()
+		return j
+	}
+	podOf := func(attempt int) *corev1.Pod {
+		t.Helper()
+		pod := &corev1.Pod{}
+		must(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: Name("call-1", string(call.UID), attempt)}, pod))
+		return pod
+	}
+	return job, podOf
+}
+
 // TestTheCallIsHandedOverTheChannel: on a real API server, the provider
 // creates a pod holding no call, hands the call to the pod's runner once it
 // listens, and returns the runner's frame; a restarted manager (a new
@@ -97,20 +118,7 @@ func settle(t *testing.T, p *Provider, job sandbox.Job) (sandbox.Result, error) 
 func TestTheCallIsHandedOverTheChannel(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace(t, c, "channel-", nil)}}
-	call := callIn(t, c, ns.Name, "call-1", `{"text":"a b"}`)
-	job := func(attempt int) sandbox.Job {
-		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
-		j.Owner.Namespace, j.OwnerUID, j.Attempt = ns.Name, call.UID, attempt
-		j.Key = sandbox.Key(call.UID, attempt)
-		j.Dispatched = time.Now()
-		return j
-	}
-	podOf := func(attempt int) *corev1.Pod {
-		pod := &corev1.Pod{}
-		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), attempt)}, pod))
-		return pod
-	}
+	job, podOf := oneCall(t, c, "channel-")
 
 	p := newProvider()
 	j := job(1)
@@ -512,20 +520,7 @@ func TestTheRunnerIsTriedOnceThePodHasAnAddress(t *testing.T) {
 func TestChannelKeyRotation(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace(t, c, "rotate-", nil)}}
-	call := callIn(t, c, ns.Name, "call-1", `{"text":"a b"}`)
-	job := func(attempt int) sandbox.Job {
-		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
-		j.Owner.Namespace, j.OwnerUID, j.Attempt = ns.Name, call.UID, attempt
-		j.Key = sandbox.Key(call.UID, attempt)
-		j.Dispatched = time.Now()
-		return j
-	}
-	podOf := func(attempt int) *corev1.Pod {
-		pod := &corev1.Pod{}
-		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), attempt)}, pod))
-		return pod
-	}
+	job, podOf := oneCall(t, c, "rotate-")
 	keyIn := func(pod *corev1.Pod) string { return pod.Spec.Containers[0].Env[0].Value }
 	hexOf := func(k *ecdh.PrivateKey) string { return hex.EncodeToString(k.PublicKey().Bytes()) }
 

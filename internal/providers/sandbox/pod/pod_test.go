@@ -87,6 +87,26 @@ func TestOnAPIServer(t *testing.T) {
 		must(t, c.List(ctx, list, client.InNamespace(ns.Name)))
 		return list.Items
 	}
+	// releaseAll releases the call's work until the provider reports it
+	// gone, and checks that no pod of the call is left then.
+	releaseAll := func(p *Provider, j sandbox.Job) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			gone, err := p.Release(ctx, j.Owner, call.UID)
+			must(t, err)
+			if gone {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("pods remain")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := len(pods()); n != 0 {
+			t.Fatalf("release reported the call's work gone while %d of its pods exist", n)
+		}
+	}
 
 	t.Run("the pod is admitted under Pod Security restricted, owned by the call, deterministically named", func(t *testing.T) {
 		p := newProvider()
@@ -255,21 +275,7 @@ func TestOnAPIServer(t *testing.T) {
 		if _, err := p.Run(ctx, job(5, false)); !errors.Is(err, sandbox.ErrPending) {
 			t.Fatalf("start: %v", err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			gone, err := p.Release(ctx, job(5, false).Owner, call.UID)
-			must(t, err)
-			if gone {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("pods remain")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if n := len(pods()); n != 0 {
-			t.Fatalf("%d pods after release", n)
-		}
+		releaseAll(p, job(5, false))
 	})
 
 	t.Run("release waits for a pod of the call created and not yet sealed", func(t *testing.T) {
@@ -287,18 +293,7 @@ func TestOnAPIServer(t *testing.T) {
 		if gone {
 			t.Fatal("release reported the call's pods gone while its unsealed pod exists")
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for !gone {
-			if time.Now().After(deadline) {
-				t.Fatal("pods remain")
-			}
-			time.Sleep(50 * time.Millisecond)
-			gone, err = p.Release(ctx, j.Owner, call.UID)
-			must(t, err)
-		}
-		if n := len(pods()); n != 0 {
-			t.Fatalf("%d pods after release", n)
-		}
+		releaseAll(p, j)
 	})
 
 	t.Run("release finds a pod it prepared that the cache does not show yet", func(t *testing.T) {
@@ -310,21 +305,7 @@ func TestOnAPIServer(t *testing.T) {
 		if n := len(pods()); n != 1 {
 			t.Fatalf("%d pods after prepare, want 1", n)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			gone, err := p.Release(ctx, j.Owner, call.UID)
-			must(t, err)
-			if gone {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("pods remain")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if n := len(pods()); n != 0 {
-			t.Fatalf("release reported the call's work gone while %d of its pods exist", n)
-		}
+		releaseAll(p, j)
 	})
 
 	t.Run("discard deletes a settled attempt's pod at once", func(t *testing.T) {
