@@ -130,6 +130,18 @@ type ToolDefinition struct {
 	// +kubebuilder:validation:MaxLength=4096
 	IsConcurrencySafe string `json:"isConcurrencySafe,omitempty"`
 
+	// subCalls lists the tools of the profile this tool's body may call
+	// while it runs (Code Mode: "$TOOLGATE_RUNNER call TOOL ARGS"), each
+	// call a nested ToolCall through the whole pipeline; "*" is any tool
+	// of the profile. Empty: the body may call none, and a sub-call it
+	// asks for is denied (policy_denied) without a ToolCall.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +listType=set
+	SubCalls []string `json:"subCalls,omitempty"`
+
 	// timeoutSeconds bounds one attempt of the body; a call that exceeds it
 	// settles as a timeout.
 	// +optional

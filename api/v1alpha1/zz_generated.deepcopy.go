@@ -979,6 +979,11 @@ func (in *ToolDefinition) DeepCopyInto(out *ToolDefinition) {
 		*out = new(BuiltinRuntime)
 		**out = **in
 	}
+	if in.SubCalls != nil {
+		in, out := &in.SubCalls, &out.SubCalls
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Retry != nil {
 		in, out := &in.Retry, &out.Retry
 		*out = new(RetryPolicy)

@@ -75,10 +75,26 @@ func TestNamespacedInstall(t *testing.T) {
 			g.Expect(env.Client.Create(ctx, u)).To(Succeed(), "%s %s/%s", u.GetKind(), u.GetNamespace(), u.GetName())
 		}
 		if binds(u, inst.managerNamespace, inst.serviceAccount) {
+			ref, _, _ := unstructured.NestedString(u.Object, "roleRef", "name")
+			if u.GetKind() == "ClusterRoleBinding" && ref == "toolgate-metrics-auth-role" {
+				// The one cluster-wide grant: asking the API server who a
+				// metrics scraper is and what it may do (TokenReview,
+				// SubjectAccessReview, cluster-wide kinds), nothing read.
+				continue
+			}
 			g.Expect(u.GetKind()).To(Equal("RoleBinding"), "config/namespaced grants the manager %s %s", u.GetKind(), u.GetName())
 			if ref, _, _ := unstructured.NestedString(u.Object, "roleRef", "name"); ref == "toolgate-manager-role" {
 				managerBindings = append(managerBindings, u.GetNamespace())
 			}
+		}
+	}
+	for _, u := range inst.objects {
+		if u.GetKind() == "ClusterRole" && u.GetName() == "toolgate-metrics-auth-role" {
+			rules, _, _ := unstructured.NestedSlice(u.Object, "rules")
+			g.Expect(rules).To(ConsistOf(
+				map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}},
+				map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
+			), "the metrics ClusterRole grants nothing but the two reviews")
 		}
 	}
 	// Every watched namespace, and no other, has the manager's Role.

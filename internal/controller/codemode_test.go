@@ -23,6 +23,7 @@ var _ = Describe("Code Mode", func() {
 		combine := shTool("combine", `a=$("$TOOLGATE_RUNNER" call echo '{"text":"one"}') && b=$("$TOOLGATE_RUNNER" call echo '{"text":"two"}') && `+
 			`{ "$TOOLGATE_RUNNER" call fail '{}' 2>&1 >/dev/null; true; } && echo "$a+$b"`).Obj()
 		combine.TimeoutSeconds = 60
+		combine.SubCalls = []string{"echo", "fail"}
 		setup(processProfile(ns, append(matrixTools(), combine)...).
 			PreRule("no-fail", toolgatev1alpha1.ActionDeny, "call.tool == 'fail'").
 			PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
@@ -55,6 +56,36 @@ var _ = Describe("Code Mode", func() {
 	})
 })
 
+var _ = Describe("Code Mode for a tool whose definition lists no such sub-call", func() {
+	It("denies the sub-call without a ToolCall, and the body goes on", func() {
+		ns := newNamespace()
+		// sneaky may call echo, and tries write as well; plain may call
+		// nothing.
+		sneaky := shTool("sneaky", `"$TOOLGATE_RUNNER" call write '{}' 2>&1; echo; "$TOOLGATE_RUNNER" call echo '{"text":"ok"}'`).Obj()
+		sneaky.SubCalls = []string{"echo"}
+		sneaky.TimeoutSeconds = 60
+		plain := shTool("plain", `"$TOOLGATE_RUNNER" call echo '{"text":"no"}' 2>&1; true`).Obj()
+		plain.TimeoutSeconds = 60
+		setup(processProfile(ns, append(matrixTools(), sneaky, plain)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		submit(ns, "c1", "sneaky", `{}`, 0, 0)
+		submit(ns, "c2", "plain", `{}`, 1, 0)
+		c1, c2 := committedCall(ns, "c1"), committedCall(ns, "c2")
+		Expect(c1.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c1.Status.Result.Message)
+		Expect(c1.Status.Result.Content).To(ContainSubstring("may not call write"))
+		Expect(c1.Status.Result.Content).To(ContainSubstring(`{\"text\":\"ok\"}`), "a listed sub-call runs")
+		Expect(c2.Status.Result.Content).To(ContainSubstring("may not call echo"), "no subCalls: none")
+		list := &toolgatev1alpha1.ToolCallList{}
+		Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		var nested []string
+		for _, n := range list.Items {
+			if n.Spec.ParentRef != nil {
+				nested = append(nested, n.Spec.Tool)
+			}
+		}
+		Expect(nested).To(Equal([]string{"echo"}), "a denied sub-call makes no ToolCall")
+	})
+})
+
 var _ = Describe("Code Mode with a large sub-call result", func() {
 	// The manager's cache holds calls without results over 1 KiB
 	// (cachestrip.go): the body still gets the whole of its sub-call's.
@@ -63,6 +94,7 @@ var _ = Describe("Code Mode with a large sub-call result", func() {
 		big := shTool("big", `head -c 3000 /dev/zero | tr '\0' b`).Obj()
 		count := shTool("count", `"$TOOLGATE_RUNNER" call big '{}' | wc -c | tr -d ' '`).Obj()
 		count.TimeoutSeconds = 60
+		count.SubCalls = []string{"*"}
 		setup(processProfile(ns, big, count).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 		submit(ns, "c1", "count", `{}`, 0, 0)
 		c := committedCall(ns, "c1", 60*time.Second)
@@ -81,6 +113,7 @@ var _ = Describe("Code Mode when the parent settles first", func() {
 		ns := newNamespace()
 		impatient := shTool("impatient", `"$TOOLGATE_RUNNER" call long_sleep '{}'; echo done`).Obj()
 		impatient.TimeoutSeconds = 1
+		impatient.SubCalls = []string{"long_sleep"}
 		long := shTool("long_sleep", "echo ran >> runs; sleep 6; echo finished >> finished").Obj()
 		long.TimeoutSeconds = 60
 		setup(processProfile(ns, append(matrixTools(), impatient, long)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
@@ -115,6 +148,7 @@ var _ = Describe("Code Mode within the session's bounds", func() {
 		ns := newNamespace()
 		fanout := shTool("fanout", `for i in 1 2 3 4; do "$TOOLGATE_RUNNER" call step "{\"id\":\"S$i\"}" >/dev/null & done; wait; echo fanned`).Obj()
 		fanout.TimeoutSeconds = 60
+		fanout.SubCalls = []string{"step"}
 		setup(processProfile(ns, append(matrixTools(), fanout, loggingTool("step", "0.3", true))...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
 			func(s *tu.AgentSessionWrapper) { s.MaxParallel(1) })
 		submit(ns, "c1", "fanout", `{}`, 0, 0)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,10 @@ func SubCalls(c client.Client, api client.Reader) sandbox.SubCalls {
 	return func(ctx context.Context, parent sandbox.Job, call runner.SubCall) runner.SubResult {
 		failed := func(code, format string, args ...any) runner.SubResult {
 			return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeFailed), Code: code, Message: fmt.Sprintf(format, args...)}
+		}
+		if !mayCall(parent.Tool, call.Tool) {
+			return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeDenied), Code: codes.PolicyDenied,
+				Message: fmt.Sprintf("tool %s may not call %s: its definition's subCalls does not list it", toolName(parent.Tool), call.Tool)}
 		}
 		p := &toolgatev1alpha1.ToolCall{}
 		if err := c.Get(ctx, parent.Owner, p); err != nil {
@@ -78,4 +83,17 @@ func nestedName(base, suffix string) string {
 	sum := sha256.Sum256([]byte(base))
 	keep := max(0, 63-len(suffix)-1-9)
 	return base[:min(keep, len(base))] + "-" + hex.EncodeToString(sum[:])[:8] + "-" + suffix
+}
+
+// mayCall reports whether the calling tool's definition lets its body call
+// tool (subCalls).
+func mayCall(caller *toolgatev1alpha1.ToolDefinition, tool string) bool {
+	return caller != nil && (slices.Contains(caller.SubCalls, tool) || slices.Contains(caller.SubCalls, "*"))
+}
+
+func toolName(t *toolgatev1alpha1.ToolDefinition) string {
+	if t == nil {
+		return "(unknown)"
+	}
+	return t.Name
 }
