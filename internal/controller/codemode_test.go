@@ -86,6 +86,25 @@ var _ = Describe("Code Mode for a tool whose definition lists no such sub-call",
 	})
 })
 
+var _ = Describe("Code Mode when someone made a call under a sub-call's name first", func() {
+	It("never hands the body that call's result", func() {
+		ns := newNamespace()
+		caller := shTool("caller", `"$TOOLGATE_RUNNER" call echo '{"text":"mine"}' 2>&1; true`).Obj()
+		caller.SubCalls = []string{"echo"}
+		caller.TimeoutSeconds = 20
+		setup(processProfile(ns, append(matrixTools(), caller)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		// Another agent's call under the name the first sub-call of c1's
+		// first attempt will have.
+		squat := tu.MakeToolCall(ns, nestedName("c1", "a1-s1"), "elsewhere").Tool("echo", `{"text":"forged"}`).Obj()
+		squat.Spec.Requester = "mallory"
+		Expect(k8s.Create(ctx, squat)).To(Succeed())
+		submit(ns, "c1", "caller", `{}`, 0, 0)
+		c := committedCall(ns, "c1", 40*time.Second)
+		Expect(c.Status.Result.Content).To(ContainSubstring("holds the sub-call's name"), c.Status.Result.Message)
+		Expect(c.Status.Result.Content).NotTo(ContainSubstring("forged"))
+	})
+})
+
 var _ = Describe("Code Mode with a large sub-call result", func() {
 	// The manager's cache holds calls without results over 1 KiB
 	// (cachestrip.go): the body still gets the whole of its sub-call's.

@@ -55,9 +55,14 @@ func SubCalls(c client.Client, api client.Reader) sandbox.SubCalls {
 			return failed(codes.Internal, "the sub-call could not be recorded: %v", err)
 		}
 		key := client.ObjectKeyFromObject(nested)
-		for {
+		for first := true; ; first = false {
 			got := &toolgatev1alpha1.ToolCall{}
 			err := c.Get(ctx, key, got)
+			if first && err == nil && !sameSubCall(got, nested) {
+				// Its name is easy to foresee: someone else's call under
+				// it is never this sub-call's result.
+				return failed(codes.DuplicateCall, "another call holds the sub-call's name (%s); it was not made", key.Name)
+			}
 			if err == nil && got.Status.Result != nil && strippedInCache(got) {
 				err = api.Get(ctx, key, got) // its value or content is over 1 KiB (cachestrip.go)
 			}
@@ -96,4 +101,13 @@ func toolName(t *toolgatev1alpha1.ToolDefinition) string {
 		return "(unknown)"
 	}
 	return t.Name
+}
+
+// sameSubCall reports whether found, read under a sub-call's name, is that
+// sub-call: nested under the same parent, in the same requester's name,
+// with the same tool and arguments.
+func sameSubCall(found, want *toolgatev1alpha1.ToolCall) bool {
+	f, w := found.Spec, want.Spec
+	return f.ParentRef != nil && f.ParentRef.Name == w.ParentRef.Name && f.Requester == w.Requester &&
+		f.SessionRef == w.SessionRef && f.Tool == w.Tool && (f.Arguments == w.Arguments || strippedInCache(found))
 }
