@@ -148,6 +148,18 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		switch {
 		case !pod.DeletionTimestamp.IsZero():
 			return sandbox.Result{}, sandbox.ErrPending // going (one whose seal failed); then gone
+		case f != nil:
+			// The pod this attempt follows was changed by someone else (its
+			// owner reference taken away), or deleted and another made
+			// under its name: the first is the attempt's own work, stopped;
+			// either way its outcome cannot be trusted, and no pod is made
+			// again for it.
+			if pod.UID == f.uid {
+				if err := client.IgnoreNotFound(p.Client.Delete(api, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &f.uid})); err != nil && !apierrors.IsConflict(err) {
+					log.FromContext(ctx).Error(err, "tampered tool pod not deleted", "pod", pod.Name)
+				}
+			}
+			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was changed or replaced by someone else ("+pod.Name+")")
 		case controlledBy(pod, callOwner(job)) && !job.Resumed:
 			// Created for this attempt by a manager that stopped before
 			// sealing it, and no body was handed to it yet: made again.

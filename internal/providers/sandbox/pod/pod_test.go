@@ -270,6 +270,31 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a followed pod whose owner reference someone removed fails the attempt, and no pod is made again", func(t *testing.T) {
+		p := newProvider()
+		j := job(10, false)
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("start: %v", err)
+		}
+		pod := &corev1.Pod{}
+		must(t, c.Get(ctx, p.podKey(j), pod))
+		base := pod.DeepCopy()
+		pod.OwnerReferences = nil // what edit may do past admission
+		must(t, c.Patch(ctx, pod, client.MergeFrom(base)))
+		before := len(pods())
+		var fail *pipeline.Failure
+		if _, err := p.Run(ctx, j); !errors.As(err, &fail) || fail.Code != pipeline.CodeSandboxLost {
+			t.Fatalf("%v, want sandbox_lost", err)
+		}
+		if _, err := p.Run(ctx, j); !errors.As(err, &fail) || fail.Code != pipeline.CodeSandboxLost {
+			t.Fatalf("asked again: %v, want sandbox_lost", err)
+		}
+		if n := len(pods()); n >= before {
+			t.Fatalf("%d pods after, %d before: the tampered pod stays or others were made", n, before)
+		}
+		p.Discard(ctx, j.Key)
+	})
+
 	t.Run("release deletes every pod of the call", func(t *testing.T) {
 		p := newProvider()
 		if _, err := p.Run(ctx, job(5, false)); !errors.Is(err, sandbox.ErrPending) {
