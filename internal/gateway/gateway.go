@@ -133,10 +133,13 @@ func (g *Gateway) Handler() http.Handler {
 			http.Error(w, "the path must be /mcp/NAMESPACE/SESSION", http.StatusNotFound)
 			return
 		}
-		authz := r.Header.Get("Authorization")
-		if !strings.HasPrefix(strings.ToLower(authz), "bearer ") {
+		// The header read as the SDK's bearer check reads it (fields split
+		// on any white space), so that every token it would review is
+		// admitted here first.
+		authz := strings.Fields(r.Header.Get("Authorization"))
+		if len(authz) != 2 || !strings.EqualFold(authz[0], "bearer") {
 			g.metrics.rejected.WithLabelValues("unauthenticated").Inc()
-		} else if !g.auth.Admit(strings.TrimSpace(authz[len("bearer "):]), r.RemoteAddr) {
+		} else if !g.auth.Admit(authz[1], r.RemoteAddr) {
 			// A token to review, beyond the review budget: refused before
 			// any TokenReview (identity.go).
 			g.metrics.rejected.WithLabelValues("review_budget").Inc()

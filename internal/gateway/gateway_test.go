@@ -348,10 +348,19 @@ var _ = Describe("the MCP gateway", func() {
 		// review; beyond this source's budget they are answered 429.
 		enc := base64.RawURLEncoding.EncodeToString
 		statuses = map[int]int{}
+		// Any white space after the scheme, as the bearer check reads it:
+		// every form is held to the budget.
+		schemes := []string{"Bearer ", "Bearer\t", "bearer  "}
+		limited := map[string]int{}
 		for i := range 100 {
 			claims := fmt.Sprintf(`{"aud":[%q],"exp":%d,"jti":"forged-%d"}`, audience, time.Now().Add(time.Hour).Unix(), i)
-			statuses[post("Bearer "+enc([]byte(`{"alg":"RS256"}`))+"."+enc([]byte(claims))+"."+enc([]byte("sig")))]++
+			code := post(schemes[i%3] + enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(claims)) + "." + enc([]byte("sig")))
+			statuses[code]++
+			if code == http.StatusTooManyRequests {
+				limited[schemes[i%3]]++
+			}
 		}
+		Expect(limited).To(HaveLen(len(schemes)), "each form of the header is held to the review budget: %v", limited)
 		Expect(statuses[http.StatusTooManyRequests]).To(BeNumerically(">", 0), "%v", statuses)
 		Expect(statuses[http.StatusUnauthorized]+statuses[http.StatusTooManyRequests]).To(Equal(100), "%v", statuses)
 		Expect(counter("toolgate_gateway_requests_rejected_total", "review_budget")).To(BeNumerically(">=", statuses[http.StatusTooManyRequests]))
