@@ -97,14 +97,8 @@ func (a *Authenticator) Admit(token, remoteAddr string) bool {
 	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if r, ok := a.cache[key]; ok && now.Before(r.expires) {
-		return true
-	}
-	if until, ok := a.refused[key]; ok && now.Before(until) {
-		return true // refused again, from memory
-	}
-	if a.shapeProblem(token, now) != "" {
-		return true // refused without a review
+	if _, known := a.remembered(key, now); known || a.shapeProblem(token, now) != "" {
+		return true // answered from memory, or refused without a review
 	}
 	source, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
@@ -130,14 +124,13 @@ func (a *Authenticator) Verify(ctx context.Context, token string, _ *http.Reques
 	key := sha256.Sum256([]byte(token))
 	now := a.clock.Now()
 	a.mu.Lock()
-	r, ok := a.cache[key]
-	until, refused := a.refused[key]
+	user, known := a.remembered(key, now)
 	problem := a.shapeProblem(token, now)
 	a.mu.Unlock()
 	switch {
-	case ok && now.Before(r.expires):
-		return &auth.TokenInfo{UserID: r.user}, nil
-	case refused && now.Before(until):
+	case known && user != "":
+		return &auth.TokenInfo{UserID: user}, nil
+	case known:
 		return nil, fmt.Errorf("%w: refused in the last %s", auth.ErrInvalidToken, refusalTTL)
 	case problem != "":
 		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, problem)
@@ -153,7 +146,7 @@ func (a *Authenticator) Verify(ctx context.Context, token string, _ *http.Reques
 		a.refuse(key, now)
 		return nil, fmt.Errorf("%w: not a valid token for audience %q", auth.ErrInvalidToken, a.audience)
 	}
-	user := tr.Status.User.Username
+	user = tr.Status.User.Username
 	if !strings.HasPrefix(user, serviceAccountPrefix) {
 		a.refuse(key, now)
 		return nil, fmt.Errorf("%w: %w", auth.ErrInvalidToken, errNotServiceAccount)
@@ -167,6 +160,18 @@ func (a *Authenticator) Verify(ctx context.Context, token string, _ *http.Reques
 		a.mu.Unlock()
 	}
 	return &auth.TokenInfo{UserID: user}, nil
+}
+
+// remembered is what a.mu's holder remembers of the token of key now: its
+// user when accepted, "" when refused; known false when neither.
+func (a *Authenticator) remembered(key [sha256.Size]byte, now time.Time) (user string, known bool) {
+	if r, ok := a.cache[key]; ok && now.Before(r.expires) {
+		return r.user, true
+	}
+	if until, ok := a.refused[key]; ok && now.Before(until) {
+		return "", true
+	}
+	return "", false
 }
 
 // refuse remembers a refused token for refusalTTL.

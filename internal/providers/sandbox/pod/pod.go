@@ -155,17 +155,13 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// either way its outcome cannot be trusted, and no pod is made
 			// again for it.
 			if pod.UID == f.uid {
-				if err := client.IgnoreNotFound(p.Client.Delete(api, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &f.uid})); err != nil && !apierrors.IsConflict(err) {
-					log.FromContext(ctx).Error(err, "tampered tool pod not deleted", "pod", pod.Name)
-				}
+				p.deleteExactly(api, client.ObjectKeyFromObject(pod), f.uid, "tampered")
 			}
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was changed or replaced by someone else ("+pod.Name+")")
 		case controlledBy(pod, callOwner(job)) && !job.Resumed:
 			// Created for this attempt by a manager that stopped before
 			// sealing it, and no body was handed to it yet: made again.
-			if err := client.IgnoreNotFound(p.Client.Delete(api, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})); err != nil && !apierrors.IsConflict(err) {
-				log.FromContext(ctx).Error(err, "unsealed tool pod not deleted", "pod", pod.Name)
-			}
+			p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "unsealed")
 			return sandbox.Result{}, sandbox.ErrPending
 		case job.Resumed:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by one toolgate did not create ("+pod.Name+")")
@@ -195,10 +191,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// call's sandbox, goes before the call settles (the outcome
 			// is kept: the NotFound case above returns it).
 			if pod.DeletionTimestamp.IsZero() {
-				err := p.Client.Delete(api, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
-				if err = client.IgnoreNotFound(err); err != nil && !apierrors.IsConflict(err) {
-					log.FromContext(ctx).Error(err, "timed out tool pod not deleted", "pod", pod.Name)
-				}
+				p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "timed-out")
 			}
 			return sandbox.Result{}, sandbox.ErrPending
 		}
@@ -463,12 +456,19 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 	delete(p.prepared, key)
 	p.mu.Unlock()
 	if ok {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.pod.Namespace, Name: f.pod.Name}}
-		// The pod it followed, never another made under its name since.
-		err := p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &f.uid})
-		if err = client.IgnoreNotFound(err); err != nil && !apierrors.IsConflict(err) {
-			// The call's next reconcile releases what is left.
-			log.FromContext(ctx).Error(err, "settled tool pod not deleted", "pod", pod.Name)
-		}
+		// The pod it followed, never another made under its name since; the
+		// call's next reconcile releases what a failure leaves.
+		p.deleteExactly(ctx, f.pod, f.uid, "settled")
+	}
+}
+
+// deleteExactly deletes the pod key names at once if it is still the one
+// of uid (never another made under its name since); gone or replaced is
+// fine, any other failure is logged with why the pod was to go.
+func (p *Provider) deleteExactly(ctx context.Context, key types.NamespacedName, uid types.UID, why string) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid}))
+	if err != nil && !apierrors.IsConflict(err) {
+		log.FromContext(ctx).Error(err, "tool pod not deleted", "pod", key.Name, "reason", why)
 	}
 }
