@@ -28,8 +28,13 @@ const (
 	LabelAttempt = "toolgate.dev/attempt"
 	// LabelWarm is "true" while a warm pod waits for a call.
 	LabelWarm = "toolgate.dev/warm"
-	// LabelSession names the session a warm pod was started for.
+	// LabelSession names the session a warm pod was started for, and the
+	// session of a call pkg/agent or the gateway made (as a label value:
+	// cut at 63 characters).
 	LabelSession = "toolgate.dev/session"
+	// LabelTurn is the turn of a call pkg/agent or the gateway made: with
+	// LabelSession, a client lists one turn's calls, not the namespace's.
+	LabelTurn = "toolgate.dev/turn"
 	// LabelTemplate is the hash of a warm pod's spec: a call takes a warm
 	// pod only of its own template.
 	LabelTemplate = "toolgate.dev/template"

@@ -36,6 +36,8 @@ func StripCachedCall(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
+	// The mark is the cache's alone: whoever may write a call could set it.
+	delete(tc.Annotations, annotationStripped)
 	stripped := false
 	cut := func(s *string) {
 		if len(*s) > strippedAbove {

@@ -47,4 +47,37 @@ func TestStripCachedCall(t *testing.T) {
 	if got := out.(*toolgatev1alpha1.ToolCall); got.Spec.Arguments != `{"a":1}` || strippedInCache(got) {
 		t.Fatalf("a small call was changed: %+v", got)
 	}
+
+	// The mark is the cache's own: a call that arrives with it (anyone
+	// who may write the call can set it) is not taken as stripped.
+	forged := &toolgatev1alpha1.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotationStripped: "true", "kept": "1"}},
+		Spec:       toolgatev1alpha1.ToolCallSpec{Arguments: `{"a":2}`},
+	}
+	out, err = StripCachedCall(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*toolgatev1alpha1.ToolCall); strippedInCache(got) || got.Annotations["kept"] != "1" {
+		t.Fatalf("an arriving mark was kept, or another annotation lost: %v", got.Annotations)
+	}
+}
+
+// TestSameSubCallComparesArguments: a call found under a sub-call's name
+// is that sub-call only with the same arguments, whatever its annotations
+// say (the caller reads a stripped one whole before comparing).
+func TestSameSubCallComparesArguments(t *testing.T) {
+	want := &toolgatev1alpha1.ToolCall{Spec: toolgatev1alpha1.ToolCallSpec{
+		SessionRef: toolgatev1alpha1.LocalObjectReference{Name: "s"}, Tool: "t", Arguments: `{"cmd":"ls"}`, Requester: "agent",
+		ParentRef: &toolgatev1alpha1.LocalObjectReference{Name: "p"},
+	}}
+	found := want.DeepCopy()
+	if !sameSubCall(found, want) {
+		t.Fatal("the sub-call itself is not the same")
+	}
+	found.Spec.Arguments = `{"cmd":"rm -rf /"}`
+	found.Annotations = map[string]string{annotationStripped: "true"}
+	if sameSubCall(found, want) {
+		t.Fatal("a call with other arguments, marked stripped, was taken for the sub-call")
+	}
 }

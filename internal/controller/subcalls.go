@@ -55,17 +55,18 @@ func SubCalls(c client.Client, api client.Reader) sandbox.SubCalls {
 			return failed(codes.Internal, "the sub-call could not be recorded: %v", err)
 		}
 		key := client.ObjectKeyFromObject(nested)
-		for first := true; ; first = false {
+		for checked := false; ; {
 			got := &toolgatev1alpha1.ToolCall{}
 			err := c.Get(ctx, key, got)
-			if first && err == nil && !sameSubCall(got, nested) {
+			if err == nil && (!checked || got.Status.Result != nil) && strippedInCache(got) {
+				err = api.Get(ctx, key, got) // its arguments, value or content are over 1 KiB (cachestrip.go)
+			}
+			if err == nil && !checked && !sameSubCall(got, nested) {
 				// Its name is easy to foresee: someone else's call under
 				// it is never this sub-call's result.
 				return failed(codes.DuplicateCall, "another call holds the sub-call's name (%s); it was not made", key.Name)
 			}
-			if err == nil && got.Status.Result != nil && strippedInCache(got) {
-				err = api.Get(ctx, key, got) // its value or content is over 1 KiB (cachestrip.go)
-			}
+			checked = checked || err == nil
 			if err == nil && got.Status.Result != nil {
 				r := got.Status.Result
 				return runner.SubResult{Outcome: string(r.Outcome), Code: r.ErrorCode, Message: r.Message, Value: r.Value, Content: r.Content}
@@ -105,9 +106,9 @@ func toolName(t *toolgatev1alpha1.ToolDefinition) string {
 
 // sameSubCall reports whether found, read under a sub-call's name, is that
 // sub-call: nested under the same parent, in the same requester's name,
-// with the same tool and arguments.
+// with the same tool and arguments (found read whole, not stripped).
 func sameSubCall(found, want *toolgatev1alpha1.ToolCall) bool {
 	f, w := found.Spec, want.Spec
 	return f.ParentRef != nil && f.ParentRef.Name == w.ParentRef.Name && f.Requester == w.Requester &&
-		f.SessionRef == w.SessionRef && f.Tool == w.Tool && (f.Arguments == w.Arguments || strippedInCache(found))
+		f.SessionRef == w.SessionRef && f.Tool == w.Tool && f.Arguments == w.Arguments
 }

@@ -4,10 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Keys of the MCP _meta objects the gateway reads and writes. A tools/call
@@ -68,13 +70,22 @@ func NewCall(namespace, session string, place Place, tool, args, requester strin
 		place.CallID = CallID(place.Turn, place.Index)
 	}
 	return &toolgatev1alpha1.ToolCall{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: CallName(session, place.Turn, place.Index), Finalizers: []string{StopWorkFinalizer}},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: CallName(session, place.Turn, place.Index), Finalizers: []string{StopWorkFinalizer},
+			Labels: placeLabels(session, place.Turn),
+		},
 		Spec: toolgatev1alpha1.ToolCallSpec{
 			SessionRef: toolgatev1alpha1.LocalObjectReference{Name: session},
 			Turn:       place.Turn, Index: place.Index, TurnSize: place.TurnSize,
 			CallID: place.CallID, Tool: tool, Arguments: args, Requester: requester,
 		},
 	}
+}
+
+// placeLabels are the labels by which the calls of a session's turn are
+// listed (atPlace): the server filters them, not the client.
+func placeLabels(session string, turn int64) map[string]string {
+	return map[string]string{toolgatev1alpha1.LabelSession: textutil.LabelValue(session), toolgatev1alpha1.LabelTurn: strconv.FormatInt(turn, 10)}
 }
 
 // StopWorkFinalizer is toolgate's finalizer on a ToolCall: deleting the

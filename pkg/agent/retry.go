@@ -127,7 +127,7 @@ func createBeside(ctx context.Context, c client.Client, tc *toolgatev1alpha1.Too
 // name than tc's, if any.
 func atPlace(ctx context.Context, c client.Client, tc *toolgatev1alpha1.ToolCall) (*toolgatev1alpha1.ToolCall, error) {
 	list := &toolgatev1alpha1.ToolCallList{}
-	if err := c.List(ctx, list, client.InNamespace(tc.Namespace)); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels(placeLabels(tc.Spec.SessionRef.Name, tc.Spec.Turn))); err != nil {
 		return nil, err
 	}
 	for i := range list.Items {

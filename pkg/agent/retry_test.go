@@ -139,3 +139,41 @@ func TestOpenRetriesAnUnavailableAPIServer(t *testing.T) {
 		t.Fatalf("session %+v (%v) after %d creates; want one owned by agent after 3", got.Spec, err, *creates)
 	}
 }
+
+// TestAtPlaceListsOneTurn: finding a call again by its place lists the
+// calls of its session's turn, filtered by the API server, not every call
+// of the namespace, and still tells them apart by place and requester.
+func TestAtPlaceListsOneTurn(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if e := toolgatev1alpha1.AddToScheme(scheme); e != nil {
+		t.Fatal(e)
+	}
+	tc := NewCall("ns", "s", Place{Turn: 4, Index: 1, TurnSize: 2}, "read", "", "agent")
+	mine := tc.DeepCopy()
+	mine.Name = tc.Name + "-x7k2p"
+	other := NewCall("ns", "s", Place{Turn: 4, Index: 1, TurnSize: 2}, "read", "", "mallory")
+	other.Name = tc.Name + "-m4ll0"
+	var selectors []string
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mine, other).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, inner client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			o := &client.ListOptions{}
+			o.ApplyOptions(opts)
+			if o.LabelSelector != nil {
+				selectors = append(selectors, o.LabelSelector.String())
+			} else {
+				selectors = append(selectors, "")
+			}
+			return inner.List(ctx, list, opts...)
+		},
+	}).Build()
+	found, err := atPlace(context.Background(), c, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == nil || found.Name != mine.Name {
+		t.Fatalf("found %v, want %s", found, mine.Name)
+	}
+	if len(selectors) != 1 || selectors[0] != "toolgate.dev/session=s,toolgate.dev/turn=4" {
+		t.Fatalf("listed with selectors %q, want one list of session s, turn 4", selectors)
+	}
+}

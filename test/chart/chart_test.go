@@ -248,6 +248,8 @@ func fields(kind string) []field {
 		return []field{path("automountServiceAccountToken")}
 	case "Service":
 		return []field{path("spec", "ports")}
+	case "NetworkPolicy":
+		return []field{path("spec", "policyTypes"), path("spec", "ingress")}
 	case "Deployment":
 		pod := []string{"spec", "template", "spec"}
 		return []field{

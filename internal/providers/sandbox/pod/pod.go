@@ -181,6 +181,9 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			}
 		}
 		p.adopt(job, pod)
+		if stopped(pod) {
+			return sandbox.Result{}, ctx.Err()
+		}
 		return sandbox.Result{}, sandbox.ErrPending
 	}
 	f = p.adopt(job, pod)
@@ -192,6 +195,9 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// is kept: the NotFound case above returns it).
 			if pod.DeletionTimestamp.IsZero() {
 				p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "timed-out")
+			}
+			if stopped(pod) {
+				return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
 			}
 			return sandbox.Result{}, sandbox.ErrPending
 		}
@@ -208,6 +214,16 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		return sandbox.Result{}, fail
 	}
 	return sandbox.Result{}, sandbox.ErrPending
+}
+
+// stopped reports whether nothing of a pod being deleted runs any more:
+// it was never bound to a node, or its kubelet reports every container
+// ended. Such a pod is as good as gone to a call waiting for its work to
+// stop, though a finalizer (anyone who may update pods can add one) may
+// keep its object for ever.
+func stopped(pod *corev1.Pod) bool {
+	return !pod.DeletionTimestamp.IsZero() &&
+		(pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed)
 }
 
 // failureOf maps a pod that can no longer produce a frame to a stable code.
@@ -403,6 +419,9 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 		// Sealed or not: a pod this process created and has not sealed
 		// yet may be handed the call next (seal.go).
 		if !controlledBy(pod, call) {
+			continue
+		}
+		if stopped(pod) {
 			continue
 		}
 		left++

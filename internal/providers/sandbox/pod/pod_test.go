@@ -333,6 +333,71 @@ func TestOnAPIServer(t *testing.T) {
 		releaseAll(p, j)
 	})
 
+	t.Run("a pod whose deletion a finalizer holds is released once nothing of it runs", func(t *testing.T) {
+		// Anyone who may update pods in the namespace can add a finalizer
+		// to a tool pod: its object then outlives its deletion, and the
+		// call must not wait for it forever. What counts is whether any of
+		// its processes still runs.
+		for _, bound := range []bool{false, true} {
+			p := newProvider()
+			j := job(11, false)
+			if bound {
+				j = job(12, false)
+			}
+			if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+				t.Fatalf("start: %v", err)
+			}
+			key := client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), j.Attempt)}
+			pod := &corev1.Pod{}
+			must(t, c.Get(ctx, key, pod))
+			if bound {
+				// Scheduled, and running as far as the API server knows.
+				must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
+			}
+			held := client.MergeFrom(pod.DeepCopy())
+			pod.Finalizers = append(pod.Finalizers, "example.com/hold")
+			must(t, c.Patch(ctx, pod, held))
+			// The first release asks for the deletion; the next ones see
+			// how it goes.
+			release := func() bool {
+				t.Helper()
+				gone := false
+				for i := 0; i < 3 && !gone; i++ {
+					var err error
+					gone, err = p.Release(ctx, j.Owner, call.UID)
+					must(t, err)
+					time.Sleep(20 * time.Millisecond)
+				}
+				return gone
+			}
+			gone := release()
+			if bound {
+				if gone {
+					t.Fatal("released while the pod's kubelet has not stopped it")
+				}
+				// The kubelet stops its containers and says so.
+				must(t, c.Get(ctx, key, pod))
+				pod.Status.Phase = corev1.PodFailed
+				must(t, c.Status().Update(ctx, pod))
+				gone = release()
+			}
+			if !gone {
+				t.Fatalf("bound %v: the call's work is not released while its pod, being deleted, runs nothing", bound)
+			}
+			// So does a cancelled attempt waiting for its pod to stop.
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			if _, err := p.Run(cancelled, j); !errors.Is(err, context.Canceled) {
+				t.Fatalf("bound %v: a cancelled attempt whose pod runs nothing reports %v", bound, err)
+			}
+			must(t, c.Get(ctx, key, pod))
+			unhold := client.MergeFrom(pod.DeepCopy())
+			pod.Finalizers = nil
+			must(t, c.Patch(ctx, pod, unhold))
+			_ = c.Delete(ctx, pod, client.GracePeriodSeconds(0))
+		}
+	})
+
 	t.Run("discard deletes a settled attempt's pod at once", func(t *testing.T) {
 		p := newProvider()
 		j := job(6, false)
