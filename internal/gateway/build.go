@@ -48,5 +48,8 @@ func Build(shutdown context.Context, cfg *rest.Config, audience string, reviewTT
 		return nil, err
 	}
 	authn := NewAuthenticator(cs, audience, reviewTTL, clock.RealClock{})
+	authn.TrustIssuerKeys(func(ctx context.Context) ([]byte, error) {
+		return cs.Discovery().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
+	}, opts.Log)
 	return New(shutdown, authn, NewClients(cfg, scheme, mapper), opts), nil
 }

@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -49,6 +51,7 @@ const (
 	sourceReviewsPerSecond = 10
 	sourceReviewBurst      = 20
 	maxTokenBytes          = 16 << 10
+	expiryLeeway           = time.Minute
 )
 
 // Authenticator checks bearer tokens with the API server's TokenReview,
@@ -65,6 +68,17 @@ type Authenticator struct {
 	refused  map[[sha256.Size]byte]time.Time // until when
 	budget   *rate.Limiter
 	bySource map[string]*rate.Limiter
+	keys     *issuerKeys // nil: signatures are left to the TokenReview
+}
+
+// TrustIssuerKeys makes a verify tokens' signatures with the keys fetch
+// returns (the API server's /openid/v1/jwks) before spending a review on
+// them (issuerkeys.go). Call it before serving.
+func (a *Authenticator) TrustIssuerKeys(fetch func(ctx context.Context) ([]byte, error), logger logr.Logger) {
+	a.keys = &issuerKeys{fetch: fetch, clock: a.clock, log: logger}
+	a.keys.mu.Lock()
+	a.keys.startFetch(a.clock.Now()) // now, not with the first caller
+	a.keys.mu.Unlock()
 }
 
 type review struct {
@@ -100,10 +114,7 @@ func (a *Authenticator) Admit(token, remoteAddr string) bool {
 	if _, known := a.remembered(key, now); known || a.shapeProblem(token, now) != "" {
 		return true // answered from memory, or refused without a review
 	}
-	source, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		source = remoteAddr
-	}
+	source := sourceOf(remoteAddr)
 	l, ok := a.bySource[source]
 	if !ok {
 		if len(a.bySource) >= maxCachedReviews {
@@ -115,6 +126,24 @@ func (a *Authenticator) Admit(token, remoteAddr string) bool {
 	// The source's budget first: one flooding address never spends the
 	// budget others need.
 	return l.AllowN(now, 1) && a.budget.AllowN(now, 1)
+}
+
+// sourceOf is the budget a client address spends: its IP, or for IPv6
+// its /64, which one host is commonly given whole.
+func sourceOf(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		return netip.PrefixFrom(ip.WithZone(""), 64).Masked().String()
+	}
+	return ip.String()
 }
 
 // Verify is an auth.TokenVerifier: it answers the identity of a valid token
@@ -209,8 +238,13 @@ func (a *Authenticator) shapeProblem(token string, now time.Time) string {
 	if !slices.Contains(claims.Audience, a.audience) {
 		return fmt.Sprintf("not a token for audience %q", a.audience)
 	}
-	if claims.Expiry == nil || time.Unix(int64(*claims.Expiry), 0).Before(now) {
+	// The API server's clock decides; a gateway's ahead of it must not
+	// refuse what the API server still accepts.
+	if claims.Expiry == nil || time.Unix(int64(*claims.Expiry), 0).Add(expiryLeeway).Before(now) {
 		return "the token has expired"
+	}
+	if a.keys != nil {
+		return a.keys.signatureProblem(token, now)
 	}
 	return ""
 }
