@@ -181,7 +181,16 @@ func parseJWKS(body []byte) (map[string]crypto.PublicKey, error) {
 			if err != nil {
 				return nil, err
 			}
-			out[j.Kid] = &ecdsa.PublicKey{Curve: curve, X: x, Y: y}
+			size := (curve.Params().BitSize + 7) / 8
+			if len(x.Bytes()) > size || len(y.Bytes()) > size {
+				return nil, errors.New("an EC key's point is off its curve")
+			}
+			point := append(append([]byte{4}, x.FillBytes(make([]byte, size))...), y.FillBytes(make([]byte, size))...)
+			pub, err := ecdsa.ParseUncompressedPublicKey(curve, point)
+			if err != nil {
+				return nil, err
+			}
+			out[j.Kid] = pub
 		}
 	}
 	if len(out) == 0 {

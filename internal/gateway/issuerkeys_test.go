@@ -63,7 +63,13 @@ func jwks(t *testing.T, keys map[string]crypto.PublicKey) []byte {
 		case *rsa.PublicKey:
 			set.Keys = append(set.Keys, map[string]string{"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig", "n": enc(p.N), "e": enc(big.NewInt(int64(p.E)))})
 		case *ecdsa.PublicKey:
-			set.Keys = append(set.Keys, map[string]string{"kty": "EC", "kid": kid, "crv": "P-256", "x": enc(p.X), "y": enc(p.Y)})
+			point, err := p.Bytes() // 0x04, X, Y
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, y := point[1:33], point[33:]
+			b64 := base64.RawURLEncoding.EncodeToString
+			set.Keys = append(set.Keys, map[string]string{"kty": "EC", "kid": kid, "crv": "P-256", "x": b64(x), "y": b64(y)})
 		}
 	}
 	b, err := json.Marshal(set)
