@@ -205,7 +205,8 @@ func TestAgentNamespacesWatched(t *testing.T) {
 
 // TestAgentNamespaceQuota: each agent namespace gets a ResourceQuota of
 // toolgate's objects, agentNamespaceQuota's unless its entry has its own;
-// agentNamespaceQuota null installs none.
+// agentNamespaceQuota null installs none, and so does an entry's quota
+// null or {}.
 func TestAgentNamespaceQuota(t *testing.T) {
 	hard := func(objs []*unstructured.Unstructured) map[string]any {
 		out := map[string]any{}
@@ -227,5 +228,13 @@ func TestAgentNamespaceQuota(t *testing.T) {
 	}
 	if got := hard(helmTemplate(t, "-f", valuesFile(t, agentNamespacesValues), "--set", "agentNamespaceQuota=null")); len(got) != 0 {
 		t.Errorf("agentNamespaceQuota null installs %v", got)
+	}
+	// One entry opts out (null or {}), the other keeps the default.
+	for _, none := range []string{"null", "{}"} {
+		values := agentNamespacesValues + "    quota: " + none + "\n"
+		want := map[string]any{"agent-a": map[string]any{"count/toolcalls.toolgate.dev": "2000", "count/agentsessions.toolgate.dev": "100"}}
+		if d := cmp.Diff(want, hard(helmTemplate(t, "-f", valuesFile(t, values)))); d != "" {
+			t.Errorf("an entry's quota %s: quotas (-want +got):\n%s", none, d)
+		}
 	}
 }
