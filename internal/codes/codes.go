@@ -26,6 +26,7 @@ const (
 	SandboxEvicted       = "sandbox_evicted"       // the node evicted the tool's pod
 	SandboxNotReady      = "sandbox_not_ready"     // the tool's sandbox was not ready within its start bound; the body never started
 	SandboxLost          = "sandbox_lost"          // the tool's pod disappeared (deleted by someone else) or its result cannot be verified
+	ManagerUnavailable   = "manager_unavailable"   // the tool's pod was ready in time, but no manager handed it the call while it could still run the body; the body never started
 	OutputInvalid        = "output_invalid"        // the value is not lossless JSON or fails the output schema
 	RenderFailed         = "render_failed"         // rendering the value failed
 	PostBlocked          = "post_blocked"          // a post-execute listener blocked the result

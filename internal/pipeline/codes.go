@@ -36,6 +36,7 @@ const (
 	CodeSandboxEvicted       Code = codes.SandboxEvicted
 	CodeSandboxNotReady      Code = codes.SandboxNotReady
 	CodeSandboxLost          Code = codes.SandboxLost
+	CodeManagerUnavailable   Code = codes.ManagerUnavailable
 	CodeOutputInvalid        Code = codes.OutputInvalid
 	CodeRenderFailed         Code = codes.RenderFailed
 	CodePostBlocked          Code = codes.PostBlocked

@@ -155,15 +155,78 @@ func TestTheCallIsHandedOverTheChannel(t *testing.T) {
 		t.Fatalf("a manager without the key: %v, want sandbox_lost", err)
 	}
 
-	// A pod that never gets ready: dispatched longer ago than the bound.
+	// A pod that never gets ready: looked at past its bound.
 	late := job(2)
-	late.Dispatched = time.Now().Add(-DefaultStartTimeout - time.Second)
 	slow := newProvider()
 	if _, err := slow.Run(ctx, late); !errors.Is(err, sandbox.ErrPending) {
 		t.Fatalf("start: %v", err)
 	}
+	slow.Clock = clocktesting.NewFakePassiveClock(time.Now().Add(DefaultStartTimeout + 2*time.Second))
 	if _, err := settle(t, slow, late); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxNotReady {
 		t.Fatalf("a pod never ready: %v, want sandbox_not_ready", err)
+	}
+}
+
+// TestTheStartBoundIsJudgedOnThePodsRecord: whether a pod met its start
+// bound is read from the pod (when its runner's container started), not
+// from when a manager looked. A manager that comes back after the bound
+// (no leader for two minutes: a kill storm) hands the call to a pod that
+// was up in time, and the body runs; a pod whose container started only
+// after the bound still fails sandbox_not_ready; and a pod ready in time
+// whose active deadline no longer leaves the body its timeout is never
+// handed it, and the call says the manager was away (manager_unavailable),
+// not that the sandbox failed.
+func TestTheStartBoundIsJudgedOnThePodsRecord(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	job, podOf := oneCall(t, c, "bound-")
+	// startedAt sets when the pod's runner container started, as its
+	// kubelet reports it; the pod started (StartTime) at its creation.
+	startedAt := func(pod *corev1.Pod, at time.Time) {
+		t.Helper()
+		pod.Status.StartTime = &pod.CreationTimestamp
+		pod.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(at)
+		must(t, c.Status().Update(ctx, pod))
+	}
+	var f *pipeline.Failure
+	for i, tc := range []struct {
+		name      string
+		startedIn time.Duration // after the pod's creation
+		lookedAt  time.Duration // after the pod's creation
+		want      pipeline.Code // "" runs the body
+	}{
+		{"up in time, the manager back after the bound", 3 * time.Second, DefaultStartTimeout + 10*time.Second, ""},
+		{"up in time, the manager back within the active deadline's room", 3 * time.Second, DefaultStartTimeout + 4*time.Minute, ""},
+		{"up only after the bound", DefaultStartTimeout + 5*time.Second, DefaultStartTimeout + 10*time.Second, pipeline.CodeSandboxNotReady},
+		{"up in time, the manager back when the deadline leaves no room", 3 * time.Second, DefaultStartTimeout + 20*time.Second + activeSlack*time.Second, pipeline.CodeManagerUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			attempt := i + 1
+			j := job(attempt)
+			first := newProvider()
+			if _, err := first.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+				t.Fatalf("start: %v", err)
+			}
+			pod := podOf(attempt)
+			k := startKubelet(t, c, pod)
+			created := pod.CreationTimestamp.Time
+			startedAt(pod, created.Add(tc.startedIn))
+			// The manager that made the pod is gone; the next one resumes
+			// the attempt, at lookedAt.
+			next := newProvider()
+			next.Dial = k.dial
+			next.Clock = clocktesting.NewFakePassiveClock(created.Add(tc.lookedAt))
+			j.Resumed = true
+			res, err := settle(t, next, j)
+			switch {
+			case tc.want == "" && (err != nil || res.Stdout != `ran with {"text":"a b"}`):
+				t.Fatalf("result %+v %v, want the body run", res, err)
+			case tc.want != "" && (!errors.As(err, &f) || f.Code != tc.want):
+				t.Fatalf("%v, want %s", err, tc.want)
+			case tc.want != "" && k.runs.Load() != 0:
+				t.Fatalf("the body ran %d times", k.runs.Load())
+			}
+		})
 	}
 }
 

@@ -67,7 +67,6 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 		workspace = job.Policy.WorkspaceRoot
 	}
 	req := runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.RunnerSpec(job, workspace), Arguments: job.Arguments}
-	ready := job.Dispatched.Add(p.Config.startTimeout())
 	handed := false
 	// Between looks the follower waits for the pod to change (PodChanged)
 	// or for a poll that backs off, the safety net where no informer tells.
@@ -88,6 +87,10 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 	notReady := func() error {
 		return pipeline.Fail(pipeline.CodeSandboxNotReady, fmt.Sprintf(
 			"the tool's pod was not ready within %s of dispatch; the body never started", p.Config.startTimeout()))
+	}
+	managerLate := func() error {
+		return pipeline.Fail(pipeline.CodeManagerUnavailable,
+			"the tool's pod was ready in time, but no manager handed it the call while its deadline left the body its timeout; the body never started")
 	}
 	for {
 		pod := &corev1.Pod{}
@@ -111,7 +114,11 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's runner ended without a result")
 			return
 		}
-		late := !handed && p.now().After(ready)
+		// Judged on the pod's own record, never on when a manager looked:
+		// a pod up by its bound met it, however late a manager (one that
+		// was not leading, or restarting) comes to hand it the call.
+		ready := p.startBound(job, pod)
+		late := !handed && p.now().After(ready) && !upBy(pod, ready)
 		up := running(pod)
 		if pod.Status.PodIP == "" || (late && !up) {
 			if late {
@@ -127,8 +134,10 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 		if !addressed || (up && !sawRunning) {
 			addressed, sawRunning, backoff = true, up, min(backoff, runningPoll)
 		}
-		if late {
-			// Never start a body past the bound; collect one already started.
+		// Never start a body past the bound, nor one the pod's active
+		// deadline would cut short; collect one already started.
+		noRoom := !handed && !late && p.now().After(ready) && !p.roomFor(pod, job)
+		if late || noRoom {
 			req.Op = runner.OpCollect
 		}
 		hello, res, err := p.exchange(ctx, pod, req, job)
@@ -141,6 +150,9 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			return
 		case errors.Is(err, runner.ErrRefused) && late && !handed:
 			f.err = notReady()
+			return
+		case errors.Is(err, runner.ErrRefused) && noRoom && !handed:
+			f.err = managerLate()
 			return
 		case errors.Is(err, runner.ErrProtocol):
 			f.err = pipeline.Fail(pipeline.CodeSandboxUnavailable, "the runner in the tool's pod is of another release ("+err.Error()+
@@ -230,6 +242,47 @@ func running(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// startBound is when the attempt's pod must be up: the start bound from
+// the later of the dispatch and the pod's creation (a warm or prepared pod
+// started before its call; a pod made again later starts its own count).
+func (p *Provider) startBound(job sandbox.Job, pod *corev1.Pod) time.Time {
+	from := job.Dispatched
+	if created := pod.CreationTimestamp.Time; created.After(from) {
+		from = created
+	}
+	return from.Add(p.Config.startTimeout())
+}
+
+// upBy reports whether the pod's record shows its runner's container
+// running since t or before.
+func upBy(pod *corev1.Pod, t time.Time) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerTool && cs.State.Running != nil {
+			return !cs.State.Running.StartedAt.After(t)
+		}
+	}
+	return false
+}
+
+// handOverMargin is what a body handed over late must have left, beyond
+// its timeout, before its pod's active deadline: the runner's stop and
+// the frame's collection.
+const handOverMargin = 30 * time.Second
+
+// roomFor reports whether the pod's active deadline still leaves a body
+// handed over now its whole timeout.
+func (p *Provider) roomFor(pod *corev1.Pod, job sandbox.Job) bool {
+	if pod.Spec.ActiveDeadlineSeconds == nil || pod.Status.StartTime == nil {
+		return true
+	}
+	end := pod.Status.StartTime.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
+	timeout := int64(defaultTimeout)
+	if job.Tool != nil && job.Tool.TimeoutSeconds > 0 {
+		timeout = int64(job.Tool.TimeoutSeconds)
+	}
+	return !p.now().Add(time.Duration(timeout)*time.Second + handOverMargin).After(end)
 }
 
 func isDone(f *follower) bool {
