@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/codes"
 )
 
 // observations are what a run saw, once its load is done: the promises are
@@ -42,6 +43,7 @@ var promises = []promise{
 	{"commits out of model order", modelOrder},
 	{"tool pods left after every call settled", podsLeft},
 	{"timed out, of a tool that ends within its timeout", strayTimeouts},
+	{"failed or cancelled, and the workload did not ask for it", unaskedFailures},
 }
 
 // lostCalls: every call has a result.
@@ -109,6 +111,32 @@ func strayTimeouts(o observations) verdict {
 		if c.obj != nil && c.obj.Status.Result != nil && c.obj.Status.Result.Outcome == toolgatev1alpha1.OutcomeTimedOut && c.tool != "overtime" {
 			v.count++
 		}
+	}
+	return v
+}
+
+// unaskedFailures: a call ends other than Succeeded only where the
+// workload made it (its cancellation, a fault that deleted its pod) or its
+// tool is made to (overtime's timeout, checked by strayTimeouts): a fault
+// of toolgate's own (a bound judged while no manager led, a lost handover)
+// must never end a call.
+func unaskedFailures(o observations) verdict {
+	var v verdict
+	for _, c := range o.calls {
+		if c.obj == nil || c.obj.Status.Result == nil {
+			continue // lostCalls
+		}
+		r := c.obj.Status.Result
+		switch {
+		case r.Outcome == toolgatev1alpha1.OutcomeSucceeded, r.Outcome == toolgatev1alpha1.OutcomeTimedOut:
+			continue
+		case c.cancelled && r.Outcome == toolgatev1alpha1.OutcomeCancelled:
+			continue
+		case c.podDeleted && (r.ErrorCode == codes.SandboxLost || r.ErrorCode == codes.Interrupted):
+			continue
+		}
+		v.count++
+		v.notes = append(v.notes, fmt.Sprintf("chaos: %s (%s) ended %s %s: %s", c.name, c.tool, r.Outcome, r.ErrorCode, r.Message))
 	}
 	return v
 }

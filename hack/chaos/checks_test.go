@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/codes"
 )
 
 // committed is a call of tool at turn/index in session, committed at
@@ -119,6 +120,32 @@ func TestPromises(t *testing.T) {
 			},
 			want: map[string]verdict{"timed out, of a tool that ends within its timeout": {count: 1}},
 		},
+		{
+			name: "failures the workload asked for",
+			change: func(o *observations) {
+				cancelled := find(*o, "s0-t0-i1")
+				cancelled.cancelled, cancelled.obj.Status.Result.Outcome = true, toolgatev1alpha1.OutcomeCancelled
+				lost := find(*o, "s0-t0-i0")
+				lost.podDeleted = true
+				lost.obj.Status.Result.Outcome, lost.obj.Status.Result.ErrorCode = toolgatev1alpha1.OutcomeFailed, codes.SandboxLost
+			},
+		},
+		{
+			name: "failures of toolgate's own",
+			change: func(o *observations) {
+				r := find(*o, "s0-t1-i0").obj.Status.Result
+				r.Outcome, r.ErrorCode, r.Message = toolgatev1alpha1.OutcomeFailed, codes.SandboxNotReady, "not ready"
+				lost := find(*o, "s0-t0-i0") // its pod was never deleted
+				lost.obj.Status.Result.Outcome, lost.obj.Status.Result.ErrorCode = toolgatev1alpha1.OutcomeFailed, codes.SandboxLost
+				cancelled := find(*o, "s1-t1-i0") // never cancelled
+				cancelled.obj.Status.Result.Outcome = toolgatev1alpha1.OutcomeCancelled
+			},
+			want: map[string]verdict{"failed or cancelled, and the workload did not ask for it": {count: 3, notes: []string{
+				"chaos: s0-t0-i0 (exclusive) ended Failed sandbox_lost: ",
+				"chaos: s0-t1-i0 (idempotent) ended Failed sandbox_not_ready: not ready",
+				"chaos: s1-t1-i0 (asked) ended Cancelled : ",
+			}}},
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := keptRun()
@@ -149,6 +176,7 @@ func TestPromiseRows(t *testing.T) {
 		"commits out of model order",
 		"tool pods left after every call settled",
 		"timed out, of a tool that ends within its timeout",
+		"failed or cancelled, and the workload did not ask for it",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("promises %q, want %q", got, want)

@@ -91,7 +91,15 @@ func (r *chaos) fault(kind string) (string, error) {
 			return "", errNoTarget
 		}
 		p := running[r.rng.IntN(len(running))]
-		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, p.Labels[toolgatev1alpha1.LabelCall]), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
+		name := p.Labels[toolgatev1alpha1.LabelCall]
+		// The call may fail for it (sandbox_lost, interrupted): the
+		// workload asked for that.
+		r.mu.Lock()
+		if c := r.calls[name]; c != nil {
+			c.podDeleted = true
+		}
+		r.mu.Unlock()
+		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, name), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
 	default:
 		name := map[string]string{faultApiserver: "kube-apiserver", faultEtcd: "etcd", faultKubelet: "kubelet", faultContainerd: "containerd"}[kind]
 		return r.restart(name)

@@ -87,6 +87,7 @@ type call struct {
 	turn                int64
 	index               int32
 	cancelled           bool
+	podDeleted          bool // a fault deleted its tool pod
 	committedAt         time.Time
 	obj                 *toolgatev1alpha1.ToolCall
 }
