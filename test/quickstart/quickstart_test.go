@@ -84,11 +84,12 @@ EOF`, pv))
 		t.Fatalf("transcript:\n%s", out)
 	}
 
-	// An upgrade with a changed value rolls out: two replicas, one leading.
-	sh(`helm upgrade toolgate charts/toolgate --namespace toolgate-system --reuse-values --set replicas=2 --wait --timeout 5m
+	// An upgrade with a changed value rolls out, one replica at a time
+	// (the default two, under their PodDisruptionBudget).
+	sh(`helm upgrade toolgate charts/toolgate --namespace toolgate-system --reuse-values --set callRetention=72h --wait --timeout 5m
 kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s`)
-	if got := strings.TrimSpace(sh(`kubectl -n toolgate-system get deployment toolgate-controller-manager -o jsonpath='{.status.readyReplicas}'`)); got != "2" {
-		t.Fatalf("ready replicas after the upgrade: %q", got)
+	if got := strings.TrimSpace(sh(`kubectl -n toolgate-system get deployment toolgate-controller-manager -o jsonpath='{.status.readyReplicas} {.spec.template.spec.containers[0].args}'`)); !strings.HasPrefix(got, "2 ") || !strings.Contains(got, "--default-call-retention=72h") {
+		t.Fatalf("ready replicas and arguments after the upgrade: %q", got)
 	}
 
 	sh(strings.Join(after, "\n"))
