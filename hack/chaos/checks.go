@@ -132,7 +132,7 @@ func unaskedFailures(o observations) verdict {
 			continue
 		case c.cancelled && r.Outcome == toolgatev1alpha1.OutcomeCancelled:
 			continue
-		case c.podDeleted && (r.ErrorCode == codes.SandboxLost || r.ErrorCode == codes.Interrupted):
+		case c.podDeleted && (r.ErrorCode == codes.SandboxLost || r.ErrorCode == codes.SandboxEvicted || r.ErrorCode == codes.Interrupted):
 			continue
 		}
 		v.count++

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -27,6 +28,7 @@ const (
 	faultKubelet    = "kubelet-restart"
 	faultContainerd = "containerd-restart"
 	faultPod        = "tool-pod-deleted"
+	faultEvict      = "tool-pod-evicted"
 )
 
 // inject injects faults at random times until done: manager kills first
@@ -76,7 +78,7 @@ func (r *chaos) fault(kind string) (string, error) {
 	switch kind {
 	case faultManager:
 		return r.killLeader()
-	case faultPod:
+	case faultPod, faultEvict:
 		pods := &corev1.PodList{}
 		if err := r.c.List(context.Background(), pods, client.InNamespace(r.ns), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}); err != nil {
 			return "", err
@@ -92,13 +94,18 @@ func (r *chaos) fault(kind string) (string, error) {
 		}
 		p := running[r.rng.IntN(len(running))]
 		name := p.Labels[toolgatev1alpha1.LabelCall]
-		// The call may fail for it (sandbox_lost, interrupted): the
-		// workload asked for that.
+		// The call may fail for it (sandbox_lost, sandbox_evicted,
+		// interrupted): the workload asked for that.
 		r.mu.Lock()
 		if c := r.calls[name]; c != nil {
 			c.podDeleted = true
 		}
 		r.mu.Unlock()
+		if kind == faultEvict {
+			// Through the eviction API, as a drain does: the API server
+			// marks the pod (DisruptionTarget) and deletes it gracefully.
+			return fmt.Sprintf("evicted %s, the pod of call %s", p.Name, name), r.c.SubResource("eviction").Create(context.Background(), &p, &policyv1.Eviction{})
+		}
 		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, name), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
 	default:
 		name := map[string]string{faultApiserver: "kube-apiserver", faultEtcd: "etcd", faultKubelet: "kubelet", faultContainerd: "containerd"}[kind]

@@ -50,18 +50,18 @@ func main() {
 	flag.IntVar(&o.calls, "calls", 200, "calls in all")
 	flag.IntVar(&o.kills, "kills", 20, "manager SIGKILLs at least")
 	flag.IntVar(&o.replicas, "replicas", 2, "manager replicas (leader election) during the run")
-	flag.StringVar(&faults, "faults", strings.Join([]string{faultManager, faultApiserver, faultEtcd, faultKubelet, faultContainerd, faultPod}, ","), "fault kinds to inject")
+	flag.StringVar(&faults, "faults", strings.Join([]string{faultManager, faultApiserver, faultEtcd, faultKubelet, faultContainerd, faultPod, faultEvict}, ","), "fault kinds to inject")
 	flag.DurationVar(&o.interval, "interval", 6*time.Second, "mean time between faults")
 	flag.DurationVar(&o.timeout, "timeout", 25*time.Minute, "give up after")
 	flag.IntVar(&o.cancelEvery, "cancel-every", 20, "cancel about one call in this many")
 	flag.IntVar(&o.seed, "seed", 0, "random seed (0: from the clock)")
-	flag.BoolVar(&o.short, "short", false, "the short form for CI: 2 sessions, 40 calls, 3 manager kills, one tool pod deleted, one kube-apiserver restart")
+	flag.BoolVar(&o.short, "short", false, "the short form for CI: 2 sessions, 40 calls, 3 manager kills, one tool pod deleted, one evicted, one kube-apiserver restart")
 	flag.BoolVar(&o.keepNamespace, "keep", false, "keep the namespace afterwards")
 	flag.Parse()
 	o.faults = strings.Split(faults, ",")
 	if o.short {
 		o.sessions, o.calls, o.kills = 2, 40, 3
-		o.faults = []string{faultManager, faultPod, faultApiserver}
+		o.faults = []string{faultManager, faultPod, faultEvict, faultApiserver}
 	}
 	root, _ := os.Getwd()
 	o.root = root
@@ -87,7 +87,7 @@ type call struct {
 	turn                int64
 	index               int32
 	cancelled           bool
-	podDeleted          bool // a fault deleted its tool pod
+	podDeleted          bool // a fault deleted or evicted its tool pod
 	committedAt         time.Time
 	obj                 *toolgatev1alpha1.ToolCall
 }
@@ -131,10 +131,17 @@ func run(o options) error {
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
+	before, err := r.kubectl("-n", "toolgate-system", "get", "deployment/toolgate-controller-manager", "-o", "jsonpath={.spec.replicas}")
+	if err != nil {
+		return err
+	}
 	if err := r.scale(ctx, int32(o.replicas)); err != nil {
 		return err
 	}
-	defer func() { _ = r.scale(context.Background(), 1) }()
+	// The install is left as it was found.
+	defer func() {
+		_, _ = r.kubectl("-n", "toolgate-system", "scale", "deployment/toolgate-controller-manager", "--replicas="+strings.TrimSpace(before))
+	}()
 	r.start = time.Now()
 
 	done := make(chan struct{})

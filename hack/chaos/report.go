@@ -73,18 +73,18 @@ func (r *chaos) report(ctx context.Context) int {
 	for _, k := range keys {
 		fmt.Printf("    %-50s %6d\n", k, codes[k])
 	}
-	fmt.Println("  calls ended interrupted or sandbox_lost (explained):")
+	fmt.Println("  calls ended interrupted, sandbox_lost or sandbox_evicted (explained):")
 	for _, c := range calls {
 		if c.obj == nil || c.obj.Status.Result == nil {
 			continue
 		}
-		if code := c.obj.Status.Result.ErrorCode; code == "interrupted" || code == "sandbox_lost" {
+		if code := c.obj.Status.Result.ErrorCode; code == "interrupted" || code == "sandbox_lost" || code == "sandbox_evicted" {
 			settled := c.obj.Status.Result.SettledAt.Time
 			cause := "no fault before it"
 			for _, f := range r.faults {
 				switch {
-				case f.kind == faultPod && strings.HasSuffix(f.note, "the pod of call "+c.name):
-					cause = fmt.Sprintf("its pod was deleted by the fault (%s)", f.note)
+				case (f.kind == faultPod || f.kind == faultEvict) && strings.HasSuffix(f.note, "the pod of call "+c.name):
+					cause = fmt.Sprintf("its pod was deleted or evicted by the fault (%s)", f.note)
 				case !f.at.After(settled) && !strings.HasPrefix(cause, "its pod"):
 					cause = fmt.Sprintf("last fault before it: %s (%s), %.0fs earlier", f.kind, f.note, settled.Sub(f.at).Seconds())
 				}

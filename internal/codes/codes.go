@@ -23,7 +23,7 @@ const (
 	Interrupted          = "interrupted"           // a non-idempotent attempt was interrupted; it is never re-run
 	SandboxUnavailable   = "sandbox_unavailable"   // the sandbox could not run the tool (image missing, pod refused)
 	SandboxOOMKilled     = "sandbox_oom_killed"    // the tool exceeded its memory limit
-	SandboxEvicted       = "sandbox_evicted"       // the node evicted the tool's pod
+	SandboxEvicted       = "sandbox_evicted"       // the cluster evicted the tool's pod (node pressure, the eviction API, preemption, a lost node)
 	SandboxNotReady      = "sandbox_not_ready"     // the tool's sandbox was not ready within its start bound; the body never started
 	SandboxLost          = "sandbox_lost"          // the tool's pod disappeared (deleted by someone else) or its result cannot be verified
 	ManagerUnavailable   = "manager_unavailable"   // the tool's pod was ready in time, but no manager handed it the call while it could still run the body; the body never started

@@ -25,6 +25,9 @@ type follower struct {
 	wake chan struct{} // the pod changed (PodChanged): look again now
 	res  *runner.Result
 	err  error // a final answer (a pipeline failure)
+	// seen is the failure Run last read on the pod itself (guarded by
+	// the provider's mu): it stays the answer once the pod is gone.
+	seen error
 }
 
 func (p *Provider) follower(key string) *follower {

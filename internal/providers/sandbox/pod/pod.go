@@ -132,6 +132,12 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			return sandbox.Result{}, ctx.Err()
 		case f != nil && isDone(f) && f.res != nil:
 			return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
+		case f != nil && p.seenOn(f) != nil:
+			// What the pod said before it went (an eviction) says more
+			// than its absence.
+			return sandbox.Result{}, p.seenOn(f)
+		case f != nil && isDone(f) && f.err != nil:
+			return sandbox.Result{}, f.err
 		case f != nil:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
 		case job.Resumed:
@@ -203,7 +209,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		}
 		if f.err != nil {
 			if fail := failureOf(pod); fail != nil {
-				return sandbox.Result{}, fail // what the pod says now is the most precise
+				return sandbox.Result{}, p.see(f, fail) // what the pod says now is the most precise
 			}
 			return sandbox.Result{}, f.err
 		}
@@ -211,9 +217,24 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	default:
 	}
 	if fail := failureOf(pod); fail != nil {
-		return sandbox.Result{}, fail
+		return sandbox.Result{}, p.see(f, fail)
 	}
 	return sandbox.Result{}, sandbox.ErrPending
+}
+
+// see remembers the failure read on the attempt's pod and returns it.
+func (p *Provider) see(f *follower, fail error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f.seen = fail
+	return fail
+}
+
+// seenOn is the failure last read on f's pod, if any.
+func (p *Provider) seenOn(f *follower) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return f.seen
 }
 
 // stopped reports whether nothing of a pod being deleted runs any more:
@@ -249,6 +270,13 @@ func failureOf(pod *corev1.Pod) error {
 				// For instance a runnerPath the tool image does not hold.
 				return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's container could not start: "+textutil.OneLine(t.Message, 300))
 			}
+		}
+	}
+	// The API server or a kubelet says why it is stopping the pod (the
+	// eviction API, preemption, a tainted or lost node, node pressure).
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue {
+			return pipeline.Fail(pipeline.CodeSandboxEvicted, "the cluster stopped the tool's pod ("+cond.Reason+"): "+textutil.OneLine(cond.Message, 300))
 		}
 	}
 	if !pod.DeletionTimestamp.IsZero() {

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -167,6 +168,9 @@ func TestOnAPIServer(t *testing.T) {
 				Reason: "StartError", ExitCode: 128, Message: `exec: "/toolgate-runner": stat /toolgate-runner: no such file or directory`}}}}}, pipeline.CodeSandboxUnavailable},
 			{corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, pipeline.CodeSandboxEvicted},
 			{corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}, pipeline.CodeTimeout},
+			// Preempted, its node tainted or lost: the API server says so
+			// before it deletes the pod.
+			{corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler"}}}, pipeline.CodeSandboxEvicted},
 		} {
 			pod := &corev1.Pod{}
 			must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, pod))
@@ -177,6 +181,44 @@ func TestOnAPIServer(t *testing.T) {
 			if !errors.As(err, &f) || f.Code != tc.want {
 				t.Errorf("status %+v: %v, want %s", tc.status, err, tc.want)
 			}
+		}
+	})
+
+	t.Run("a pod evicted through the eviction API fails its call as evicted, also once it is gone", func(t *testing.T) {
+		p := newProvider()
+		j := job(13, false)
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("start: %v", err)
+		}
+		key := client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(call.UID), 13)}
+		pod := &corev1.Pod{}
+		must(t, c.Get(ctx, key, pod))
+		// Scheduled (an unbound pod is deleted at once, with no reason).
+		must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
+		must(t, c.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{}))
+		var f *pipeline.Failure
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := p.Run(ctx, j)
+			if errors.As(err, &f) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no failure after the eviction: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if f.Code != pipeline.CodeSandboxEvicted || !strings.Contains(f.Message, "EvictionByEvictionAPI") {
+			t.Fatalf("evicted: %v, want sandbox_evicted naming the eviction API", f)
+		}
+		// Its kubelet (there is none here) would remove it: gone, the
+		// outcome stays.
+		must(t, client.IgnoreNotFound(c.Delete(ctx, pod, client.GracePeriodSeconds(0))))
+		for !apierrors.IsNotFound(c.Get(ctx, key, &corev1.Pod{})) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := p.Run(ctx, j); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxEvicted {
+			t.Fatalf("evicted and gone: %v, want sandbox_evicted", err)
 		}
 	})
 
