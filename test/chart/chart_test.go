@@ -517,14 +517,14 @@ agentNamespaces:
 		n, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas")
 		return n
 	}
-	if n := get("toolgate-controller-manager"); n != 1 {
-		t.Fatalf("replicas after install: %d", n)
+	if n := get("toolgate-controller-manager"); n != 2 {
+		t.Fatalf("replicas after install: %d, want the default 2", n)
 	}
 	// The upgrade also turns the gateway on, so the uninstall must remove
 	// its objects too (its impersonator's RoleBinding among them).
-	h("upgrade", release, chartDir, "--reuse-values", "--set", "replicas=2",
+	h("upgrade", release, chartDir, "--reuse-values", "--set", "replicas=3",
 		"--set", "gateway.enabled=true", "--set", "gateway.impersonateNamespaces={"+releaseNamespace+"}")
-	if n := get("toolgate-controller-manager"); n != 2 {
+	if n := get("toolgate-controller-manager"); n != 3 {
 		t.Fatalf("replicas after the upgrade: %d", n)
 	}
 	if n := get("toolgate-gateway"); n != 2 {
