@@ -43,7 +43,7 @@ var promises = []promise{
 	{"commits out of model order", modelOrder},
 	{"tool pods left after every call settled", podsLeft},
 	{"timed out, of a tool that ends within its timeout", strayTimeouts},
-	{"failed or cancelled, and the workload did not ask for it", unaskedFailures},
+	{"failures the workload did not ask for", unaskedFailures},
 }
 
 // lostCalls: every call has a result.

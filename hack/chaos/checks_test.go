@@ -140,7 +140,7 @@ func TestPromises(t *testing.T) {
 				cancelled := find(*o, "s1-t1-i0") // never cancelled
 				cancelled.obj.Status.Result.Outcome = toolgatev1alpha1.OutcomeCancelled
 			},
-			want: map[string]verdict{"failed or cancelled, and the workload did not ask for it": {count: 3, notes: []string{
+			want: map[string]verdict{"failures the workload did not ask for": {count: 3, notes: []string{
 				"chaos: s0-t0-i0 (exclusive) ended Failed sandbox_lost: ",
 				"chaos: s0-t1-i0 (idempotent) ended Failed sandbox_not_ready: not ready",
 				"chaos: s1-t1-i0 (asked) ended Cancelled : ",
@@ -176,7 +176,7 @@ func TestPromiseRows(t *testing.T) {
 		"commits out of model order",
 		"tool pods left after every call settled",
 		"timed out, of a tool that ends within its timeout",
-		"failed or cancelled, and the workload did not ask for it",
+		"failures the workload did not ask for",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("promises %q, want %q", got, want)
