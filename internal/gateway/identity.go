@@ -154,7 +154,10 @@ func (a *Authenticator) Verify(ctx context.Context, token string, _ *http.Reques
 	now := a.clock.Now()
 	a.mu.Lock()
 	user, known := a.remembered(key, now)
-	problem := a.shapeProblem(token, now)
+	problem := ""
+	if !known {
+		problem = a.shapeProblem(token, now)
+	}
 	a.mu.Unlock()
 	switch {
 	case known && user != "":
@@ -220,19 +223,15 @@ func (a *Authenticator) shapeProblem(token string, now time.Time) string {
 	if len(token) > maxTokenBytes {
 		return "the token is too long"
 	}
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return "not a ServiceAccount token (a JWT)"
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
+	t, ok := decodeJWT(token)
+	if !ok {
 		return "not a ServiceAccount token (a JWT)"
 	}
 	var claims struct {
 		Audience audiences `json:"aud"`
 		Expiry   *float64  `json:"exp"`
 	}
-	if err := json.Unmarshal(payload, &claims); err != nil {
+	if err := json.Unmarshal(t.payload, &claims); err != nil {
 		return "not a ServiceAccount token (a JWT)"
 	}
 	if !slices.Contains(claims.Audience, a.audience) {
@@ -244,9 +243,29 @@ func (a *Authenticator) shapeProblem(token string, now time.Time) string {
 		return "the token has expired"
 	}
 	if a.keys != nil {
-		return a.keys.signatureProblem(token, now)
+		return a.keys.signatureProblem(t, now)
 	}
 	return ""
+}
+
+// decodedJWT is a token's three parts, decoded, not verified.
+type decodedJWT struct {
+	signed               string // header.payload: what the signature signs
+	header, payload, sig []byte
+}
+
+// decodeJWT splits and decodes token; ok is false when it is not a JWT.
+func decodeJWT(token string) (t decodedJWT, ok bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return t, false
+	}
+	var err [3]error
+	t.header, err[0] = base64.RawURLEncoding.DecodeString(parts[0])
+	t.payload, err[1] = base64.RawURLEncoding.DecodeString(parts[1])
+	t.sig, err[2] = base64.RawURLEncoding.DecodeString(parts[2])
+	t.signed = parts[0] + "." + parts[1]
+	return t, err[0] == nil && err[1] == nil && err[2] == nil
 }
 
 // audiences is a JWT's aud claim: one string or a list.

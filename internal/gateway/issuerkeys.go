@@ -13,7 +13,6 @@ import (
 	"errors"
 	"hash"
 	"math/big"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,24 +55,12 @@ type issuerKeys struct {
 
 // signatureProblem says why token's signature is not the cluster's, or ""
 // when it is, or when that cannot be told now (a fetch is then started).
-func (k *issuerKeys) signatureProblem(token string, now time.Time) string {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return "not a ServiceAccount token (a JWT)"
-	}
-	header, err := base64.RawURLEncoding.DecodeString(parts[0])
-	if err != nil {
-		return "not a ServiceAccount token (a JWT)"
-	}
+func (k *issuerKeys) signatureProblem(t decodedJWT, now time.Time) string {
 	var h struct {
 		Alg string `json:"alg"`
 		Kid string `json:"kid"`
 	}
-	if json.Unmarshal(header, &h) != nil {
-		return "not a ServiceAccount token (a JWT)"
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
-	if err != nil {
+	if json.Unmarshal(t.header, &h) != nil {
 		return "not a ServiceAccount token (a JWT)"
 	}
 	k.mu.Lock()
@@ -89,7 +76,7 @@ func (k *issuerKeys) signatureProblem(token string, now time.Time) string {
 	case !known:
 		return "" // cannot tell yet: the TokenReview decides
 	}
-	if !verifies(key, h.Alg, parts[0]+"."+parts[1], sig) {
+	if !verifies(key, h.Alg, t.signed, t.sig) {
 		return "not signed by a key of the cluster's ServiceAccount issuer"
 	}
 	return ""

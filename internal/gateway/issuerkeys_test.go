@@ -188,7 +188,8 @@ func TestForgedTokensCostNoReview(t *testing.T) {
 	if fetches.Load() != n+1 {
 		t.Fatalf("%d fetches for stale keys, want 1", fetches.Load()-n)
 	}
-	if p := a.keys.signatureProblem(signedJWT(t, stranger, "k-rsa", "gw", "x"), clk.Now()); p == "" {
+	forged, _ := decodeJWT(signedJWT(t, stranger, "k-rsa", "gw", "x"))
+	if p := a.keys.signatureProblem(forged, clk.Now()); p == "" {
 		t.Fatal("a failed fetch forgot the keys known before")
 	}
 }
@@ -213,5 +214,19 @@ func TestSourcesOfOneHostShareABudget(t *testing.T) {
 		if sourceOf(c.a) == sourceOf(c.b) {
 			t.Errorf("%s and %s share the budget %s", c.a, c.b, sourceOf(c.a))
 		}
+	}
+}
+
+// TestExpiryAllowsClockSkew: a token the gateway's clock thinks expired
+// less than a minute ago may still be valid to the API server's: it goes
+// to review; one expired longer ago is refused without one.
+func TestExpiryAllowsClockSkew(t *testing.T) {
+	now := time.Now()
+	a := NewAuthenticator(nil, "gw", 0, clocktesting.NewFakePassiveClock(now))
+	if p := a.shapeProblem(jwt("gw", now.Add(-30*time.Second), "skew"), now); p != "" {
+		t.Errorf("expired 30 s ago by the gateway's clock: %q, want a review", p)
+	}
+	if p := a.shapeProblem(jwt("gw", now.Add(-2*time.Minute), "old"), now); p == "" {
+		t.Error("expired 2 minutes ago: sent to review")
 	}
 }
