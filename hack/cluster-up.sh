@@ -177,6 +177,9 @@ wait_for containerd ctr --address "$CONTAINERD_SOCK" version
 [ -n "${TOOLGATE_SKIP_IMAGES:-}" ] || "$root/hack/images.sh" >/dev/null
 
 # --- kubelet -----------------------------------------------------------------
+# No eviction thresholds: a busy test machine must not evict pods. hack/chaos
+# sets one (TOOLGATE_KUBELET_EVICTION_HARD) to induce node pressure.
+eviction_hard=${TOOLGATE_KUBELET_EVICTION_HARD:-"{}"}
 cat >"$D/kubelet/config.yaml" <<KL
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -187,7 +190,8 @@ failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 enforceNodeAllocatable: []
-evictionHard: {}
+evictionHard: $eviction_hard
+evictionPressureTransitionPeriod: 5s
 resolvConf: ""
 tlsCertFile: $D/pki/kubelet-serving.crt
 tlsPrivateKeyFile: $D/pki/kubelet-serving.key

@@ -42,12 +42,19 @@ func main() {
 		watch         string
 		retention     time.Duration
 		metricsSecure bool
+		lease         leaseTimings
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true,
 		"Serve metrics over HTTPS to clients the API server authenticates and authorizes (get on the non-resource URL /metrics: the ClusterRole toolgate-metrics-reader); false serves plain HTTP to anyone who reaches the port.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one manager reconciles at a time.")
+	flag.DurationVar(&lease.duration, "leader-elect-lease-duration", defaultLease.duration,
+		"How long a standby waits, from the last renewal it saw, before it takes a silent leader's lease: a dead leader's calls wait this long.")
+	flag.DurationVar(&lease.renewDeadline, "leader-elect-renew-deadline", defaultLease.renewDeadline,
+		"How long the leader keeps trying to renew before it stops leading (and exits); shorter than the lease duration, so that it stops before a standby may start.")
+	flag.DurationVar(&lease.retryPeriod, "leader-elect-retry-period", defaultLease.retryPeriod,
+		"How often the leader renews and a standby tries to take the lease.")
 	flag.BoolVar(&processBox, "enable-process-sandbox", false,
 		"Mount the Process sandbox provider, which runs tools as processes of the manager itself, with no isolation: for tests and development only.")
 	flag.StringVar(&workspaceDir, "process-workspace-dir", filepath.Join(os.TempDir(), "toolgate-workspaces"),
@@ -69,6 +76,10 @@ func main() {
 	managerLabels, err := labels.ConvertSelectorToLabelsMap(podLabels)
 	if err != nil {
 		log.Error(err, "invalid flag", "flag", "manager-pod-labels")
+		os.Exit(2)
+	}
+	if err := lease.validate(); err != nil {
+		log.Error(err, "invalid flag", "flag", "leader-elect-lease-duration")
 		os.Exit(2)
 	}
 	watchNamespaces, err := parseNamespaces(watch)
@@ -98,6 +109,9 @@ func main() {
 		// lease over at once is safe, and a rollout does not stall for a
 		// lease to expire.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &lease.duration,
+		RenewDeadline:                 &lease.renewDeadline,
+		RetryPeriod:                   &lease.retryPeriod,
 		Cache:                         compose.Cache(o),
 	})
 	if err != nil {
@@ -139,6 +153,32 @@ func main() {
 // leaderElectionID names the Lease (in the manager's namespace) the
 // managers elect their leader with.
 const leaderElectionID = "toolgate-manager.toolgate.dev"
+
+// leaseTimings are the leader election's three periods.
+type leaseTimings struct{ duration, renewDeadline, retryPeriod time.Duration }
+
+// defaultLease: a leader that dies (SIGKILL, a lost node) is replaced
+// within 8 s plus a retry, about half of client-go's 15 s, for one renewal
+// write a second. The leader steps down after 6 s without a renewal, 2 s
+// before a standby may take over; an API server that is away longer than
+// that (a restart) costs a failover, which is safe (docs/reliability.md,
+// "Leader election").
+var defaultLease = leaseTimings{duration: 8 * time.Second, renewDeadline: 6 * time.Second, retryPeriod: time.Second}
+
+// validate holds the orders the leader elector needs: the leader gives up
+// before its lease may be taken, and retries several times meanwhile.
+func (l leaseTimings) validate() error {
+	switch {
+	case l.retryPeriod <= 0:
+		return fmt.Errorf("--leader-elect-retry-period must be positive, not %s", l.retryPeriod)
+	case l.renewDeadline <= l.retryPeriod*12/10:
+		// client-go's own limit (1.2 × the retry period, its jitter).
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be longer than 1.2 × --leader-elect-retry-period (%s)", l.renewDeadline, l.retryPeriod)
+	case l.duration <= l.renewDeadline:
+		return fmt.Errorf("--leader-elect-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s): a leader must stop before a standby may start", l.duration, l.renewDeadline)
+	}
+	return nil
+}
 
 // approvals are the approval providers every manager mounts.
 var approvals = []toolgatev1alpha1.ApprovalProvider{toolgatev1alpha1.ApprovalProviderAPIServer, toolgatev1alpha1.ApprovalProviderNone}

@@ -31,6 +31,10 @@ const (
 	faultEvict      = "tool-pod-evicted"
 )
 
+// lasting are the faults that last o.outage: their recovery is timed from
+// their end.
+var lasting = []string{faultThrottled, faultFailing, faultPressure, faultNodeLost}
+
 // inject injects faults at random times until done: manager kills first
 // among them, and every other kind at least once.
 func (r *chaos) inject(done <-chan struct{}) {
@@ -59,6 +63,7 @@ func (r *chaos) inject(done <-chan struct{}) {
 		} else if i >= len(plan)+r.o.kills {
 			continue // the plan is done: the load finishes in peace
 		}
+		began := time.Now()
 		note, err := r.fault(kind)
 		if errors.Is(err, errNoTarget) {
 			i-- // not injected: tried again at the next tick
@@ -68,7 +73,7 @@ func (r *chaos) inject(done <-chan struct{}) {
 			note = "failed: " + err.Error()
 		}
 		r.mu.Lock()
-		r.faults = append(r.faults, fault{kind: kind, at: time.Now(), note: note})
+		r.faults = append(r.faults, fault{kind: kind, at: began, end: time.Now(), note: note})
 		r.mu.Unlock()
 		fmt.Printf("chaos: %6.1fs %-24s %s\n", time.Since(r.start).Seconds(), kind, note)
 	}
@@ -107,6 +112,14 @@ func (r *chaos) fault(kind string) (string, error) {
 			return fmt.Sprintf("evicted %s, the pod of call %s", p.Name, name), r.c.SubResource("eviction").Create(context.Background(), &p, &policyv1.Eviction{})
 		}
 		return fmt.Sprintf("deleted %s, the pod of call %s", p.Name, name), r.c.Delete(context.Background(), &p, client.GracePeriodSeconds(0))
+	case faultThrottled:
+		return r.throttle(context.Background())
+	case faultFailing:
+		return r.fail(context.Background())
+	case faultPressure:
+		return r.pressure(context.Background())
+	case faultNodeLost:
+		return r.loseNode(context.Background())
 	default:
 		name := map[string]string{faultApiserver: "kube-apiserver", faultEtcd: "etcd", faultKubelet: "kubelet", faultContainerd: "containerd"}[kind]
 		return r.restart(name)
@@ -184,16 +197,12 @@ func leads(pid int) bool {
 // restart SIGKILLs one component of the local cluster and brings it back
 // with hack/cluster-up.sh (which starts what is not running).
 func (r *chaos) restart(name string) (string, error) {
-	pidFile := filepath.Join(r.o.clusterDir, "pids", name)
-	b, err := os.ReadFile(pidFile)
+	pid, err := pidFile(r.o.clusterDir, name)
 	if err != nil {
 		return "", err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return "", err
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	// Already dead (a lasting fault killed it) is fine: it is started.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return "", err
 	}
 	for syscall.Kill(pid, 0) == nil {
@@ -201,7 +210,7 @@ func (r *chaos) restart(name string) (string, error) {
 	}
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(r.o.root, "hack", "cluster-up.sh"))
-	cmd.Env = append(os.Environ(), "TOOLGATE_SKIP_IMAGES=1")
+	cmd.Env = append(append(os.Environ(), "TOOLGATE_SKIP_IMAGES=1"), r.env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("cluster-up: %v: %s", err, out)
 	}

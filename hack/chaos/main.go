@@ -38,6 +38,7 @@ type options struct {
 	kills, replicas      int
 	faults               []string
 	interval, timeout    time.Duration
+	outage               time.Duration
 	cancelEvery, seed    int
 	keepNamespace, short bool
 }
@@ -50,7 +51,8 @@ func main() {
 	flag.IntVar(&o.calls, "calls", 200, "calls in all")
 	flag.IntVar(&o.kills, "kills", 20, "manager SIGKILLs at least")
 	flag.IntVar(&o.replicas, "replicas", 2, "manager replicas (leader election) during the run")
-	flag.StringVar(&faults, "faults", strings.Join([]string{faultManager, faultApiserver, faultEtcd, faultKubelet, faultContainerd, faultPod, faultEvict}, ","), "fault kinds to inject")
+	flag.StringVar(&faults, "faults", strings.Join([]string{faultManager, faultApiserver, faultEtcd, faultKubelet, faultContainerd, faultPod, faultEvict, faultThrottled, faultFailing, faultPressure, faultNodeLost}, ","), "fault kinds to inject")
+	flag.DurationVar(&o.outage, "outage", time.Minute, "how long a lasting fault lasts ("+strings.Join(lasting, ", ")+")")
 	flag.DurationVar(&o.interval, "interval", 6*time.Second, "mean time between faults")
 	flag.DurationVar(&o.timeout, "timeout", 25*time.Minute, "give up after")
 	flag.IntVar(&o.cancelEvery, "cancel-every", 20, "cancel about one call in this many")
@@ -100,15 +102,17 @@ type chaos struct {
 	rng   *rand.Rand
 	start time.Time
 
+	env []string // for hack/cluster-up.sh, while a fault restarts a component
+
 	mu     sync.Mutex
 	calls  map[string]*call // by name
 	faults []fault
 }
 
 type fault struct {
-	kind string
-	at   time.Time
-	note string
+	kind    string
+	at, end time.Time // began, and was over (the same for a kill)
+	note    string
 }
 
 func run(o options) error {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,37 +93,31 @@ func (r *chaos) report(ctx context.Context) int {
 			fmt.Printf("    %-22s %-11s %s: %s; %s\n", c.name, c.tool, code, c.obj.Status.Result.Message, cause)
 		}
 	}
-	fmt.Println("  faults (kind, count, time from the fault to the next commit: median / max):")
-	byKind := map[string][]time.Duration{}
+	fmt.Println("  faults (kind, count, how long it lasted, recovery: from its end to the next commit, median / max):")
+	type figures struct{ lasted, recovery []time.Duration }
+	byKind := map[string]*figures{}
 	for _, f := range r.faults {
 		next := time.Duration(-1)
 		for _, c := range calls {
-			if !c.committedAt.IsZero() && c.committedAt.After(f.at) && (next < 0 || c.committedAt.Sub(f.at) < next) {
-				next = c.committedAt.Sub(f.at)
+			if !c.committedAt.IsZero() && c.committedAt.After(f.end) && (next < 0 || c.committedAt.Sub(f.end) < next) {
+				next = c.committedAt.Sub(f.end)
 			}
 		}
-		byKind[f.kind] = append(byKind[f.kind], next)
+		if byKind[f.kind] == nil {
+			byKind[f.kind] = &figures{}
+		}
+		byKind[f.kind].lasted = append(byKind[f.kind].lasted, f.end.Sub(f.at))
+		byKind[f.kind].recovery = append(byKind[f.kind].recovery, next)
 	}
-	for _, kind := range slices.Sorted(func(yield func(string) bool) {
-		for k := range byKind {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		ds := byKind[kind]
-		var known []time.Duration
-		for _, d := range ds {
-			if d >= 0 {
-				known = append(known, d)
-			}
-		}
-		slices.Sort(known)
+	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
+		fg := byKind[kind]
+		lasted := median(fg.lasted)
 		med, mx := "-", "-"
-		if len(known) > 0 {
-			med, mx = fmt.Sprintf("%.1fs", known[len(known)/2].Seconds()), fmt.Sprintf("%.1fs", known[len(known)-1].Seconds())
+		if known := slices.DeleteFunc(slices.Clone(fg.recovery), func(d time.Duration) bool { return d < 0 }); len(known) > 0 {
+			slices.Sort(known)
+			med, mx = fmt.Sprintf("%.1fs", median(known).Seconds()), fmt.Sprintf("%.1fs", known[len(known)-1].Seconds())
 		}
-		fmt.Printf("    %-28s %4d   %8s / %8s\n", kind, len(ds), med, mx)
+		fmt.Printf("    %-28s %4d %7.1fs   %8s / %8s\n", kind, len(fg.recovery), lasted.Seconds(), med, mx)
 	}
 	for _, p := range managerProcs() {
 		if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid)); err == nil {
@@ -166,6 +161,15 @@ func (r *chaos) observe(ctx context.Context) observations {
 		return o.podsLeft == 0
 	})
 	return o
+}
+
+// median of ds (sorted or not); 0 for none.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	return s[len(s)/2]
 }
 
 func orNone(s string) string {
