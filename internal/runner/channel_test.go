@@ -93,6 +93,35 @@ func TestStoppedRunnerStillSendsItsFrame(t *testing.T) {
 	}
 }
 
+// TestABodyStoppedWithItsPodIsNotTheTools: the runner stopped (its pod
+// deleted or evicted by someone else) while the body runs within its
+// budget: the body dies of the stop (SIGTERM, exit 143), and the frame
+// says the sandbox was lost, not that the tool failed (hack/chaos found
+// "tool_error: exit code 143" for a call whose pod a fault deleted).
+func TestABodyStoppedWithItsPodIsNotTheTools(t *testing.T) {
+	addr, manager, _, stop := stoppableChannel(t)
+	req := runRequest("uid-1/1", "sleep 30", "{}")
+	req.Spec.TimeoutMillis = 60_000
+	got := make(chan *Result, 1)
+	go func() {
+		_, res, err := exchange(t, addr, manager, req)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	time.Sleep(500 * time.Millisecond) // the body runs
+	stop()
+	select {
+	case res := <-got:
+		if res == nil || res.Code != codes.SandboxLost || !strings.Contains(res.Error, "stopped") {
+			t.Fatalf("frame %+v: want sandbox_lost, the body stopped with its pod", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no frame")
+	}
+}
+
 func exchange(t *testing.T, addr string, key *ecdh.PrivateKey, req Request) (*Hello, *Result, error) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)

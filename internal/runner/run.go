@@ -141,21 +141,29 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var werr error
-	timedOut := false
+	timedOut, stopped := false, false
 	select {
 	case werr = <-done:
 	case <-budget:
 		timedOut = true
 		werr = stopGroup(cmd.Process.Pid, done, grace)
 	case <-ctx.Done():
+		stopped = true
 		werr = stopGroup(cmd.Process.Pid, done, grace)
 	}
 	// No process the tool started outlives it.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts), BodyMillis: time.Since(started).Milliseconds()}
-	if timedOut {
+	switch {
+	case timedOut:
 		h.Code = codes.Timeout
 		h.Error = fmt.Sprintf("the body exceeded its %s timeout", time.Duration(spec.TimeoutMillis)*time.Millisecond)
+	case stopped:
+		// The runner is being stopped (its pod deleted or evicted, the
+		// call cancelled): whatever the body exits with is the stop's,
+		// not the tool's.
+		h.Code = codes.SandboxLost
+		h.Error = "the tool's pod was stopped while the body ran, and the body with it"
 	}
 	if werr != nil {
 		h.ExitCode = cmd.ProcessState.ExitCode()

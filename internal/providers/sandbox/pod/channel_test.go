@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -34,7 +36,11 @@ type kubelet struct {
 	addr   string
 	runs   atomic.Int32
 	handed atomic.Value // runner.Spec
+	stop   context.CancelFunc // stops the runner, as the pod's stop does (SIGTERM)
 }
+
+// bodyFunc stands in for the runner's body (runner.Server.Execute).
+type bodyFunc func(ctx context.Context, spec runner.Spec, args []byte, sub runner.SubCaller) (runner.Header, []byte, []byte)
 
 func startKubelet(t *testing.T, c client.Client, pod *corev1.Pod) *kubelet {
 	return startKubeletAt(t, c, pod, "127.0.0.1")
@@ -43,6 +49,12 @@ func startKubelet(t *testing.T, c client.Client, pod *corev1.Pod) *kubelet {
 // startKubeletAt is startKubelet reporting the pod at podIP (distinct
 // addresses tell pods apart in a network).
 func startKubeletAt(t *testing.T, c client.Client, pod *corev1.Pod, podIP string) *kubelet {
+	return startKubeletWith(t, c, pod, podIP, nil)
+}
+
+// startKubeletWith is startKubeletAt with body as the runner's body (nil:
+// the stand-in that echoes what it was handed).
+func startKubeletWith(t *testing.T, c client.Client, pod *corev1.Pod, podIP string, body bodyFunc) *kubelet {
 	t.Helper()
 	k := &kubelet{}
 	pub, err := runner.ParseManagerKey(pod.Spec.Containers[0].Env[0].Value)
@@ -50,15 +62,19 @@ func startKubeletAt(t *testing.T, c client.Client, pod *corev1.Pod, podIP string
 	s, err := runner.NewServer(pub)
 	must(t, err)
 	s.ArgumentsDir = t.TempDir()
-	s.Execute = func(_ context.Context, spec runner.Spec, args []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
+	s.Execute = func(ctx context.Context, spec runner.Spec, args []byte, sub runner.SubCaller) (runner.Header, []byte, []byte) {
 		k.runs.Add(1)
 		k.handed.Store(spec)
+		if body != nil {
+			return body(ctx, spec, args, sub)
+		}
 		return runner.Header{BodyMillis: 1}, append([]byte("ran with "), args...), nil
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	k.stop = cancel
 	go func() { _ = s.Serve(ctx, ln) }()
 	k.addr = ln.Addr().String()
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: podIP, ContainerStatuses: []corev1.ContainerStatus{{
@@ -164,6 +180,52 @@ func TestTheCallIsHandedOverTheChannel(t *testing.T) {
 	slow.Clock = clocktesting.NewFakePassiveClock(time.Now().Add(DefaultStartTimeout + 2*time.Second))
 	if _, err := settle(t, slow, late); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxNotReady {
 		t.Fatalf("a pod never ready: %v, want sandbox_not_ready", err)
+	}
+}
+
+// TestABodyStoppedByItsPodsEvictionIsEvicted: the pod is evicted while
+// its body runs; the runner, stopped with the pod, stops the body (a real
+// process, SIGTERM) and still sends its frame. The call fails as the
+// eviction, with its reason: never as the tool's exit code 143
+// (hack/chaos found "tool_error: exit code 143" for a pod a fault deleted).
+func TestABodyStoppedByItsPodsEvictionIsEvicted(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	job, podOf := oneCall(t, c, "evicted-body-")
+	p := newProvider()
+	j := job(1)
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	pod := podOf(1)
+	must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
+	started := make(chan struct{})
+	body := func(ctx context.Context, _ runner.Spec, args []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
+		close(started)
+		return runner.Execute(ctx, runner.Spec{Argv: []string{"/bin/sh", "-c", "sleep 30"}, Workspace: t.TempDir()}, args, time.Second)
+	}
+	k := startKubeletWith(t, c, podOf(1), "127.0.0.1", body)
+	p.Dial = k.dial
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("before the eviction: %v", err)
+		}
+		select {
+		case <-started:
+		default:
+			if time.Now().After(deadline) {
+				t.Fatal("the body never started")
+			}
+			continue
+		}
+		break
+	}
+	must(t, c.SubResource("eviction").Create(ctx, podOf(1), &policyv1.Eviction{}))
+	k.stop()
+	_, err := settle(t, p, j)
+	var f *pipeline.Failure
+	if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxEvicted || !strings.Contains(f.Message, "EvictionByEvictionAPI") {
+		t.Fatalf("%v, want sandbox_evicted naming the eviction API", err)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/codes"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
 
@@ -130,7 +131,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		case ctx.Err() != nil:
 			// Never started, or stopped and now gone.
 			return sandbox.Result{}, ctx.Err()
-		case f != nil && isDone(f) && f.res != nil:
+		case f != nil && isDone(f) && f.res != nil && !(stoppedWithPod(f.res) && p.seenOn(f) != nil):
 			return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
 		case f != nil && p.seenOn(f) != nil:
 			// What the pod said before it went (an eviction) says more
@@ -207,10 +208,12 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			}
 			return sandbox.Result{}, sandbox.ErrPending
 		}
-		if f.err != nil {
+		if f.err != nil || stoppedWithPod(f.res) {
 			if fail := failureOf(pod); fail != nil {
 				return sandbox.Result{}, p.see(f, fail) // what the pod says now is the most precise
 			}
+		}
+		if f.err != nil {
 			return sandbox.Result{}, f.err
 		}
 		return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
@@ -220,6 +223,13 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		return sandbox.Result{}, p.see(f, fail)
 	}
 	return sandbox.Result{}, sandbox.ErrPending
+}
+
+// stoppedWithPod tells whether the runner's frame says the body died of
+// its pod's stop: what the pod says (an eviction and its reason) is then
+// the more precise outcome.
+func stoppedWithPod(res *runner.Result) bool {
+	return res != nil && res.Code == codes.SandboxLost
 }
 
 // see remembers the failure read on the attempt's pod and returns it.
