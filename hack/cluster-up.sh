@@ -94,7 +94,7 @@ start() { # name command...
   local n=$1
   shift
   if running "$n"; then return; fi
-  setsid "$@" >"$D/logs/$n.log" 2>&1 &
+  setsid "$@" >>"$D/logs/$n.log" 2>&1 &
   echo $! >"$D/pids/$n"
 }
 wait_for() { # what command...

@@ -134,6 +134,8 @@ func unaskedFailures(o observations) verdict {
 			continue
 		case c.podDeleted && (r.ErrorCode == codes.SandboxLost || r.ErrorCode == codes.SandboxEvicted || r.ErrorCode == codes.Interrupted):
 			continue
+		case c.podRefused && r.ErrorCode == codes.SandboxUnavailable:
+			continue
 		}
 		v.count++
 		v.notes = append(v.notes, fmt.Sprintf("chaos: %s (%s) ended %s %s: %s", c.name, c.tool, r.Outcome, r.ErrorCode, r.Message))

@@ -128,7 +128,21 @@ func TestPromises(t *testing.T) {
 				lost := find(*o, "s0-t0-i0")
 				lost.podDeleted = true
 				lost.obj.Status.Result.Outcome, lost.obj.Status.Result.ErrorCode = toolgatev1alpha1.OutcomeFailed, codes.SandboxLost
+				refused := find(*o, "s1-t0-i0") // its kubelet refused its pod
+				refused.podDeleted, refused.podRefused = true, true
+				refused.obj.Status.Result.Outcome, refused.obj.Status.Result.ErrorCode = toolgatev1alpha1.OutcomeFailed, codes.SandboxUnavailable
 			},
+		},
+		{
+			name: "a pod deleted never explains sandbox_unavailable",
+			change: func(o *observations) {
+				lost := find(*o, "s0-t0-i0")
+				lost.podDeleted = true
+				lost.obj.Status.Result.Outcome, lost.obj.Status.Result.ErrorCode = toolgatev1alpha1.OutcomeFailed, codes.SandboxUnavailable
+			},
+			want: map[string]verdict{"failures the workload did not ask for": {count: 1, notes: []string{
+				"chaos: s0-t0-i0 (exclusive) ended Failed sandbox_unavailable: ",
+			}}},
 		},
 		{
 			name: "failures of toolgate's own",

@@ -90,6 +90,7 @@ type call struct {
 	index               int32
 	cancelled           bool
 	podDeleted          bool // a fault deleted or evicted its tool pod
+	podRefused          bool // its pod's kubelet refused it (node pressure)
 	committedAt         time.Time
 	obj                 *toolgatev1alpha1.ToolCall
 }

@@ -22,9 +22,11 @@ import (
 
 // Faults that last (o.outage): what a real cluster does for a while.
 const (
-	// The API server answers every request of toolgate's service
-	// accounts with 429 (API Priority and Fairness: a priority level with
-	// no seats that rejects), as an overloaded API server does.
+	// The API server admits one request of toolgate's service accounts at
+	// a time and answers the others 429 (API Priority and Fairness: a
+	// priority level with no seats of its own, which then admits only
+	// when it runs nothing, and rejects rather than queues), as an
+	// overloaded API server does.
 	faultThrottled = "apiserver-throttled-429"
 	// The API server answers every write of toolgate's service accounts
 	// with 500 (a failing admission webhook, failurePolicy Fail); reads
@@ -54,8 +56,8 @@ func (r *chaos) throttle(ctx context.Context) (string, error) {
 		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
 			Type: flowcontrolv1.PriorityLevelEnablementLimited,
 			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				// No seats of its own and none borrowed: everything is
-				// rejected at once.
+				// No seats of its own and none borrowed: one request at
+				// a time, the rest rejected at once.
 				NominalConcurrencyShares: ptr.To[int32](0),
 				LendablePercent:          ptr.To[int32](0),
 				BorrowingLimitPercent:    ptr.To[int32](0),
@@ -69,7 +71,7 @@ func (r *chaos) throttle(ctx context.Context) (string, error) {
 			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: chaosObject},
 			// Ahead of every suggested schema but exempt and
 			// leader election's (200): this one is meant to win.
-			MatchingPrecedence: 150,
+			MatchingPrecedence:  150,
 			DistinguisherMethod: &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
 			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
 				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindServiceAccount, ServiceAccount: &flowcontrolv1.ServiceAccountSubject{Namespace: "toolgate-system", Name: "*"}}},
@@ -80,7 +82,8 @@ func (r *chaos) throttle(ctx context.Context) (string, error) {
 			}},
 		},
 	}
-	return r.hold(ctx, []client.Object{pl, fs}, "every request of toolgate's service accounts answered 429")
+	return r.hold(ctx, []client.Object{pl, fs}, "toolgate's requests admitted one at a time, the rest answered 429",
+		"apiserver_flowcontrol_rejected_requests_total", `flow_schema="`+chaosObject+`"`)
 }
 
 // fail makes the API server answer every write of toolgate's service
@@ -102,13 +105,16 @@ func (r *chaos) fail(ctx context.Context) (string, error) {
 			}},
 		}},
 	}
-	return r.hold(ctx, []client.Object{vw}, "every write of toolgate's service accounts answered 500")
+	return r.hold(ctx, []client.Object{vw}, "every write of toolgate's service accounts answered 500",
+		"apiserver_admission_webhook_rejection_count", `name="fail.chaos.toolgate.dev"`)
 }
 
-// hold creates objs, checks the fault bites (a request as one of
-// toolgate's service accounts is refused), keeps them o.outage, then
-// deletes them.
-func (r *chaos) hold(ctx context.Context, objs []client.Object, what string) (string, error) {
+// hold creates objs, keeps them o.outage, then deletes them; it reports
+// how many of toolgate's requests the API server refused meanwhile (the
+// API server's own counter metric, its series matching label): client-go
+// retries a 429 by itself, so no single probe tells.
+func (r *chaos) hold(ctx context.Context, objs []client.Object, what, metric, label string) (string, error) {
+	before := r.apiserverCounter(ctx, metric, label)
 	for _, o := range objs {
 		_ = r.c.Delete(ctx, o) // a run stopped earlier left it
 		o.SetResourceVersion("")
@@ -116,40 +122,35 @@ func (r *chaos) hold(ctx context.Context, objs []client.Object, what string) (st
 			return "", err
 		}
 	}
-	defer func() {
-		for _, o := range objs {
-			_ = r.retry(context.Background(), func() error { return client.IgnoreNotFound(r.c.Delete(context.Background(), o)) })
-		}
-	}()
-	bites := "not seen"
-	deadline := time.Now().Add(r.o.outage)
-	for time.Now().Before(deadline) {
-		if code := r.asToolgate(ctx); code != "" {
-			bites = code
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
+	time.Sleep(r.o.outage)
+	for _, o := range objs {
+		_ = r.retry(context.Background(), func() error { return client.IgnoreNotFound(r.c.Delete(context.Background(), o)) })
 	}
-	time.Sleep(time.Until(deadline))
-	return fmt.Sprintf("%s for %s (a probe as the manager: %s)", what, r.o.outage, bites), nil
+	refused := r.apiserverCounter(ctx, metric, label) - before
+	if refused <= 0 {
+		return "", fmt.Errorf("%s for %s, but the API server refused none of toolgate's requests (%s)", what, r.o.outage, metric)
+	}
+	return fmt.Sprintf("%s for %s: the API server refused %.0f of toolgate's requests", what, r.o.outage, refused), nil
 }
 
-// asToolgate writes as the manager's service account (impersonated) and
-// says how the API server refused it, or "" when the write passed: the
-// probe that the fault bites. The write is a dry run.
-func (r *chaos) asToolgate(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, filepath.Join(r.k8sBin(), "kubectl"), "--kubeconfig", filepath.Join(r.o.clusterDir, "kubeconfig", "admin.kubeconfig"),
-		"--as", toolgateUsers+"toolgate-controller-manager", "-n", r.ns, "annotate", "--dry-run=server", "--overwrite",
-		"serviceaccount/default", "toolgate.dev/chaos-probe=1").CombinedOutput()
-	if err == nil {
-		return ""
+// apiserverCounter sums the API server's metric series named metric whose
+// labels hold label.
+func (r *chaos) apiserverCounter(ctx context.Context, metric, label string) float64 {
+	out, err := r.kubectl("get", "--raw", "/metrics")
+	if err != nil {
+		return 0
 	}
-	for _, reason := range []string{"TooManyRequests", "InternalError"} {
-		if strings.Contains(string(out), "("+reason+")") {
-			return reason
+	sum := 0.0
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, metric+"{") || !strings.Contains(l, label) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+			sum += v
 		}
 	}
-	return ""
+	return sum
 }
 
 // pressure restarts the kubelet with a memory threshold above what the
@@ -166,12 +167,12 @@ func (r *chaos) pressure(ctx context.Context) (string, error) {
 	// Evictions the kubelet began before its restart still land.
 	time.Sleep(5 * time.Second)
 	names := stop()
-	return fmt.Sprintf("kubelet under memory pressure for %s, evicted %d of the run's pods (%s); %s", r.o.outage, len(names), strings.Join(names, ","), back), err
+	return fmt.Sprintf("kubelet under memory pressure for %s, evicted or refused %d of the run's pods (%s); %s", r.o.outage, len(names), strings.Join(names, ","), back), err
 }
 
-// watchEvictions marks the calls whose pods the kubelet evicts (the pod
-// Failed with reason Evicted: under pressure, or refused at admission)
-// until stop, which returns the pods' names.
+// watchEvictions marks the calls whose pods the kubelet evicts or refuses
+// (the pod Failed with a reason: Evicted under pressure, OutOfmemory at
+// admission) until stop, which returns the pods' names.
 func (r *chaos) watchEvictions(ctx context.Context) (stop func() []string) {
 	wctx, cancel := context.WithCancel(ctx)
 	seen := map[string]bool{}
@@ -186,14 +187,17 @@ func (r *chaos) watchEvictions(ctx context.Context) (stop func() []string) {
 			}
 			for ev := range w.ResultChan() {
 				p, ok := ev.Object.(*corev1.Pod)
-				if !ok || p.Status.Reason != "Evicted" {
+				if !ok || p.Status.Phase != corev1.PodFailed || p.Status.Reason == "" {
 					continue
 				}
 				r.mu.Lock()
 				if !seen[p.Name] {
 					seen[p.Name] = true
 					if c := r.calls[p.Labels[toolgatev1alpha1.LabelCall]]; c != nil {
-						c.podDeleted = true
+						// Evicted under pressure, or refused at admission
+						// (OutOfmemory, or Evicted again): the body never
+						// started then.
+						c.podDeleted, c.podRefused = true, true
 					}
 				}
 				r.mu.Unlock()

@@ -35,7 +35,7 @@ import (
 type kubelet struct {
 	addr   string
 	runs   atomic.Int32
-	handed atomic.Value // runner.Spec
+	handed atomic.Value       // runner.Spec
 	stop   context.CancelFunc // stops the runner, as the pod's stop does (SIGTERM)
 }
 
@@ -226,6 +226,34 @@ func TestABodyStoppedByItsPodsEvictionIsEvicted(t *testing.T) {
 	var f *pipeline.Failure
 	if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxEvicted || !strings.Contains(f.Message, "EvictionByEvictionAPI") {
 		t.Fatalf("%v, want sandbox_evicted naming the eviction API", err)
+	}
+}
+
+// TestAPodTheKubeletRefusedNeverRan: a kubelet refuses a pod at
+// admission (a node short of memory for its requests, as node pressure
+// leaves it: hack/chaos saw "OutOfmemory") and marks it Failed with the
+// reason, no container ever started. The call says the node refused its
+// pod and that the body never started, never that a runner ended without
+// a result.
+func TestAPodTheKubeletRefusedNeverRan(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	job, podOf := oneCall(t, c, "refused-")
+	p := newProvider()
+	j := job(1)
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	pod := podOf(1)
+	must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
+	pod = podOf(1)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfmemory",
+		Message: "Pod was rejected: Node didn't have enough resource: memory, requested: 67108864, used: 201326592, capacity: 252759291"}
+	must(t, c.Status().Update(ctx, pod))
+	_, err := settle(t, p, j)
+	var f *pipeline.Failure
+	if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxUnavailable || !strings.Contains(f.Message, "OutOfmemory") || !strings.Contains(f.Message, "never started") {
+		t.Fatalf("%v, want sandbox_unavailable naming the kubelet's reason", err)
 	}
 }
 

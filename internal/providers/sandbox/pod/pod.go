@@ -265,6 +265,12 @@ func failureOf(pod *corev1.Pod) error {
 	case "DeadlineExceeded":
 		return pipeline.Fail(pipeline.CodeTimeout, "the tool's pod exceeded its active deadline")
 	}
+	if pod.Status.Phase == corev1.PodFailed && pod.Status.Reason != "" && !anyStarted(pod) {
+		// Refused by its kubelet at admission (OutOfmemory, OutOfcpu, a
+		// node shutting down, ...): nothing of it ever ran.
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the node refused the tool's pod ("+pod.Status.Reason+": "+
+			textutil.OneLine(pod.Status.Message, 300)+"); the body never started")
+	}
 	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		if w := cs.State.Waiting; w != nil {
 			switch w.Reason {
@@ -293,6 +299,17 @@ func failureOf(pod *corev1.Pod) error {
 		return pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is being deleted")
 	}
 	return nil
+}
+
+// anyStarted tells whether a container of the pod (an init container
+// included) ever started.
+func anyStarted(pod *corev1.Pod) bool {
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Prepare creates (or claims) the attempt's pod before its dispatch
