@@ -90,7 +90,7 @@ type call struct {
 	index               int32
 	cancelled           bool
 	podDeleted          bool // a fault deleted or evicted its tool pod
-	podRefused          bool // its pod's kubelet refused it (node pressure)
+	podRefused          bool // a fault kept its pod from starting (its kubelet refused it, or died starting it)
 	committedAt         time.Time
 	obj                 *toolgatev1alpha1.ToolCall
 }

@@ -237,7 +237,9 @@ func (r *chaos) loseNode(ctx context.Context) (string, error) {
 	r.mu.Lock()
 	for _, p := range pods.Items {
 		if c := r.calls[p.Labels[toolgatev1alpha1.LabelCall]]; c != nil {
-			c.podDeleted = true
+			// Its pod dies, or its start dies with the kubelet (a
+			// container whose creation was cut short: sandbox_unavailable).
+			c.podDeleted, c.podRefused = true, true
 		}
 	}
 	r.mu.Unlock()

@@ -257,6 +257,44 @@ func TestAPodTheKubeletRefusedNeverRan(t *testing.T) {
 	}
 }
 
+// TestARunnerKilledByAnEvictionNamesTheEviction: the kubelet kills an
+// evicted pod's containers at once (node pressure: no frame) and reports
+// the runner's container ended before it gives the pod its phase and
+// reason. The call waits for the reason and fails as the eviction, not as
+// a runner that ended without a result (hack/chaos, node-memory-pressure).
+func TestARunnerKilledByAnEvictionNamesTheEviction(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	job, podOf := oneCall(t, c, "killed-runner-")
+	p := newProvider()
+	j := job(1)
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	pod := podOf(1)
+	must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
+	pod = podOf(1)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{
+		Name: containerTool, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}},
+	}}}
+	must(t, c.Status().Update(ctx, pod))
+	// The kubelet's next status update comes a moment later: meanwhile
+	// nothing is decided.
+	for until := time.Now().Add(2 * time.Second); time.Now().Before(until); time.Sleep(50 * time.Millisecond) {
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("decided before the kubelet said why: %v", err)
+		}
+	}
+	pod = podOf(1)
+	pod.Status.Phase, pod.Status.Reason, pod.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+	must(t, c.Status().Update(ctx, pod))
+	_, err := settle(t, p, j)
+	var f *pipeline.Failure
+	if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxEvicted {
+		t.Fatalf("%v, want sandbox_evicted", err)
+	}
+}
+
 // TestTheStartBoundIsJudgedOnThePodsRecord: whether a pod met its start
 // bound is read from the pod (when its runner's container started), not
 // from when a manager looked. A manager that comes back after the bound

@@ -78,6 +78,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 	minPoll, maxPoll := p.pollBounds()
 	backoff := minPoll
 	addressed, sawRunning := false, false
+	var endSeen time.Time // when the runner's container was first seen ended
 	wait := func(most time.Duration) {
 		t := time.NewTimer(min(backoff, most))
 		defer t.Stop()
@@ -114,6 +115,16 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			return
 		}
 		if terminated(pod) {
+			// The kubelet reports the runner's container ended before it
+			// gives the pod its phase and reason (an eviction's): those
+			// are awaited a little, so that the outcome names the cause.
+			if endSeen.IsZero() {
+				endSeen = time.Now()
+			}
+			if !final(pod) && time.Since(endSeen) < finalWait {
+				wait(maxPoll)
+				continue
+			}
 			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's runner ended without a result")
 			return
 		}
@@ -296,6 +307,16 @@ func isDone(f *follower) bool {
 		return false
 	}
 }
+
+// final tells whether the kubelet gave the pod its last phase.
+func final(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// finalWait bounds how long a follower waits, once the runner's container
+// ended without a frame, for the kubelet to say why (a node's status
+// updates come within seconds).
+const finalWait = 10 * time.Second
 
 func terminated(pod *corev1.Pod) bool {
 	for _, cs := range pod.Status.ContainerStatuses {
