@@ -196,18 +196,12 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	f = p.adopt(job, pod)
 	select {
 	case <-f.done:
-		if f.res != nil && f.res.Code == codes.Timeout {
-			// The runner stopped the body at its budget: its pod, the
-			// call's sandbox, goes before the call settles (the outcome
-			// is kept: the NotFound case above returns it).
-			if pod.DeletionTimestamp.IsZero() {
-				p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "timed-out")
-			}
-			if stopped(pod) {
-				return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
-			}
-			return sandbox.Result{}, sandbox.ErrPending
-		}
+		// A timeout's frame is final too: the runner stopped the body at
+		// its budget, and every process of the tool container's PID
+		// namespace, before it sent it. The pod goes once the outcome is
+		// durable (Discard, after the call's status write): deleted
+		// before, a manager dying in between lost the outcome with the
+		// pod (a kill storm ended such calls interrupted).
 		if f.err != nil || stoppedWithPod(f.res) {
 			if fail := failureOf(pod); fail != nil {
 				return sandbox.Result{}, p.see(f, fail) // what the pod says now is the most precise

@@ -286,29 +286,33 @@ func TestOnAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("a body its runner timed out settles only once its pod is gone", func(t *testing.T) {
+	t.Run("a body its runner timed out settles at once, and its pod goes when the settled call is discarded", func(t *testing.T) {
 		p := newProvider()
 		j := job(9, false)
 		must(t, p.Prepare(ctx, j))
 		key := p.podKey(j)
 		pod := &corev1.Pod{}
 		must(t, c.Get(ctx, key, pod))
-		// The runner's frame: its budget fired and it stopped the body.
+		// The runner's frame: its budget fired and it stopped the body
+		// and every process of its container before sending it.
 		f := &follower{pod: key, uid: pod.UID, done: make(chan struct{}),
 			res: &runner.Result{Header: runner.Header{Code: "timeout", Error: "the body exceeded its 1s timeout"}}}
 		close(f.done)
 		p.mu.Lock()
 		p.followers = map[string]*follower{j.Key: f}
 		p.mu.Unlock()
-		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-			t.Fatalf("%v, want pending while the pod goes", err)
-		}
-		if err := c.Get(ctx, key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("the timed out body's pod is still there: %v", err)
-		}
+		// Deleting the pod first lost the outcome to a manager that died
+		// before the call's status write (the pod held the frame).
 		var fail *pipeline.Failure
 		if _, err := p.Run(ctx, j); !errors.As(err, &fail) || fail.Code != pipeline.CodeTimeout {
-			t.Fatalf("%v, want the timeout once the pod is gone", err)
+			t.Fatalf("%v, want the timeout", err)
+		}
+		if err := c.Get(ctx, key, &corev1.Pod{}); err != nil {
+			t.Fatalf("the pod went before the outcome was durable: %v", err)
+		}
+		p.Discard(ctx, j.Key) // the call's status is written
+		if err := c.Get(ctx, key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the settled call's pod is still there: %v", err)
 		}
 	})
 
