@@ -95,7 +95,7 @@ test-quickstart: ## Run docs/quickstart.md as written on the local cluster (helm
 	rc=0; go test -tags e2e ./test/quickstart/ -count=1 -timeout 20m -v || rc=$$?; hack/cluster-down.sh; exit $$rc
 
 .PHONY: chaos
-chaos: ## Faults on the local cluster under load (at least 200 calls, 20 manager SIGKILLs, restarts of every component); prints figures.
+chaos: ## Faults on the local cluster under load (at least 200 calls, 20 manager SIGKILLs, restarts of every component, the API server throttling and failing, node pressure, a node lost); prints each fault with its recovery time.
 	hack/cluster-up.sh
 	hack/images.sh
 	hack/deploy.sh

@@ -1,10 +1,13 @@
 // Command chaos runs a load of tool calls on the local cluster while it
 // injects faults at random times (the manager SIGKILLed, the leader of two
 // replicas killed, kube-apiserver, etcd, the kubelet and containerd
-// restarted, tool pods deleted), then checks and prints what toolgate
-// promises: one result per call, none twice, no non-idempotent body run
-// twice, every session committed in model order, no pod left behind, and
-// per fault kind the time from the fault to the next commit. It exits
+// restarted, tool pods deleted and evicted; and for -outage each, the API
+// server throttling (429) and failing (5xx) toolgate's requests, the node
+// under memory pressure, the node lost), then checks and prints what
+// toolgate promises: one result per call, none twice, no non-idempotent
+// body run twice, every session committed in model order, no pod left
+// behind, no failure the workload did not ask for, and per fault kind how
+// long it lasted and the time from its end to the next commit. It exits
 // non-zero when a promise is broken. Run it with make chaos (long form) or
 // as part of make test-e2e (-short).
 package main

@@ -131,7 +131,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		case ctx.Err() != nil:
 			// Never started, or stopped and now gone.
 			return sandbox.Result{}, ctx.Err()
-		case f != nil && isDone(f) && f.res != nil && !(stoppedWithPod(f.res) && p.seenOn(f) != nil):
+		case f != nil && isDone(f) && f.res != nil && (!stoppedWithPod(f.res) || p.seenOn(f) == nil):
 			return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
 		case f != nil && p.seenOn(f) != nil:
 			// What the pod said before it went (an eviction) says more
