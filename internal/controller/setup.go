@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
@@ -78,6 +81,23 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 // lost or whose output was held, sessions that have turns to record. The
 // sustained run with restarts (hack/throughput) found whole sessions
 // stalled for 60-130 s with the priority queue (docs/reliability.md).
+//
+// A failed reconcile is retried after a backoff that doubles from 5 ms up
+// to maxRetryBackoff, where controller-runtime's default grows to 1000 s:
+// an API server that refused toolgate's writes for a minute (throttling,
+// 5xx) left calls waiting about as long again after it recovered, backed
+// off past the outage (hack/chaos, docs/reliability.md). The overall
+// bucket (10 a second, bursts of 100) still bounds a hot loop.
 func controllerOptions(workers int) controller.Options {
-	return controller.Options{MaxConcurrentReconciles: workers, UsePriorityQueue: ptr.To(false)}
+	return controller.Options{MaxConcurrentReconciles: workers, UsePriorityQueue: ptr.To(false), RateLimiter: retryLimiter()}
+}
+
+// maxRetryBackoff is the longest a failed reconcile waits to be retried.
+const maxRetryBackoff = 10 * time.Second
+
+func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryBackoff),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
