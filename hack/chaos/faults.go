@@ -75,7 +75,7 @@ func (r *chaos) inject(done <-chan struct{}) {
 		r.mu.Lock()
 		r.faults = append(r.faults, fault{kind: kind, at: began, end: time.Now(), note: note})
 		r.mu.Unlock()
-		fmt.Printf("chaos: %6.1fs %-24s %s\n", time.Since(r.start).Seconds(), kind, note)
+		fmt.Printf("chaos: %6.1fs %-24s %s (%s–%s UTC)\n", time.Since(r.start).Seconds(), kind, note, began.UTC().Format("15:04:05"), time.Now().UTC().Format("15:04:05"))
 	}
 }
 
