@@ -64,7 +64,11 @@ type Provider struct {
 	// prepared names the pod Prepare made or claimed for an attempt not
 	// followed yet: Release finds it even before the cache shows it.
 	prepared map[string]types.NamespacedName
-	warm     pools
+	// remade are the attempts whose unsealed pod (never handed anything)
+	// this process deleted: their pod is made again even once the
+	// pipeline resumes them, since nothing of theirs ever ran.
+	remade map[string]bool
+	warm   pools
 	// minPoll and maxPoll replace the followers' poll bounds (tests).
 	minPoll, maxPoll time.Duration
 }
@@ -141,7 +145,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			return sandbox.Result{}, f.err
 		case f != nil:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
-		case job.Resumed:
+		case job.Resumed && !p.remaking(job.Key):
 			// Started by a previous manager and gone: its outcome is
 			// unknowable.
 			return sandbox.Result{}, sandbox.ErrLost
@@ -169,6 +173,12 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// Created for this attempt by a manager that stopped before
 			// sealing it, and no body was handed to it yet: made again.
 			p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "unsealed")
+			p.mu.Lock()
+			if p.remade == nil {
+				p.remade = map[string]bool{}
+			}
+			p.remade[job.Key] = true
+			p.mu.Unlock()
 			return sandbox.Result{}, sandbox.ErrPending
 		case job.Resumed:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by one toolgate did not create ("+pod.Name+")")
@@ -217,6 +227,14 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		return sandbox.Result{}, p.see(f, fail)
 	}
 	return sandbox.Result{}, sandbox.ErrPending
+}
+
+// remaking tells whether this process deleted the attempt's unsealed pod
+// to make it again (the pipeline then asks as if resuming).
+func (p *Provider) remaking(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.remade[key]
 }
 
 // stoppedWithPod tells whether the runner's frame says the body died of
@@ -522,6 +540,7 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 	f, ok := p.followers[key]
 	delete(p.followers, key)
 	delete(p.prepared, key)
+	delete(p.remade, key)
 	p.mu.Unlock()
 	if ok {
 		// The pod it followed, never another made under its name since; the

@@ -114,6 +114,11 @@ func TestForgedPodsNeverServe(t *testing.T) {
 	// The exact reference without a seal (what only a manager can write,
 	// and one stopped before sealing leaves): never handed anything,
 	// deleted, and the attempt gets a sealed pod of its own.
+	// After the first ask the pipeline asks as if resuming (the body was
+	// invoked once): the pod is made again all the same, never reported
+	// lost (a kill storm ended such calls interrupted right after a
+	// failover: the new leader found the pod its predecessor had not
+	// sealed).
 	j := job(2)
 	pod, k := planted(j, callOwner(j))
 	deadline := time.Now().Add(20 * time.Second)
@@ -121,6 +126,7 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
 			t.Fatalf("%v, want pending while the unsealed pod is replaced", err)
 		}
+		j.Resumed = true
 		now := &corev1.Pod{}
 		if err := c.Get(ctx, p.podKey(j), now); err == nil && now.UID != pod.UID {
 			if !p.sealed(now) {
