@@ -195,8 +195,9 @@ func leads(pid int) bool {
 }
 
 // restart SIGKILLs one component of the local cluster and brings it back
-// with hack/cluster-up.sh (which starts what is not running).
-func (r *chaos) restart(name string) (string, error) {
+// with hack/cluster-up.sh (which starts what is not running), env added to
+// the script's environment (TOOLGATE_KUBELET_EVICTION_HARD).
+func (r *chaos) restart(name string, env ...string) (string, error) {
 	pid, err := pidFile(r.o.clusterDir, name)
 	if err != nil {
 		return "", err
@@ -210,7 +211,7 @@ func (r *chaos) restart(name string) (string, error) {
 	}
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(r.o.root, "hack", "cluster-up.sh"))
-	cmd.Env = append(append(os.Environ(), "TOOLGATE_SKIP_IMAGES=1"), r.env...)
+	cmd.Env = append(append(os.Environ(), "TOOLGATE_SKIP_IMAGES=1"), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("cluster-up: %v: %s", err, out)
 	}

@@ -106,8 +106,6 @@ type chaos struct {
 	rng   *rand.Rand
 	start time.Time
 
-	env []string // for hack/cluster-up.sh, while a fault restarts a component
-
 	mu     sync.Mutex
 	calls  map[string]*call // by name
 	faults []fault

@@ -114,7 +114,7 @@ func (r *chaos) fail(ctx context.Context) (string, error) {
 // API server's own counter metric, its series matching label): client-go
 // retries a 429 by itself, so no single probe tells.
 func (r *chaos) hold(ctx context.Context, objs []client.Object, what, metric, label string) (string, error) {
-	before := r.apiserverCounter(ctx, metric, label)
+	before := r.apiserverCounter(metric, label)
 	for _, o := range objs {
 		_ = r.c.Delete(ctx, o) // a run stopped earlier left it
 		o.SetResourceVersion("")
@@ -126,7 +126,7 @@ func (r *chaos) hold(ctx context.Context, objs []client.Object, what, metric, la
 	for _, o := range objs {
 		_ = r.retry(context.Background(), func() error { return client.IgnoreNotFound(r.c.Delete(context.Background(), o)) })
 	}
-	refused := r.apiserverCounter(ctx, metric, label) - before
+	refused := r.apiserverCounter(metric, label) - before
 	if refused <= 0 {
 		return "", fmt.Errorf("%s for %s, but the API server refused none of toolgate's requests (%s)", what, r.o.outage, metric)
 	}
@@ -135,7 +135,7 @@ func (r *chaos) hold(ctx context.Context, objs []client.Object, what, metric, la
 
 // apiserverCounter sums the API server's metric series named metric whose
 // labels hold label.
-func (r *chaos) apiserverCounter(ctx context.Context, metric, label string) float64 {
+func (r *chaos) apiserverCounter(metric, label string) float64 {
 	out, err := r.kubectl("get", "--raw", "/metrics")
 	if err != nil {
 		return 0
@@ -158,7 +158,7 @@ func (r *chaos) apiserverCounter(ctx context.Context, metric, label string) floa
 // it with its usual configuration after o.outage.
 func (r *chaos) pressure(ctx context.Context) (string, error) {
 	stop := r.watchEvictions(ctx)
-	if _, err := r.restartWith("kubelet", "TOOLGATE_KUBELET_EVICTION_HARD={memory.available: \"99%\"}"); err != nil {
+	if _, err := r.restart("kubelet", "TOOLGATE_KUBELET_EVICTION_HARD={memory.available: \"99%\"}"); err != nil {
 		stop()
 		return "", err
 	}
@@ -222,11 +222,11 @@ func (r *chaos) watchEvictions(ctx context.Context) (stop func() []string) {
 // node gone with the tool pods on it; the control plane and the manager
 // live elsewhere), and brings the kubelet back after o.outage.
 func (r *chaos) loseNode(ctx context.Context) (string, error) {
-	pids, err := pidFile(r.o.clusterDir, "kubelet")
+	pid, err := pidFile(r.o.clusterDir, "kubelet")
 	if err != nil {
 		return "", err
 	}
-	if err := syscall.Kill(pids, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return "", err
 	}
 	// Every call with a pod now may lose it: the workload asked for that.
@@ -268,15 +268,6 @@ func (r *chaos) killContainers(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// restartWith is restart with the environment cluster-up.sh reads
-// (hack/cluster-up.sh: TOOLGATE_KUBELET_EVICTION_HARD).
-func (r *chaos) restartWith(name string, env ...string) (string, error) {
-	old := r.env
-	r.env = env
-	defer func() { r.env = old }()
-	return r.restart(name)
 }
 
 func pidFile(clusterDir, name string) (int, error) {

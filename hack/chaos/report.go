@@ -115,7 +115,7 @@ func (r *chaos) report(ctx context.Context) int {
 		med, mx := "-", "-"
 		if known := slices.DeleteFunc(slices.Clone(fg.recovery), func(d time.Duration) bool { return d < 0 }); len(known) > 0 {
 			slices.Sort(known)
-			med, mx = fmt.Sprintf("%.1fs", median(known).Seconds()), fmt.Sprintf("%.1fs", known[len(known)-1].Seconds())
+			med, mx = fmt.Sprintf("%.1fs", known[len(known)/2].Seconds()), fmt.Sprintf("%.1fs", known[len(known)-1].Seconds())
 		}
 		fmt.Printf("    %-28s %4d %7.1fs   %8s / %8s\n", kind, len(fg.recovery), lasted.Seconds(), med, mx)
 	}

@@ -183,22 +183,30 @@ func TestTheCallIsHandedOverTheChannel(t *testing.T) {
 	}
 }
 
+// boundAttempt starts attempt 1 of a new call (its pod created, not yet
+// handed anything) and binds the pod to a node, as the scheduler does.
+func boundAttempt(t *testing.T, prefix string) (client.Client, *Provider, sandbox.Job, func(attempt int) *corev1.Pod) {
+	t.Helper()
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	job, podOf := oneCall(t, c, prefix)
+	p := newProvider()
+	j := job(1)
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	must(t, c.SubResource("binding").Create(ctx, podOf(1), &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
+	return c, p, j, podOf
+}
+
 // TestABodyStoppedByItsPodsEvictionIsEvicted: the pod is evicted while
 // its body runs; the runner, stopped with the pod, stops the body (a real
 // process, SIGTERM) and still sends its frame. The call fails as the
 // eviction, with its reason: never as the tool's exit code 143
 // (hack/chaos found "tool_error: exit code 143" for a pod a fault deleted).
 func TestABodyStoppedByItsPodsEvictionIsEvicted(t *testing.T) {
-	c, newProvider := onAPIServer(t)
+	c, p, j, podOf := boundAttempt(t, "evicted-body-")
 	ctx := context.Background()
-	job, podOf := oneCall(t, c, "evicted-body-")
-	p := newProvider()
-	j := job(1)
-	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-		t.Fatalf("start: %v", err)
-	}
-	pod := podOf(1)
-	must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
 	started := make(chan struct{})
 	body := func(ctx context.Context, _ runner.Spec, args []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
 		close(started)
@@ -236,17 +244,9 @@ func TestABodyStoppedByItsPodsEvictionIsEvicted(t *testing.T) {
 // pod and that the body never started, never that a runner ended without
 // a result.
 func TestAPodTheKubeletRefusedNeverRan(t *testing.T) {
-	c, newProvider := onAPIServer(t)
+	c, p, j, podOf := boundAttempt(t, "refused-")
 	ctx := context.Background()
-	job, podOf := oneCall(t, c, "refused-")
-	p := newProvider()
-	j := job(1)
-	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-		t.Fatalf("start: %v", err)
-	}
 	pod := podOf(1)
-	must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
-	pod = podOf(1)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfmemory",
 		Message: "Pod was rejected: Node didn't have enough resource: memory, requested: 67108864, used: 201326592, capacity: 252759291"}
 	must(t, c.Status().Update(ctx, pod))
@@ -263,17 +263,9 @@ func TestAPodTheKubeletRefusedNeverRan(t *testing.T) {
 // reason. The call waits for the reason and fails as the eviction, not as
 // a runner that ended without a result (hack/chaos, node-memory-pressure).
 func TestARunnerKilledByAnEvictionNamesTheEviction(t *testing.T) {
-	c, newProvider := onAPIServer(t)
+	c, p, j, podOf := boundAttempt(t, "killed-runner-")
 	ctx := context.Background()
-	job, podOf := oneCall(t, c, "killed-runner-")
-	p := newProvider()
-	j := job(1)
-	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-		t.Fatalf("start: %v", err)
-	}
 	pod := podOf(1)
-	must(t, c.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
-	pod = podOf(1)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{
 		Name: containerTool, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}},
 	}}}

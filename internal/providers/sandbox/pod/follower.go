@@ -324,5 +324,5 @@ func terminated(pod *corev1.Pod) bool {
 			return true
 		}
 	}
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	return final(pod)
 }

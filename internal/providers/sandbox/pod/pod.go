@@ -265,8 +265,7 @@ func (p *Provider) seenOn(f *follower) error {
 // stop, though a finalizer (anyone who may update pods can add one) may
 // keep its object for ever.
 func stopped(pod *corev1.Pod) bool {
-	return !pod.DeletionTimestamp.IsZero() &&
-		(pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed)
+	return !pod.DeletionTimestamp.IsZero() && (pod.Spec.NodeName == "" || final(pod))
 }
 
 // failureOf maps a pod that can no longer produce a frame to a stable code.
@@ -283,7 +282,7 @@ func failureOf(pod *corev1.Pod) error {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the node refused the tool's pod ("+pod.Status.Reason+": "+
 			textutil.OneLine(pod.Status.Message, 300)+"); the body never started")
 	}
-	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+	for _, cs := range allStatuses(pod) {
 		if w := cs.State.Waiting; w != nil {
 			switch w.Reason {
 			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError":
@@ -316,12 +315,17 @@ func failureOf(pod *corev1.Pod) error {
 // anyStarted tells whether a container of the pod (an init container
 // included) ever started.
 func anyStarted(pod *corev1.Pod) bool {
-	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+	for _, cs := range allStatuses(pod) {
 		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
 			return true
 		}
 	}
 	return false
+}
+
+// allStatuses are the statuses of the pod's init containers and containers.
+func allStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
+	return append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 }
 
 // Prepare creates (or claims) the attempt's pod before its dispatch
