@@ -147,7 +147,9 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
 		case job.Resumed && !p.remaking(job.Key):
 			// Started by a previous manager and gone: its outcome is
-			// unknowable.
+			// unknowable. Logged, since the call then ends interrupted
+			// (or is run again) and the pod that would say why is gone.
+			log.FromContext(ctx).Info("attempt's pod not found on resume", "call", job.Owner.Name, "attempt", job.Attempt)
 			return sandbox.Result{}, sandbox.ErrLost
 		}
 		return sandbox.Result{}, p.start(api, job, true, false)
