@@ -20,6 +20,16 @@ stop() {
   rm -f "$f"
 }
 stop toolgate-manager
+stop kube-router
+# Its iptables chains and ipsets go with it (kube-router's own
+# --cleanup-config leaves them on this iptables).
+for c in INPUT FORWARD OUTPUT; do
+  iptables -S "$c" 2>/dev/null | grep -E -- '-j KUBE-ROUTER-' | sed 's/^-A/-D/' | while read -r rule; do eval "iptables $rule"; done
+done
+kr_chains=$(iptables -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^KUBE-(ROUTER|POD-FW|NWPLCY)-/ {print $2}')
+for c in $kr_chains; do iptables -F "$c"; done
+for c in $kr_chains; do iptables -X "$c"; done
+for set in $(ipset list -n 2>/dev/null | grep -E '^KUBE-'); do ipset destroy "$set" 2>/dev/null; done
 stop kubelet
 # Containers outlive the kubelet: stop their shims (children of containerd's
 # state dir) before containerd.
@@ -27,6 +37,9 @@ if [ -S "$CONTAINERD_SOCK" ]; then
   for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s KILL "$t" >/dev/null 2>&1; done
 fi
 pkill -KILL -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null
+pkill -KILL -f "containerd-shim-runsc-v1 .*-address $CONTAINERD_SOCK" 2>/dev/null
+# gVisor's sandboxes and gofers (runsc --root under the state directory).
+pkill -KILL -f "runsc .*--root[= ]$D/" 2>/dev/null
 stop containerd
 stop kube-scheduler
 stop kube-controller-manager
@@ -43,6 +56,8 @@ left=$(
   grep " $D" /proc/mounts | sed 's/^/mount: /'
   ip link show tgbr0 >/dev/null 2>&1 && echo "bridge: tgbr0"
   iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null && echo "iptables: the INPUT rule of tgbr0"
+  iptables -S 2>/dev/null | grep -q -E 'KUBE-(ROUTER|POD-FW|NWPLCY)-' && echo "iptables: kube-router's chains"
+  ipset list -n 2>/dev/null | grep -q -E '^KUBE-' && echo "ipset: kube-router's sets"
   [ -e "$D" ] && echo "state: $D"
 )
 if [ -n "$left" ]; then

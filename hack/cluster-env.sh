@@ -8,4 +8,8 @@ ETCD_PORT=${TOOLGATE_ETCD_PORT:-23790}
 KUBECONFIG_ADMIN=$CLUSTER_DIR/kubeconfig/admin.kubeconfig
 CONTAINERD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
-ctr_() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
+# containerd, its shims, ctr, runsc and kube-router (hack/build-node.sh);
+# cluster-up links the directory as $CLUSTER_DIR/bin for the Go tools.
+NODE_BIN=$(node_bin_dir)
+export PATH="$NODE_BIN:$PATH"
+ctr_() { "$NODE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Brings up a real single-node Kubernetes cluster on loopback: etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler, containerd (runc,
-# bridge CNI) and a kubelet, all under one state directory. Idempotent: a
+# kube-apiserver, kube-controller-manager, kube-scheduler, containerd (runc
+# and gVisor, bridge CNI, kube-router's NetworkPolicy firewall) and a kubelet, all under one state directory. Idempotent: a
 # running cluster is left as is. See docs/local-cluster.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,7 +11,7 @@ log() { echo "cluster-up: $*" >&2; }
 
 running() { [ -f "$D/pids/$1" ] && kill -0 "$(cat "$D/pids/$1")" 2>/dev/null; }
 all_running=1
-for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet; do running "$n" || all_running=0; done
+for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-router; do running "$n" || all_running=0; done
 if [ "$all_running" = 1 ] && kubectl get node localhost >/dev/null 2>&1; then
   log "already running ($D)"
   exit 0
@@ -19,20 +19,23 @@ fi
 
 # Prerequisites: Debian packages and the source-built binaries.
 need=()
-for c in containerd runc ctr openssl iptables conntrack curl ip; do command -v "$c" >/dev/null || need+=("$c"); done
+for c in runc openssl iptables ipset conntrack curl ip; do command -v "$c" >/dev/null || need+=("$c"); done
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -x /bin/busybox ] || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   pkgs=()
   for c in "${need[@]}"; do
-    case "$c" in ctr) pkgs+=(containerd) ;; ip) pkgs+=(iproute2) ;; *) pkgs+=("$c") ;; esac
+    case "$c" in ip) pkgs+=(iproute2) ;; *) pkgs+=("$c") ;; esac
   done
   log "installing ${pkgs[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
 "$root/hack/build-k8s.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl >/dev/null
+# containerd finds its shims on PATH (cluster-env.sh puts NODE_BIN first).
+"$root/hack/build-node.sh" >/dev/null
 
 mkdir -p "$D"/{pki,kubeconfig,pids,logs,etcd,kubelet,containerd,cni/net.d,pv}
+ln -sfn "$NODE_BIN" "$D/bin"
 
 # --- PKI -------------------------------------------------------------------
 pki() { # name subject [san]
@@ -65,6 +68,7 @@ pki scheduler "/CN=system:kube-scheduler"
 pki kubelet "/O=system:nodes/CN=system:node:localhost"
 pki demo-agent "/CN=demo-agent"
 pki demo-approver "/CN=demo-approver"
+pki kube-router "/CN=toolgate-local:kube-router"
 
 kubeconfig() { # name cert
   local f="$D/kubeconfig/$1.kubeconfig"
@@ -88,7 +92,7 @@ contexts:
 current-context: local
 KC
 }
-for u in admin controller-manager scheduler kubelet demo-agent demo-approver; do kubeconfig "$u" "$u"; done
+for u in admin controller-manager scheduler kubelet demo-agent demo-approver kube-router; do kubeconfig "$u" "$u"; done
 
 start() { # name command...
   local n=$1
@@ -155,22 +159,40 @@ ip link set tgbr0 up
 iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null ||
   iptables -I INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP
 cat >"$D/containerd/config.toml" <<TOML
-version = 2
+version = 3
 root = "$D/containerd/root"
 state = "$D/containerd/state"
 [grpc]
   address = "$CONTAINERD_SOCK"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "toolgate.dev/pause:dev"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "toolgate.dev/pause:dev"
+[plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$D/cni/net.d"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
+  # The RuntimeClass "gvisor" (handler runsc): tool pods whose profile names
+  # it run under gVisor's user-space kernel instead of sharing the node's.
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc]
+    runtime_type = "io.containerd.runsc.v1"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc.options]
+      TypeUrl = "io.containerd.runsc.v1.options"
+      ConfigPath = "$D/containerd/runsc.toml"
 TOML
-start containerd containerd --config "$D/containerd/config.toml"
-wait_for containerd ctr --address "$CONTAINERD_SOCK" version
+# runsc keeps its state under the cluster's directory (cluster-down finds
+# and removes it) and intercepts system calls with systrap, which needs no
+# KVM and no ptrace of the host.
+mkdir -p "$D/containerd/runsc"
+cat >"$D/containerd/runsc.toml" <<TOML
+binary_name = "$NODE_BIN/runsc"
+root = "$D/containerd/runsc"
+[runsc_config]
+  platform = "systrap"
+TOML
+start containerd "$NODE_BIN/containerd" --config "$D/containerd/config.toml"
+wait_for containerd ctr_ version
 
 # --- images ------------------------------------------------------------------
 # (Skipped when only restarting a component: hack/chaos.)
@@ -211,4 +233,46 @@ start kubelet "$K8S_BIN/kubelet" --config "$D/kubelet/config.yaml" \
   --kubeconfig "$D/kubeconfig/kubelet.kubeconfig" --hostname-override localhost \
   --root-dir "$D/kubelet/root" --cert-dir "$D/kubelet/pki"
 wait_for "the node" kubectl wait --for=condition=Ready node/localhost --timeout=2s
+kubectl apply -f - >/dev/null <<'RC'
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor
+handler: runsc
+RC
+
+# --- NetworkPolicy -------------------------------------------------------------
+# kube-router's firewall (no routing, no service proxy, no CNI of its own)
+# enforces NetworkPolicy on the bridge's pods with iptables and ipsets;
+# bridged traffic passes iptables (br_netfilter). It reads what it needs as
+# its own user (docs/local-cluster.md).
+echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
+kubectl apply -f - >/dev/null <<'RBAC'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: toolgate-local:kube-router
+rules:
+  - apiGroups: [""]
+    resources: [pods, namespaces, nodes, services, endpoints]
+    verbs: [get, list, watch]
+  - apiGroups: [discovery.k8s.io]
+    resources: [endpointslices]
+    verbs: [get, list, watch]
+  - apiGroups: [networking.k8s.io]
+    resources: [networkpolicies]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: toolgate-local:kube-router
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: toolgate-local:kube-router}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: toolgate-local:kube-router}
+RBAC
+start kube-router "$NODE_BIN/kube-router" --kubeconfig "$D/kubeconfig/kube-router.kubeconfig" --hostname-override localhost \
+  --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
+  --service-cluster-ip-range 10.96.0.0/24 --health-port 0 --metrics-port 0
+wait_for kube-router iptables -n -L KUBE-ROUTER-FORWARD
 log "ready: export KUBECONFIG=$KUBECONFIG_ADMIN"

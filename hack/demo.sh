@@ -80,8 +80,16 @@ echo "# Notes" >"$CLUSTER_DIR/pv/demo/README.md" && chmod 0666 "$CLUSTER_DIR/pv/
 
 say "profile and session"
 kubectl -n "$ns" apply -f config/samples/toolgate_v1alpha1_toolprofile.yaml >/dev/null
+# The local cluster has gVisor (RuntimeClass gvisor) and enforces
+# NetworkPolicy (kube-router): the sample's tools run there fully enforced.
+kubectl -n "$ns" patch toolprofile workspace-tools --type merge -p '{"spec":{"sandbox":{"runtimeClassName":"gvisor"}}}' >/dev/null
 kubectl -n "$ns" wait --for=condition=Ready toolprofile/workspace-tools --timeout=60s >/dev/null
 kubectl -n "$ns" get toolprofile workspace-tools -o wide
+enforcement=$(kubectl -n "$ns" get toolprofile workspace-tools -o jsonpath='{.status.sandbox.enforcement}')
+if [ "$enforcement" != Full ]; then
+  echo "demo: the profile's sandbox is $enforcement on the local cluster, not Full: $(kubectl -n "$ns" get toolprofile workspace-tools -o jsonpath='{.status.sandbox.enforcementReason}')" >&2
+  exit 1
+fi
 say "the agent (hack/demoagent, on pkg/agent) opens session demo and submits two turns as demo-agent"
 go build -o _output/bin/demoagent ./hack/demoagent
 agent_log=$CLUSTER_DIR/demoagent.log

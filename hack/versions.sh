@@ -10,3 +10,12 @@ k8s_cache_root() { echo "${TOOLGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/toolg
 k8s_bin_dir() { echo "$(k8s_cache_root)/k8s/$K8S_VERSION"; }
 # helm builds from source as a Go module (hack/build-helm.sh).
 HELM_VERSION=${HELM_VERSION:-v4.3.1}
+# The node's runtime pieces build from source as Go modules into the cache
+# (hack/build-node.sh): containerd 2 and its runc shim (gVisor's shim needs
+# containerd's shim protocol 2), gVisor's runsc and shim (the proxy serves
+# it by pseudo-version), and kube-router, whose firewall enforces
+# NetworkPolicy on the local cluster (docs/local-cluster.md).
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
+KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.1.0}
+node_bin_dir() { echo "$(k8s_cache_root)/node/containerd-$CONTAINERD_VERSION-gvisor-$GVISOR_VERSION-kube-router-$KUBE_ROUTER_VERSION"; }

@@ -733,6 +733,13 @@ type ResolvedSandbox struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	EnforcementReason string `json:"enforcementReason,omitempty"`
+
+	// runtimeClassName is the RuntimeClass every tool pod of the profile
+	// runs under (gVisor, Kata), as the provider applies it; empty: the
+	// cluster's default runtime, sharing the node's kernel.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
 }
 
 // Enforcement levels.

@@ -6,7 +6,10 @@
 // measured call starts once one is), against N bare pods running the same
 // command (created → Succeeded → logs read), and prints p50, p95, the
 // ratios, and when each step of a cold call's pod was first seen. It
-// checks that every call ran in a pod that served no other call. It uses
+// checks that every call ran in a pod that served no other call. With
+// -gvisor (the default) it measures the bare pod, the cold calls and the
+// warm call again under the RuntimeClass "gvisor" (hack/cluster-up.sh), in
+// the same rounds, each gVisor call against the gVisor bare pod. It uses
 // watches to time, never polling. Run it on the local cluster after
 // hack/deploy.sh (make bench).
 package main
@@ -42,7 +45,11 @@ func main() {
 	n := flag.Int("n", 10, "samples of each kind")
 	ns := flag.String("namespace", "bench", "namespace to use (created)")
 	pvDir := flag.String("pv-dir", "/var/tmp/toolgate-cluster/pv/bench", "host directory of the built-in tool's workspace volume (hostPath, single node)")
+	gvisor := flag.Bool("gvisor", true, "also measure every kind under the RuntimeClass gvisor")
 	flag.Parse()
+	if !*gvisor {
+		kinds = slices.DeleteFunc(kinds, func(k kind) bool { return k.runtimeClass != "" })
+	}
 	if err := run(*kubeconfig, *ns, *pvDir, *n); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -71,8 +78,11 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 	}
 	// One unmeasured round warms every path (image and informer caches,
 	// and the warm session's first pool).
-	if _, err := barePod(ctx, c, cs, ns, -1); err != nil {
-		return err
+	runtimes := runtimeClasses()
+	for _, rc := range runtimes {
+		if _, err := barePod(ctx, c, cs, ns, rc, -1); err != nil {
+			return err
+		}
 	}
 	for _, k := range kinds {
 		if _, _, err := toolCall(ctx, c, ns, k, 0, nil); err != nil {
@@ -80,19 +90,21 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 		}
 	}
 	// Interleave the kinds so all see the same cluster conditions.
-	var pods []time.Duration
+	pods := map[string][]time.Duration{}
 	took := make([][]time.Duration, len(kinds))
 	steps := make([]map[string][]time.Duration, len(kinds))
 	served := map[string]string{}
 	for i := 1; i <= n; i++ {
-		d, err := barePod(ctx, c, cs, ns, i)
-		if err != nil {
-			return err
+		for _, rc := range runtimes {
+			d, err := barePod(ctx, c, cs, ns, rc, i)
+			if err != nil {
+				return err
+			}
+			pods[rc] = append(pods[rc], d)
 		}
-		pods = append(pods, d)
 		for j, k := range kinds {
 			if k.warm {
-				if err := waitWarm(ctx, c, ns); err != nil {
+				if err := waitWarm(ctx, c, ns, k.session); err != nil {
 					return err
 				}
 			} else if steps[j] == nil {
@@ -109,21 +121,23 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 			took[j] = append(took[j], d)
 		}
 	}
-	p50p, p95p := pct(pods, 50), pct(pods, 95)
 	fmt.Printf("n=%d sequential (after one unmeasured warm-up of each), same command (/bin/echo), same restricted pod settings\n", n)
-	fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", "bare pod (create→Succeeded→logs)", ms(p50p), ms(p95p))
-	for j, k := range kinds {
-		fmt.Printf("%-38s p50 %6.0f ms   p95 %6.0f ms\n", k.label, ms(pct(took[j], 50)), ms(pct(took[j], 95)))
+	for _, rc := range runtimes {
+		fmt.Printf("%-50s p50 %6.0f ms   p95 %6.0f ms\n", "bare pod (create→Succeeded→logs)"+under(rc), ms(pct(pods[rc], 50)), ms(pct(pods[rc], 95)))
 	}
 	for j, k := range kinds {
-		fmt.Printf("%-38s p50 %6.2f      p95 %6.2f\n", k.ratio, ms(pct(took[j], 50))/ms(p50p), ms(pct(took[j], 95))/ms(p95p))
+		fmt.Printf("%-50s p50 %6.0f ms   p95 %6.0f ms\n", k.label+under(k.runtimeClass), ms(pct(took[j], 50)), ms(pct(took[j], 95)))
+	}
+	for j, k := range kinds {
+		bare := pods[k.runtimeClass]
+		fmt.Printf("%-50s p50 %6.2f      p95 %6.2f\n", k.ratio+under(k.runtimeClass), ms(pct(took[j], 50))/ms(pct(bare, 50)), ms(pct(took[j], 95))/ms(pct(bare, 95)))
 	}
 	fmt.Printf("%d calls, %d distinct pods: every call in a pod that served no other\n", len(kinds)*n, len(served))
 	fmt.Println("where a cold call's time goes (p50 of when each step was first seen, from the call's creation):")
 	head := fmt.Sprintf("  %-26s", "")
 	for _, k := range kinds {
 		if !k.warm {
-			head += fmt.Sprintf(" %9s", k.column)
+			head += fmt.Sprintf(" %12s", column(k))
 		}
 	}
 	fmt.Println(head)
@@ -131,7 +145,7 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 		line, seen := fmt.Sprintf("  %-26s", step), false
 		for j, k := range kinds {
 			if !k.warm {
-				line += fmt.Sprintf(" %9s", p50(steps[j][step]))
+				line += fmt.Sprintf(" %12s", p50(steps[j][step]))
 				seen = seen || len(steps[j][step]) > 0
 			}
 		}
@@ -144,11 +158,11 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 
 // waitWarm waits until the warm session has a warm pod running (so the
 // measured call is a warm one).
-func waitWarm(ctx context.Context, c client.Client, ns string) error {
+func waitWarm(ctx context.Context, c client.Client, ns, session string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		list := &corev1.PodList{}
-		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: warmSession}); err != nil {
+		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: session}); err != nil {
 			return err
 		}
 		for _, p := range list.Items {
@@ -163,18 +177,24 @@ func waitWarm(ctx context.Context, c client.Client, ns string) error {
 
 // This run's own sessions (turns restart at 0): without warm pods, one for
 // a container tool, one for the same tool in an image that carries the
-// runner (runnerPath) and one for a built-in tool; one keeping a warm pod.
+// runner (runnerPath) and one for a built-in tool; one keeping a warm pod;
+// under gVisor, a cold container tool, a cold built-in and a warm call.
 var (
 	coldSession      = fmt.Sprintf("bench-cold-%d", time.Now().Unix())
 	ownRunnerSession = fmt.Sprintf("bench-own-runner-%d", time.Now().Unix())
 	builtinSession   = fmt.Sprintf("bench-builtin-%d", time.Now().Unix())
 	warmSession      = fmt.Sprintf("bench-warm-%d", time.Now().Unix())
+	gvisorCold       = fmt.Sprintf("bench-gvisor-cold-%d", time.Now().Unix())
+	gvisorBuiltin    = fmt.Sprintf("bench-gvisor-builtin-%d", time.Now().Unix())
+	gvisorWarm       = fmt.Sprintf("bench-gvisor-warm-%d", time.Now().Unix())
 )
 
-// kind is one kind of measured call: its session, tool and arguments.
+// kind is one kind of measured call: its session, tool and arguments, and
+// the RuntimeClass of its pods ("": the node's default runtime, runc).
 type kind struct {
 	session, tool, arguments string
-	warm                     bool
+	warm, builtin            bool
+	runtimeClass             string
 	// label, ratio and column name it in the printed figures (column: in
 	// the table of a cold call's steps).
 	label, ratio, column string
@@ -186,10 +206,54 @@ var kinds = []kind{
 		label: "cold ToolCall (create→Committed)", ratio: "ratio cold ToolCall / bare pod", column: "container"},
 	{session: ownRunnerSession, tool: "echo-own-runner", arguments: `{}`,
 		label: "cold ToolCall, runner in the image", ratio: "ratio cold, runner in image / bare pod", column: "own run."},
-	{session: builtinSession, tool: "ls", arguments: `{"path":""}`,
+	{session: builtinSession, tool: "ls", arguments: `{"path":""}`, builtin: true,
 		label: "cold built-in ToolCall (fs.list)", ratio: "ratio cold built-in ToolCall / bare pod", column: "built-in"},
 	{session: warmSession, tool: "echo", arguments: `{}`, warm: true,
 		label: "warm ToolCall (create→Committed)", ratio: "ratio warm ToolCall / bare pod"},
+	{session: gvisorCold, tool: "echo", arguments: `{}`, runtimeClass: gvisor,
+		label: "cold ToolCall (create→Committed)", ratio: "ratio cold ToolCall / bare pod", column: "container"},
+	{session: gvisorBuiltin, tool: "ls", arguments: `{"path":""}`, builtin: true, runtimeClass: gvisor,
+		label: "cold built-in ToolCall (fs.list)", ratio: "ratio cold built-in ToolCall / bare pod", column: "built-in"},
+	{session: gvisorWarm, tool: "echo", arguments: `{}`, warm: true, runtimeClass: gvisor,
+		label: "warm ToolCall (create→Committed)", ratio: "ratio warm ToolCall / bare pod"},
+}
+
+// gvisor is the local cluster's RuntimeClass of gVisor (runsc).
+const gvisor = "gvisor"
+
+// runtimeClasses are the runtimes the kinds use, the default first.
+func runtimeClasses() []string {
+	rcs := []string{""}
+	for _, k := range kinds {
+		if !slices.Contains(rcs, k.runtimeClass) {
+			rcs = append(rcs, k.runtimeClass)
+		}
+	}
+	return rcs
+}
+
+// under names a runtime in a figure's label.
+func under(runtimeClass string) string {
+	if runtimeClass == "" {
+		return ""
+	}
+	return ", " + runtimeClass
+}
+
+// column is a cold kind's column in the table of steps.
+func column(k kind) string {
+	if k.runtimeClass == "" {
+		return k.column
+	}
+	return k.runtimeClass + " " + k.column
+}
+
+// profileOf is the profile of a kind's session: one per runtime.
+func profileOf(k kind) string {
+	if k.runtimeClass == "" {
+		return "bench"
+	}
+	return "bench-" + k.runtimeClass
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -253,10 +317,37 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 		Output:  toolgatev1alpha1.OutputDeclaration{Schema: json(`{}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
 		Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.list"},
 	}
-	p := &toolgatev1alpha1.ToolProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"}, Spec: toolgatev1alpha1.ToolProfileSpec{
-		Tools: []toolgatev1alpha1.ToolDefinition{tool, own, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
-		Sandbox: toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod},
-	}}
+	for _, rc := range runtimeClasses() {
+		p := &toolgatev1alpha1.ToolProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: profileOf(kind{runtimeClass: rc})}, Spec: toolgatev1alpha1.ToolProfileSpec{
+			Tools: []toolgatev1alpha1.ToolDefinition{tool, own, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
+			Sandbox: toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod},
+		}}
+		if rc != "" {
+			p.Spec.Sandbox.RuntimeClassName = ptr.To(rc)
+		}
+		if err := applyProfile(ctx, c, p); err != nil {
+			return err
+		}
+	}
+	for _, k := range kinds {
+		s := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: k.session},
+			Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "admin", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: profileOf(k)}, WarmPods: ptr.To(int32(0))}}
+		if k.warm {
+			s.Spec.WarmPods = ptr.To(int32(1))
+		}
+		if k.builtin {
+			s.Spec.Workspace = &toolgatev1alpha1.WorkspaceSpec{ExistingClaim: "workspace"}
+		}
+		if err := client.IgnoreAlreadyExists(c.Create(ctx, s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyProfile creates the profile, or gives one left by an earlier run
+// this run's spec and waits for the change to be taken.
+func applyProfile(ctx context.Context, c client.Client, p *toolgatev1alpha1.ToolProfile) error {
 	// A profile left by an earlier run takes this run's tools.
 	existing := &toolgatev1alpha1.ToolProfile{}
 	switch err := c.Get(ctx, client.ObjectKeyFromObject(p), existing); {
@@ -279,21 +370,8 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("toolprofile %s/%s: its change was not taken within a minute", ns, p.Name)
+				return fmt.Errorf("toolprofile %s/%s: its change was not taken within a minute", p.Namespace, p.Name)
 			}
-		}
-	}
-	for _, k := range kinds {
-		s := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: k.session},
-			Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "admin", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "bench"}, WarmPods: ptr.To(int32(0))}}
-		if k.warm {
-			s.Spec.WarmPods = ptr.To(int32(1))
-		}
-		if k.session == builtinSession {
-			s.Spec.Workspace = &toolgatev1alpha1.WorkspaceSpec{ExistingClaim: "workspace"}
-		}
-		if err := client.IgnoreAlreadyExists(c.Create(ctx, s)); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -301,7 +379,7 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 
 func json(s string) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(s)} }
 
-func barePod(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns string, i int) (time.Duration, error) {
+func barePod(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, runtimeClass string, i int) (time.Duration, error) {
 	name := fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i)
 	sc := &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
@@ -312,6 +390,9 @@ func barePod(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, n
 		Containers: []corev1.Container{{Name: "c", Image: "toolgate.dev/tools:dev", ImagePullPolicy: corev1.PullNever,
 			Command: []string{"/bin/echo", "hi"}, SecurityContext: sc}},
 	}}
+	if runtimeClass != "" {
+		pod.Spec.RuntimeClassName = ptr.To(runtimeClass)
+	}
 	w, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
 	if err != nil {
 		return 0, err

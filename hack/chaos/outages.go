@@ -256,14 +256,15 @@ func (r *chaos) loseNode(ctx context.Context) (string, error) {
 // of the run's namespace, through containerd.
 func (r *chaos) killContainers(ctx context.Context) (int, error) {
 	sock := filepath.Join(r.o.clusterDir, "containerd", "containerd.sock")
-	out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "-n", "k8s.io", "containers", "ls", "-q",
+	ctr := filepath.Join(r.o.clusterDir, "bin", "ctr") // the cluster's own containerd client (hack/build-node.sh)
+	out, err := exec.CommandContext(ctx, ctr, "--address", sock, "-n", "k8s.io", "containers", "ls", "-q",
 		"labels.\"io.kubernetes.pod.namespace\"=="+r.ns).Output()
 	if err != nil {
 		return 0, fmt.Errorf("ctr containers ls: %w", err)
 	}
 	n := 0
 	for _, id := range strings.Fields(string(out)) {
-		if exec.CommandContext(ctx, "ctr", "--address", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).Run() == nil {
+		if exec.CommandContext(ctx, ctr, "--address", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).Run() == nil {
 			n++
 		}
 	}

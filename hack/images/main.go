@@ -59,7 +59,7 @@ func scratchConfig() v1.Config {
 const runnerName = "toolgate-runner"
 
 // busyboxApplets are the tools image's /bin links to busybox.
-var busyboxApplets = []string{"sh", "cat", "wc", "echo", "sleep", "ls", "printf", "head", "tail", "tr", "sed", "grep", "true", "false", "env", "id", "sort", "uniq", "date", "touch", "mkdir", "rm", "cp", "mv", "sha256sum"}
+var busyboxApplets = []string{"sh", "cat", "wc", "echo", "sleep", "ls", "printf", "head", "tail", "tr", "sed", "grep", "true", "false", "env", "id", "sort", "uniq", "date", "touch", "mkdir", "rm", "cp", "mv", "sha256sum", "nc", "httpd"}
 
 // builder builds the images of a Dockerfile.
 type builder struct {

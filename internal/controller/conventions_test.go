@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -71,9 +72,11 @@ var _ = Describe("observedGeneration and Ready on every reconcile", func() {
 
 		base := p.DeepCopy()
 		p.Spec.Sandbox.Provider = toolgatev1alpha1.SandboxProviderProcess
+		p.Spec.Sandbox.RuntimeClassName = ptr.To("gvisor")
 		Expect(k8s.Patch(ctx, p, client.MergeFrom(base))).To(Succeed())
 		Expect(p.Generation).To(Equal(int64(2)))
 		profileReady(p, metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved)
+		Expect(p.Status.Sandbox.RuntimeClassName).To(Equal("gvisor"), "the status names the runtime tool pods run under")
 		sessionReady(s, metav1.ConditionTrue, toolgatev1alpha1.AgentSessionReasonActive)
 	})
 

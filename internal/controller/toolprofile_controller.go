@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -116,7 +117,7 @@ func refusedPolicy(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandbox.Mo
 
 // resolveSandbox reports the policy as the mounted provider enforces it.
 func (r *ToolProfileReconciler) resolveSandbox(p toolgatev1alpha1.SandboxPolicy) *toolgatev1alpha1.ResolvedSandbox {
-	out := &toolgatev1alpha1.ResolvedSandbox{Mode: p.Mode, WorkspaceRoot: p.WorkspaceRoot, Provider: p.Provider}
+	out := &toolgatev1alpha1.ResolvedSandbox{Mode: p.Mode, WorkspaceRoot: p.WorkspaceRoot, Provider: p.Provider, RuntimeClassName: ptr.Deref(p.RuntimeClassName, "")}
 	provider, ok := r.Sandboxes.Get(string(p.Provider))
 	if !ok {
 		out.Enforcement = toolgatev1alpha1.EnforcementPartial

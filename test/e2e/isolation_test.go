@@ -1,0 +1,136 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/runner"
+	"github.com/toolgate/toolgate/internal/testutil"
+)
+
+// What a tool pod can reach, probed from inside real tool pods (the probe
+// tool of testdata/profile.yaml opens a TCP connection and says whether it
+// connected) on a cluster that enforces NetworkPolicy (kube-router, on the
+// local cluster). Every address probed is the local cluster's own: its
+// node, its Service range, and pods this spec made.
+var _ = Describe("isolation of tool pods, enforced", func() {
+	It("keeps a tool pod from the API server, the node, another session's pod and another namespace's, and reaches what an operator's policy opens", func() {
+		// A server in a namespace of its own, reached from a pod that is
+		// not a tool's to show it serves.
+		target := newNamespace("reach-target")
+		server := restrictedPod("server", "/bin/httpd", "-f", "-p", "8080", "-h", "/")
+		Expect(target.Admin.Create(ctx, server)).To(Succeed())
+		serverIP := runningIP(target, "server")
+
+		ns := newAgentNamespace("reach")
+		// Another session of the same namespace, keeping a warm pod whose
+		// runner listens for its calls.
+		other := testutil.MakeAgentSession(ns.Name, "other", "e2e").ExistingClaim("workspace").Obj()
+		other.Spec.Owner = userAgent
+		Expect(ns.Agent.Create(ctx, other)).To(Succeed())
+		ns.Session, ns.turn = "other", 0
+		ns.Submit(call{"other-warmup", "echo_args", `{}`})
+		Expect(ns.Committed("other-warmup").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		var otherPod corev1.Pod
+		Eventually(func() string {
+			for _, p := range ns.WarmPods() {
+				otherPod = p
+			}
+			return otherPod.Status.PodIP
+		}, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty(), "the other session's warm pod runs")
+		ns.Session, ns.turn = "s", 0
+
+		nodes := &corev1.NodeList{}
+		Expect(clients[userAdmin].List(ctx, nodes)).To(Succeed())
+		nodeIP := ""
+		for _, a := range nodes.Items[0].Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				nodeIP = a.Address
+			}
+		}
+		Expect(nodeIP).NotTo(BeEmpty())
+		apiService := &corev1.Service{}
+		Expect(clients[userAdmin].Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, apiService)).To(Succeed())
+
+		probes := []struct {
+			name, host string
+			port       int
+		}{
+			{"to-api-service", apiService.Spec.ClusterIP, 443},
+			{"to-node-apiserver", nodeIP, 6443},
+			{"to-node-kubelet", nodeIP, 10250},
+			{"to-other-session", otherPod.Status.PodIP, runner.Port},
+			{"to-other-namespace", serverIP, 8080},
+		}
+		var turn []call
+		for _, p := range probes {
+			turn = append(turn, call{p.name, "probe", fmt.Sprintf(`{"host":"%s","port":%d}`, p.host, p.port)})
+		}
+		ns.Submit(turn...)
+		for _, p := range probes {
+			res := ns.Committed(p.name).Status.Result
+			Expect(res.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), "%s: %s", p.name, res.Message)
+			Expect(res.Content).To(Equal("unreachable\n"), "a tool pod reached %s:%d (%s)", p.host, p.port, p.name)
+		}
+
+		By("an operator's NetworkPolicy opens one destination: the tool pods reach it, and the session says the sandbox is widened")
+		ns.Apply(userAdmin, fmt.Sprintf(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: tools-to-server}
+spec:
+  podSelector: {matchLabels: {%s: "true"}}
+  policyTypes: [Egress]
+  egress:
+    - to:
+        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+          podSelector: {matchLabels: {app: server}}
+      ports: [{protocol: TCP, port: 8080}]
+`, toolgatev1alpha1.LabelSandbox, target.Name))
+		ns.Submit(call{"to-opened", "probe", fmt.Sprintf(`{"host":"%s","port":8080}`, serverIP)},
+			call{"to-other-session-still", "probe", fmt.Sprintf(`{"host":"%s","port":%d}`, otherPod.Status.PodIP, runner.Port)})
+		Expect(ns.Committed("to-opened").Status.Result.Content).To(Equal("reached\n"), "the opened destination")
+		Expect(ns.Committed("to-other-session-still").Status.Result.Content).To(Equal("unreachable\n"), "the other session's pod admits no tool pod")
+	})
+})
+
+// restrictedPod is a pod Pod Security "restricted" admits, labelled
+// app=name, running the tools image's command.
+func restrictedPod(name string, command ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{
+				Name: name, Image: "toolgate.dev/tools:dev", ImagePullPolicy: corev1.PullNever, Command: command,
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+			}},
+		},
+	}
+}
+
+// runningIP waits for the pod to run and returns its address.
+func runningIP(ns *agentNamespace, name string) string {
+	var ip string
+	EventuallyWithOffset(1, func() string {
+		p := ns.Pod(name)
+		if p.Status.Phase == corev1.PodRunning {
+			ip = p.Status.PodIP
+		}
+		return ip
+	}, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty(), "pod %s runs", name)
+	return ip
+}
