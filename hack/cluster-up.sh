@@ -226,7 +226,9 @@ clusterDomain: cluster.local
 staticPodPath: ""
 # A container that keeps crashing is restarted after at most 10 s (the
 # default cap is 5 minutes): hack/chaos SIGKILLs the manager 20 times.
-featureGates: {KubeletCrashLoopBackOffMax: true}
+# EventedPLEG: containerd 2 streams container events, so the kubelet learns
+# of an exit (an init container's) at once, not at its next relist.
+featureGates: {KubeletCrashLoopBackOffMax: true, EventedPLEG: true}
 crashLoopBackOff: {maxContainerRestartPeriod: 10s}
 KL
 start kubelet "$K8S_BIN/kubelet" --config "$D/kubelet/config.yaml" \
