@@ -97,6 +97,38 @@ var _ = Describe("admission of tool pods", Ordered, func() {
 		}
 
 		Expect(k8s.Create(ctx, owned("by-toolgate"))).To(Succeed(), "toolgate itself (here the cluster admin, who holds every verb) may")
+
+		// A seal is toolgate's to write: stripped from a pod that served a
+		// call, the pod would pass for one toolgate never sealed, which a
+		// resumed attempt makes again (a non-idempotent body would run
+		// twice). Nobody else may add, change or remove it; other
+		// annotations stay the editor's.
+		sealed := owned("sealed")
+		sealed.Annotations = map[string]string{toolgatev1alpha1.AnnotationSeal: "c0ffee"}
+		Expect(k8s.Create(ctx, sealed)).To(Succeed())
+		for _, change := range []func(p *corev1.Pod){
+			func(p *corev1.Pod) { delete(p.Annotations, toolgatev1alpha1.AnnotationSeal) },
+			func(p *corev1.Pod) { p.Annotations[toolgatev1alpha1.AnnotationSeal] = "beef" },
+		} {
+			got := &corev1.Pod{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sealed), got)).To(Succeed())
+			change(got)
+			err := as("mallory").Update(ctx, got)
+			Expect(err).To(HaveOccurred(), "the seal was changed by an editor")
+			Expect(err.Error()).To(ContainSubstring("or change such a pod's owners or seal"))
+		}
+		unsealed := owned("unsealed")
+		Expect(k8s.Create(ctx, unsealed)).To(Succeed())
+		got := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(unsealed), got)).To(Succeed())
+		got.Annotations = map[string]string{toolgatev1alpha1.AnnotationSeal: "c0ffee"}
+		err = as("mallory").Update(ctx, got)
+		Expect(err).To(HaveOccurred(), "a seal was added by an editor")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sealed), got)).To(Succeed())
+		got.Annotations["note"] = "editors keep their own annotations"
+		Expect(as("mallory").Update(ctx, got)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sealed), got)).To(Succeed())
+		Expect(got.Annotations).To(HaveKeyWithValue(toolgatev1alpha1.AnnotationSeal, "c0ffee"))
 	})
 
 	// A deleted call keeps toolgate's finalizer until its work has stopped

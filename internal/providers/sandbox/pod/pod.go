@@ -171,9 +171,13 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 				p.deleteExactly(api, client.ObjectKeyFromObject(pod), f.uid, "tampered")
 			}
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was changed or replaced by someone else ("+pod.Name+")")
-		case controlledBy(pod, callOwner(job)) && !job.Resumed:
+		case controlledBy(pod, callOwner(job)) && (!job.Resumed || neverSealed(pod)):
 			// Created for this attempt by a manager that stopped before
 			// sealing it, and no body was handed to it yet: made again.
+			// Also when resuming, if the pod never carried a seal: only
+			// toolgate may remove one (admission), so it was never
+			// sealed, and never handed anything. A seal that does not
+			// verify (a key rotated out, a copy) may have served: lost.
 			p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "unsealed")
 			p.mu.Lock()
 			if p.remade == nil {

@@ -82,6 +82,12 @@ func controlledBy(pod *corev1.Pod, owner metav1.OwnerReference) bool {
 	return ref != nil && ref.APIVersion == owner.APIVersion && ref.Kind == owner.Kind && ref.Name == owner.Name && ref.UID == owner.UID
 }
 
+// neverSealed reports whether pod carries no seal at all, valid or not.
+func neverSealed(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[toolgatev1alpha1.AnnotationSeal]
+	return !ok
+}
+
 // seal writes the seal of a pod just created (pod is the API server's
 // answer, with its UID).
 func (p *Provider) seal(ctx context.Context, pod *corev1.Pod) error {

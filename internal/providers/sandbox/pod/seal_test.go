@@ -143,6 +143,40 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		t.Fatal("an unsealed pod was handed the call")
 	}
 
+	// The same, found first by a successor resuming the attempt (its
+	// predecessor wrote the dispatch, then stopped between creating the
+	// pod and sealing it): a pod that never carried a seal was never
+	// handed anything, so it is made again, never reported lost (a
+	// one-replica kill storm ended such a call sandbox_lost). Admission
+	// lets nobody but toolgate remove a seal (the policy
+	// toolgate-tool-pods), so a seal stripped from a pod that did run
+	// cannot pass for this.
+	j = job(6)
+	pod, k = planted(j, callOwner(j))
+	resumer := newProvider()
+	resumer.Dial = net.dial
+	j.Resumed = true
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		if _, err := resumer.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("%v, want pending while the never-sealed pod is replaced on resume", err)
+		}
+		now := &corev1.Pod{}
+		if err := c.Get(ctx, resumer.podKey(j), now); err == nil && now.UID != pod.UID {
+			if !resumer.sealed(now) {
+				t.Fatal("the pod made in its place is not sealed")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the never-sealed pod was not replaced within 20s on resume")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if k.runs.Load() != 0 {
+		t.Fatal("a never-sealed pod was handed the call")
+	}
+
 	// The real pod, deleted and made again under its name with everything
 	// it carried, seal included; a restarted manager resumes the attempt.
 	j = job(3)
