@@ -39,7 +39,7 @@ fi
 pkill -KILL -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null
 pkill -KILL -f "containerd-shim-runsc-v1 .*-address $CONTAINERD_SOCK" 2>/dev/null
 # gVisor's sandboxes and gofers (runsc --root under the state directory).
-pkill -KILL -f "runsc .*--root[= ]$D/" 2>/dev/null
+pkill -KILL -f "runsc[a-z-]* .*--root[= ]$D/" 2>/dev/null
 stop containerd
 stop kube-scheduler
 stop kube-controller-manager
