@@ -68,7 +68,7 @@ pki scheduler "/CN=system:kube-scheduler"
 pki kubelet "/O=system:nodes/CN=system:node:localhost"
 pki demo-agent "/CN=demo-agent"
 pki demo-approver "/CN=demo-approver"
-pki kube-router "/CN=toolgate-local:kube-router"
+pki kube-router "/CN=local-cluster:kube-router"
 
 kubeconfig() { # name cert
   local f="$D/kubeconfig/$1.kubeconfig"
@@ -253,7 +253,7 @@ kubectl apply -f - >/dev/null <<'RBAC'
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
-  name: toolgate-local:kube-router
+  name: local-cluster:kube-router
 rules:
   - apiGroups: [""]
     resources: [pods, namespaces, nodes, services, endpoints]
@@ -268,10 +268,10 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata:
-  name: toolgate-local:kube-router
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: toolgate-local:kube-router}
+  name: local-cluster:kube-router
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: local-cluster:kube-router}
 subjects:
-  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: toolgate-local:kube-router}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: local-cluster:kube-router}
 RBAC
 start kube-router "$NODE_BIN/kube-router" --kubeconfig "$D/kubeconfig/kube-router.kubeconfig" --hostname-override localhost \
   --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
