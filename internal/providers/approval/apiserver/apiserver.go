@@ -85,6 +85,11 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	}
 	d := ar.Spec.Decision
 	if d == nil {
+		if ar.Status.Phase == "" {
+			// Its creator stopped before writing the phase: approvers
+			// (and tools listing what waits) look for Pending.
+			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
+		}
 		return pipeline.AnswerPending, ""
 	}
 	switch d.Action {

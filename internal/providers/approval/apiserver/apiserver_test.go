@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -151,5 +157,38 @@ func TestAQuestionOutlivesOneKeyRotation(t *testing.T) {
 	}
 	if !rotated.asksUnderAnyKey(stored(t, rotated.question(subject, q)), subject, q) {
 		t.Fatal("a question asked under the current key")
+	}
+}
+
+// TestAQuestionLeftWithoutAPhaseIsPending: a manager that stopped between
+// creating a request and writing its phase leaves it without one; the
+// next ask writes Pending, the phase approvers look for (a one-replica
+// kill storm left such a question unanswered until its deadline).
+func TestAQuestionLeftWithoutAPhaseIsPending(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "u1"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&toolgatev1alpha1.ApprovalRequest{}).Build()
+	p := New(c, clocktesting.NewFakePassiveClock(time.Now()), testKey)
+	subj := approval.Subject{Owner: call}
+	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{}`), Requester: "agent"}, Reason: "ask-all", Deadline: time.Now().Add(time.Hour)}
+	left := p.question(subj, q)
+	if err := controllerutil.SetControllerReference(call, left, scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(context.Background(), left); err != nil {
+		t.Fatal(err)
+	}
+	if answer, _ := p.Approve(context.Background(), subj, q); answer != pipeline.AnswerPending {
+		t.Fatalf("answer %v, want pending", answer)
+	}
+	got := &toolgatev1alpha1.ApprovalRequest{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(left), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != toolgatev1alpha1.ApprovalPending {
+		t.Fatalf("phase %q, want Pending", got.Status.Phase)
 	}
 }
