@@ -12,14 +12,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/versions.sh"
 
 dir=$(node_bin_dir)
-all=(containerd containerd-shim-runc-v2 ctr runsc containerd-shim-runsc-v1 kube-router)
-missing=0
-for b in "${all[@]}"; do [ -x "$dir/$b" ] || missing=1; done
-if [ "$missing" = 0 ]; then
-  echo "$dir"
-  exit 0
-fi
 mkdir -p "$dir"
+# missing binary...: whether any of them is still to be built.
+missing() {
+  local b
+  for b; do [ -x "$dir/$b" ] || return 0; done
+  return 1
+}
 export GOFLAGS=-mod=mod
 export CGO_ENABLED=0
 
@@ -42,17 +41,21 @@ build() {
   mv "$dir/$bin.tmp" "$dir/$bin"
 }
 
-(
+missing containerd containerd-shim-runc-v2 ctr && (
   module github.com/containerd/containerd/v2 "$CONTAINERD_VERSION"
   for b in containerd containerd-shim-runc-v2 ctr; do
-    [ -x "$dir/$b" ] || build "github.com/containerd/containerd/v2/cmd/$b" "$b" -tags "no_btrfs netgo osusergo" \
-      -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+    if missing "$b"; then
+      build "github.com/containerd/containerd/v2/cmd/$b" "$b" -tags "no_btrfs netgo osusergo" \
+        -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+    fi
   done
 )
-(
+missing runsc containerd-shim-runsc-v1 && (
   module gvisor.dev/gvisor "$GVISOR_VERSION"
-  [ -x "$dir/runsc" ] || build gvisor.dev/gvisor/runsc runsc -ldflags "-s -w"
-  if [ ! -x "$dir/containerd-shim-runsc-v1" ]; then
+  if missing runsc; then
+    build gvisor.dev/gvisor/runsc runsc -ldflags "-s -w"
+  fi
+  if missing containerd-shim-runsc-v1; then
     # The shim lowers its own OOM score to -999, which needs
     # CAP_SYS_RESOURCE: on a machine without it (this VM, where containerd
     # runs with restrict_oom_score_adj for the same reason) every sandbox
@@ -70,14 +73,14 @@ build() {
     rm -rf gvisor-src
   fi
 )
-(
+missing kube-router && (
   # The proxy serves kube-router only at this version, whose own
   # dependencies carry reported vulnerabilities: the golang.org/x modules
   # and gRPC are raised to current releases before the build.
   module github.com/cloudnativelabs/kube-router/v2 "$KUBE_ROUTER_VERSION"
   go get golang.org/x/net@v0.63.0 golang.org/x/crypto@v0.59.0 golang.org/x/sys@v0.50.0 \
     golang.org/x/text@v0.44.0 golang.org/x/oauth2@v0.38.0 google.golang.org/grpc@v1.85.0 >/dev/null
-  [ -x "$dir/kube-router" ] || build github.com/cloudnativelabs/kube-router/v2/cmd/kube-router kube-router \
+  build github.com/cloudnativelabs/kube-router/v2/cmd/kube-router kube-router \
     -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
 )
 echo "$dir"

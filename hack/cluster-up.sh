@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Brings up a real single-node Kubernetes cluster on loopback: etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, containerd (runc
-# and gVisor, bridge CNI, kube-router's NetworkPolicy firewall) and a kubelet, all under one state directory. Idempotent: a
-# running cluster is left as is. See docs/local-cluster.md.
+# and gVisor, bridge CNI, kube-router's NetworkPolicy firewall) and a
+# kubelet, all under one state directory. Idempotent: a running cluster is
+# left as is. See docs/local-cluster.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/cluster-env.sh"

@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,16 +178,12 @@ func waitWarm(ctx context.Context, c client.Client, ns, session string) error {
 
 // This run's own sessions (turns restart at 0): without warm pods, one for
 // a container tool, one for the same tool in an image that carries the
-// runner (runnerPath) and one for a built-in tool; one keeping a warm pod;
-// under gVisor, a cold container tool, a cold built-in and a warm call.
+// runner (runnerPath) and one for a built-in tool; one keeping a warm pod.
 var (
 	coldSession      = fmt.Sprintf("bench-cold-%d", time.Now().Unix())
 	ownRunnerSession = fmt.Sprintf("bench-own-runner-%d", time.Now().Unix())
 	builtinSession   = fmt.Sprintf("bench-builtin-%d", time.Now().Unix())
 	warmSession      = fmt.Sprintf("bench-warm-%d", time.Now().Unix())
-	gvisorCold       = fmt.Sprintf("bench-gvisor-cold-%d", time.Now().Unix())
-	gvisorBuiltin    = fmt.Sprintf("bench-gvisor-builtin-%d", time.Now().Unix())
-	gvisorWarm       = fmt.Sprintf("bench-gvisor-warm-%d", time.Now().Unix())
 )
 
 // kind is one kind of measured call: its session, tool and arguments, and
@@ -200,8 +197,10 @@ type kind struct {
 	label, ratio, column string
 }
 
-// kinds are measured, and printed, in this order in each round.
-var kinds = []kind{
+// kinds are measured, and printed, in this order in each round: each kind
+// under runc, then the cold container, cold built-in and warm kinds again
+// under gVisor.
+var kinds = withGVisor([]kind{
 	{session: coldSession, tool: "echo", arguments: `{}`,
 		label: "cold ToolCall (create→Committed)", ratio: "ratio cold ToolCall / bare pod", column: "container"},
 	{session: ownRunnerSession, tool: "echo-own-runner", arguments: `{}`,
@@ -210,16 +209,26 @@ var kinds = []kind{
 		label: "cold built-in ToolCall (fs.list)", ratio: "ratio cold built-in ToolCall / bare pod", column: "built-in"},
 	{session: warmSession, tool: "echo", arguments: `{}`, warm: true,
 		label: "warm ToolCall (create→Committed)", ratio: "ratio warm ToolCall / bare pod"},
-	{session: gvisorCold, tool: "echo", arguments: `{}`, runtimeClass: gvisor,
-		label: "cold ToolCall (create→Committed)", ratio: "ratio cold ToolCall / bare pod", column: "container"},
-	{session: gvisorBuiltin, tool: "ls", arguments: `{"path":""}`, builtin: true, runtimeClass: gvisor,
-		label: "cold built-in ToolCall (fs.list)", ratio: "ratio cold built-in ToolCall / bare pod", column: "built-in"},
-	{session: gvisorWarm, tool: "echo", arguments: `{}`, warm: true, runtimeClass: gvisor,
-		label: "warm ToolCall (create→Committed)", ratio: "ratio warm ToolCall / bare pod"},
-}
+})
 
 // gvisor is the local cluster's RuntimeClass of gVisor (runsc).
 const gvisor = "gvisor"
+
+// withGVisor is base followed by its kinds again under gVisor, in their own
+// sessions; the runner in the image is not measured again (the injected
+// runner's cold path covers a container tool).
+func withGVisor(base []kind) []kind {
+	out := slices.Clone(base)
+	for _, k := range base {
+		if k.session == ownRunnerSession {
+			continue
+		}
+		k.runtimeClass = gvisor
+		k.session = strings.Replace(k.session, "bench-", "bench-"+gvisor+"-", 1)
+		out = append(out, k)
+	}
+	return out
+}
 
 // runtimeClasses are the runtimes the kinds use, the default first.
 func runtimeClasses() []string {

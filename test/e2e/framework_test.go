@@ -289,11 +289,18 @@ func newAgentNamespace(prefix string) *agentNamespace {
 	ns.Apply(userAdmin, string(profile))
 	ns.ProfileReady("e2e")
 
-	ns.Session = "s"
-	session := testutil.MakeAgentSession(ns.Name, ns.Session, "e2e").ExistingClaim("workspace").MaxParallel(4).Obj()
+	ns.OpenSession("s", "e2e")
+	return ns
+}
+
+// OpenSession creates demo-agent's session name on profile, mounting the
+// claim "workspace" (maxParallel 4), and makes it the one Submit's next
+// turn (the first) goes to.
+func (ns *agentNamespace) OpenSession(name, profile string) {
+	session := testutil.MakeAgentSession(ns.Name, name, profile).ExistingClaim("workspace").MaxParallel(4).Obj()
 	session.Spec.Owner = userAgent
 	ExpectWithOffset(1, ns.Agent.Create(ctx, session)).To(Succeed())
-	return ns
+	ns.Session, ns.turn = name, 0
 }
 
 // userSubject is a RoleBinding's subject for a user.

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/testutil"
 )
 
 // gvisorProfile is testdata/profile.yaml's kernel tool and built-in file
@@ -81,10 +80,7 @@ var _ = Describe("tool pods under gVisor", func() {
 
 		ns.Apply(userAdmin, gvisorProfile)
 		ns.ProfileReady("e2e-gvisor")
-		session := testutil.MakeAgentSession(ns.Name, "g", "e2e-gvisor").ExistingClaim("workspace").Obj()
-		session.Spec.Owner = userAgent
-		Expect(ns.Agent.Create(ctx, session)).To(Succeed())
-		ns.Session, ns.turn = "g", 0
+		ns.OpenSession("g", "e2e-gvisor")
 
 		By("cold: a container tool and a built-in tool, each in a pod of its own")
 		ns.Submit(call{"g-cold", "kernel", `{}`})
@@ -138,10 +134,7 @@ var _ = Describe("tool pods under gVisor", func() {
 		ns.Apply(userAdmin, strings.NewReplacer("name: e2e-gvisor", "name: e2e-no-runtime",
 			"runtimeClassName: gvisor", "runtimeClassName: no-such-runtime").Replace(gvisorProfile))
 		ns.ProfileReady("e2e-no-runtime")
-		session := testutil.MakeAgentSession(ns.Name, "nr", "e2e-no-runtime").ExistingClaim("workspace").Obj()
-		session.Spec.Owner = userAgent
-		Expect(ns.Agent.Create(ctx, session)).To(Succeed())
-		ns.Session, ns.turn = "nr", 0
+		ns.OpenSession("nr", "e2e-no-runtime")
 		ns.Submit(call{"n-kernel", "kernel", `{}`})
 		res := ns.Committed("n-kernel").Status.Result
 		Expect(res.Outcome).To(Equal(toolgatev1alpha1.OutcomeFailed))

@@ -15,7 +15,6 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/runner"
-	"github.com/toolgate/toolgate/internal/testutil"
 )
 
 // What a tool pod can reach, probed from inside real tool pods (the probe
@@ -35,10 +34,7 @@ var _ = Describe("isolation of tool pods, enforced", func() {
 		ns := newAgentNamespace("reach")
 		// Another session of the same namespace, keeping a warm pod whose
 		// runner listens for its calls.
-		other := testutil.MakeAgentSession(ns.Name, "other", "e2e").ExistingClaim("workspace").Obj()
-		other.Spec.Owner = userAgent
-		Expect(ns.Agent.Create(ctx, other)).To(Succeed())
-		ns.Session, ns.turn = "other", 0
+		ns.OpenSession("other", "e2e")
 		ns.Submit(call{"other-warmup", "echo_args", `{}`})
 		Expect(ns.Committed("other-warmup").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
 		var otherPod corev1.Pod

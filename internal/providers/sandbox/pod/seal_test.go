@@ -119,29 +119,35 @@ func TestForgedPodsNeverServe(t *testing.T) {
 	// lost (a kill storm ended such calls interrupted right after a
 	// failover: the new leader found the pod its predecessor had not
 	// sealed).
-	j := job(2)
-	pod, k := planted(j, callOwner(j))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-			t.Fatalf("%v, want pending while the unsealed pod is replaced", err)
-		}
-		j.Resumed = true
-		now := &corev1.Pod{}
-		if err := c.Get(ctx, p.podKey(j), now); err == nil && now.UID != pod.UID {
-			if !p.sealed(now) {
-				t.Fatal("the pod made in its place is not sealed")
+	// remade asks prov for j (as if resuming after the first ask) until
+	// the never-sealed pod is replaced by a sealed one; that pod's runner
+	// must never have been handed the call.
+	remade := func(prov *Provider, j sandbox.Job) {
+		t.Helper()
+		pod, k := planted(j, callOwner(j))
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := prov.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+				t.Fatalf("%v, want pending while the unsealed pod is replaced (resumed: %v)", err, j.Resumed)
 			}
-			break
+			j.Resumed = true
+			now := &corev1.Pod{}
+			if err := c.Get(ctx, prov.podKey(j), now); err == nil && now.UID != pod.UID {
+				if !prov.sealed(now) {
+					t.Fatal("the pod made in its place is not sealed")
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the unsealed pod was not replaced within 20s")
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the unsealed pod was not replaced within 20s")
+		if k.runs.Load() != 0 {
+			t.Fatal("an unsealed pod was handed the call")
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	if k.runs.Load() != 0 {
-		t.Fatal("an unsealed pod was handed the call")
-	}
+	remade(p, job(2))
 
 	// The same, found first by a successor resuming the attempt (its
 	// predecessor wrote the dispatch, then stopped between creating the
@@ -151,31 +157,11 @@ func TestForgedPodsNeverServe(t *testing.T) {
 	// lets nobody but toolgate remove a seal (the policy
 	// toolgate-tool-pods), so a seal stripped from a pod that did run
 	// cannot pass for this.
-	j = job(6)
-	pod, k = planted(j, callOwner(j))
 	resumer := newProvider()
 	resumer.Dial = net.dial
+	j := job(6)
 	j.Resumed = true
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		if _, err := resumer.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-			t.Fatalf("%v, want pending while the never-sealed pod is replaced on resume", err)
-		}
-		now := &corev1.Pod{}
-		if err := c.Get(ctx, resumer.podKey(j), now); err == nil && now.UID != pod.UID {
-			if !resumer.sealed(now) {
-				t.Fatal("the pod made in its place is not sealed")
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the never-sealed pod was not replaced within 20s on resume")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if k.runs.Load() != 0 {
-		t.Fatal("a never-sealed pod was handed the call")
-	}
+	remade(resumer, j)
 
 	// The real pod, deleted and made again under its name with everything
 	// it carried, seal included; a restarted manager resumes the attempt.
@@ -196,7 +182,7 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	k = startKubeletAt(t, c, copied, "10.0.2.1")
+	k := startKubeletAt(t, c, copied, "10.0.2.1")
 	net.add("10.0.2.1", k)
 	successor := newProvider()
 	successor.Dial = net.dial
