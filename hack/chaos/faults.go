@@ -139,7 +139,12 @@ func (r *chaos) killLeader() (string, error) {
 	}
 	for _, p := range procs {
 		if p.leader {
-			return fmt.Sprintf("SIGKILL pid %d, the leader, of %d processes", p.pid, len(procs)), syscall.Kill(p.pid, syscall.SIGKILL)
+			err := syscall.Kill(p.pid, syscall.SIGKILL)
+			// Copied after the kill, so it holds the last line written;
+			// the kubelet keeps a dead container's log until it restarts
+			// it twice.
+			r.keepLog(p, "killed")
+			return fmt.Sprintf("SIGKILL pid %d, the leader, of %d processes", p.pid, len(procs)), err
 		}
 	}
 	return "", errNoTarget // a failover is under way: wait for its leader
@@ -151,6 +156,20 @@ var errNoTarget = errors.New("nothing to act on")
 type managerProc struct {
 	pid    int
 	leader bool
+	log    string // its container's newest log file
+}
+
+// keepLog copies a manager's container log into the run's log directory,
+// named by when and why; a log that cannot be copied is said, not fatal.
+func (r *chaos) keepLog(p managerProc, why string) {
+	data, err := os.ReadFile(p.log)
+	if err == nil {
+		name := fmt.Sprintf("%s-%s-pid%d.log", time.Now().UTC().Format("150405.000"), why, p.pid)
+		err = os.WriteFile(filepath.Join(r.o.logs, name), data, 0o644)
+	}
+	if err != nil {
+		fmt.Printf("chaos: the log of manager pid %d not kept: %v\n", p.pid, err)
+	}
 }
 
 // managerProcs are the manager containers' processes.
@@ -166,21 +185,22 @@ func managerProcs() []managerProc {
 		if err != nil || !strings.HasPrefix(string(cmdline), "/manager\x00") {
 			continue
 		}
-		out = append(out, managerProc{pid: pid, leader: leads(pid)})
+		log := containerLog(pid)
+		out = append(out, managerProc{pid: pid, leader: leads(log), log: log})
 	}
 	return out
 }
 
-// leads tells whether the process's container log (the newest log of its
-// pod's manager container) says it acquired the leader lease.
-func leads(pid int) bool {
+// containerLog is the newest log of the process's pod's manager
+// container ("" when the process's pod cannot be told).
+func containerLog(pid int) string {
 	cgroup, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
-		return false
+		return ""
 	}
 	_, rest, ok := strings.Cut(string(cgroup), "/pod")
 	if !ok {
-		return false
+		return ""
 	}
 	uid, _, _ := strings.Cut(rest, "/")
 	logs, _ := filepath.Glob(filepath.Join("/var/log/pods", "*_"+uid, "manager", "*.log"))
@@ -190,7 +210,13 @@ func leads(pid int) bool {
 			newest, at = l, fi.ModTime()
 		}
 	}
-	data, err := os.ReadFile(newest)
+	return newest
+}
+
+// leads tells whether a manager's container log says it acquired the
+// leader lease.
+func leads(log string) bool {
+	data, err := os.ReadFile(log)
 	return err == nil && strings.Contains(strings.ToLower(string(data)), "successfully acquired lease")
 }
 

@@ -37,6 +37,7 @@ import (
 
 type options struct {
 	root, clusterDir     string
+	logs                 string
 	sessions, calls      int
 	kills, replicas      int
 	faults               []string
@@ -62,6 +63,7 @@ func main() {
 	flag.IntVar(&o.seed, "seed", 0, "random seed (0: from the clock)")
 	flag.BoolVar(&o.short, "short", false, "the short form for CI: 2 sessions, 40 calls, 3 manager kills, one tool pod deleted, one evicted, one kube-apiserver restart")
 	flag.BoolVar(&o.keepNamespace, "keep", false, "keep the namespace afterwards")
+	flag.StringVar(&o.logs, "logs", "", "keep every killed leader's log and the managers' logs at the end here (default: a new directory under the system's temporary one)")
 	flag.Parse()
 	o.faults = strings.Split(faults, ",")
 	if o.short {
@@ -132,8 +134,15 @@ func run(o options) error {
 	}
 	r := &chaos{o: o, c: c, cfg: cfg, ns: fmt.Sprintf("chaos-%d", time.Now().Unix()), rng: rand.New(rand.NewPCG(uint64(o.seed), 7)), calls: map[string]*call{}}
 	ctx := context.Background()
-	fmt.Printf("chaos: namespace %s, seed %d, %d sessions, %d calls, %d manager replicas, faults %s\n",
-		r.ns, o.seed, o.sessions, o.calls, o.replicas, strings.Join(o.faults, ","))
+	if r.o.logs == "" {
+		if r.o.logs, err = os.MkdirTemp("", "toolgate-"+r.ns+"-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(r.o.logs, 0o755); err != nil {
+		return err
+	}
+	fmt.Printf("chaos: namespace %s, seed %d, %d sessions, %d calls, %d manager replicas, faults %s, logs in %s\n",
+		r.ns, o.seed, o.sessions, o.calls, o.replicas, strings.Join(o.faults, ","), r.o.logs)
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
@@ -161,6 +170,10 @@ func run(o options) error {
 	wg.Wait()
 	if err != nil {
 		return err
+	}
+	// The managers' own account of the run, for a broken promise's cause.
+	for _, p := range managerProcs() {
+		r.keepLog(p, "end")
 	}
 	broken := r.report(ctx)
 	if !o.keepNamespace {
