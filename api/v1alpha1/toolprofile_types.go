@@ -159,6 +159,101 @@ type ToolDefinition struct {
 	// retry re-runs a failed idempotent body.
 	// +optional
 	Retry *RetryPolicy `json:"retry,omitempty"`
+
+	// egress names the hosts this tool's body may reach, through
+	// toolgate's egress proxy, and the credentials the proxy adds to its
+	// requests. A tool that declares it reaches those hosts and nothing
+	// else, whatever the profile's allowEgress or other tools of the
+	// session may reach (docs/sandbox.md).
+	// +optional
+	Egress *ToolEgress `json:"egress,omitempty"`
+}
+
+// ToolEgress is what one tool's body may reach, by host name.
+// +kubebuilder:validation:XValidation:rule="!has(self.credentials) || self.credentials.all(c, self.hosts.exists(h, h.host == c.host))",message="a credential's host must be one of hosts",fieldPath=".credentials"
+type ToolEgress struct {
+	// hosts the body may reach; any other destination is refused.
+	// +required
+	// +listType=map
+	// +listMapKey=host
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Hosts []EgressHost `json:"hosts"`
+
+	// credentials are added by the proxy to the body's requests to a host;
+	// the tool's pod never holds them. A host with a credential is reached
+	// only by requests in absolute form (http://host/path through the
+	// proxy, which opens TLS to the host itself), never by a tunnel the
+	// proxy cannot read.
+	// +optional
+	// +listType=map
+	// +listMapKey=host
+	// +kubebuilder:validation:MaxItems=32
+	Credentials []EgressCredential `json:"credentials,omitempty"`
+}
+
+// EgressHost is one host a tool may reach.
+type EgressHost struct {
+	// host is an exact DNS name or IP address, or "*." and a name (every
+	// name below it, not the name itself). Lowercase.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`
+	Host string `json:"host"`
+
+	// ports the body may reach on the host; 443 when empty.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	Ports []int32 `json:"ports,omitempty"`
+}
+
+// EgressCredential is a header the proxy adds to requests to one host.
+type EgressCredential struct {
+	// host is one of the tool's egress hosts.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host"`
+
+	// header is the request header set (replacing any the body sent).
+	// +optional
+	// +kubebuilder:default=Authorization
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]+$`
+	Header string `json:"header,omitempty"`
+
+	// secretRef names the Secret, in the profile's namespace, and its key
+	// holding the value. The egress proxy reads it: grant its service
+	// account get on that Secret (docs/sandbox.md).
+	// +required
+	SecretRef SecretKeyRef `json:"secretRef"`
+
+	// format is the header's value, "{{value}}" standing for the Secret's
+	// (for instance "Bearer {{value}}"); the value alone when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.contains('{{value}}')",message="format must contain {{value}}"
+	Format string `json:"format,omitempty"`
+}
+
+// SecretKeyRef names a key of a Secret in the referrer's namespace.
+type SecretKeyRef struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key in the Secret's data.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
 }
 
 // OutputDeclaration is a tool's mandatory output contract.
@@ -706,6 +801,21 @@ type ResolvedTool struct {
 	// idempotent repeats the definition's declaration.
 	// +optional
 	Idempotent bool `json:"idempotent,omitempty"`
+
+	// network is what the tool's body may reach, as enforced: "none",
+	// "egress" (every public address: the profile's allowEgress),
+	// "hosts" (only egressHosts, through the egress proxy).
+	// +optional
+	// +kubebuilder:validation:Enum=none;egress;hosts
+	Network string `json:"network,omitempty"`
+
+	// egressHosts are the host:port pairs the body may reach (network
+	// hosts), a credential's host marked " (credential)".
+	// +optional
+	// +kubebuilder:validation:MaxItems=512
+	// +kubebuilder:validation:items:MaxLength=280
+	// +listType=atomic
+	EgressHosts []string `json:"egressHosts,omitempty"`
 }
 
 // ResolvedSandbox is the sandbox policy as enforced.
