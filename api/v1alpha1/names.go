@@ -18,7 +18,9 @@ const (
 
 	// LabelSandbox marks every tool pod ("true").
 	LabelSandbox = "toolgate.dev/sandbox"
-	// LabelEgress is "true" on a tool pod its profile allows egress.
+	// LabelEgress is "true" on a tool pod its profile allows egress,
+	// "proxy" on one whose tool names its hosts (reached through the
+	// egress proxy only), "false" on any other.
 	LabelEgress = "toolgate.dev/egress"
 	// LabelCall names the ToolCall a pod serves.
 	LabelCall = "toolgate.dev/call"

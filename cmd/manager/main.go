@@ -29,20 +29,21 @@ import (
 
 func main() {
 	var (
-		metricsAddr   string
-		probeAddr     string
-		leaderElect   bool
-		workspaceDir  string
-		runnerImage   string
-		netpolicy     bool
-		processBox    bool
-		namespace     string
-		keySecret     string
-		podLabels     string
-		watch         string
-		retention     time.Duration
-		metricsSecure bool
-		lease         leaseTimings
+		metricsAddr                    string
+		probeAddr                      string
+		leaderElect                    bool
+		workspaceDir                   string
+		runnerImage                    string
+		netpolicy                      bool
+		processBox                     bool
+		namespace                      string
+		egressService, egressKeySecret string
+		keySecret                      string
+		podLabels                      string
+		watch                          string
+		retention                      time.Duration
+		metricsSecure                  bool
+		lease                          leaseTimings
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true,
@@ -63,6 +64,8 @@ func main() {
 	flag.BoolVar(&netpolicy, "network-policy-enforced", false, "Declare that the cluster's CNI enforces NetworkPolicy (sandbox enforcement is reported as partial otherwise).")
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace (default $POD_NAMESPACE): where the pod sandbox's channel key Secret lives.")
 	flag.StringVar(&keySecret, "channel-key-secret", "toolgate-channel-key", "Secret (in --namespace) holding the key with which the manager hands calls to tool pods; created on first start.")
+	flag.StringVar(&egressService, "egress-proxy-service", "", "Service (in --namespace) of the egress proxy, through which tools that name their hosts reach them; empty: none, and their calls fail sandbox_unavailable.")
+	flag.StringVar(&egressKeySecret, "egress-grant-key-secret", "toolgate-egress-key", "Secret (in --namespace) the manager writes the egress proxy's grant keys to, with --egress-proxy-service.")
 	flag.StringVar(&podLabels, "manager-pod-labels", "control-plane=controller-manager", "Labels of the manager's pods: the only ingress tool pods' NetworkPolicies allow (to the runner's port).")
 	flag.DurationVar(&retention, "default-call-retention", 0,
 		"How long a committed call of a session that sets no ttlSecondsAfterCommit is kept once its turn is complete (for instance 168h); 0 keeps calls until their session is deleted.")
@@ -92,6 +95,7 @@ func main() {
 		ProcessSandbox: processBox, ProcessWorkspaceDir: workspaceDir, ProcessSubCalls: true,
 		RunnerImage: runnerImage, NetworkPolicyEnforced: netpolicy,
 		Namespace: namespace, ChannelKeySecret: keySecret, ManagerLabels: managerLabels, WatchNamespaces: watchNamespaces,
+		EgressService: egressService, EgressKeySecret: egressKeySecret,
 		DefaultRetention: retention,
 	}
 

@@ -51,6 +51,9 @@ type Options struct {
 	Namespace        string
 	ChannelKeySecret string
 	ManagerLabels    map[string]string
+	// EgressService names the egress proxy's Service in Namespace ("":
+	// none); its grant keys are written to Secret EgressKeySecret.
+	EgressService, EgressKeySecret string
 	// WatchNamespaces, when not empty, are the only namespaces the
 	// manager's cache lists and watches (Cache).
 	WatchNamespaces []string
@@ -160,7 +163,11 @@ func managerKey(mgr ctrl.Manager, o Options) (pod.ChannelKeys, error) {
 	if err != nil {
 		return pod.ChannelKeys{}, err
 	}
-	return pod.LoadChannelKeys(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
+	keys, err := pod.LoadChannelKeys(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
+	if err != nil || o.EgressService == "" {
+		return keys, err
+	}
+	return keys, pod.WriteGrantKeys(context.Background(), direct, o.Namespace, o.EgressKeySecret, keys)
 }
 
 var (
@@ -175,7 +182,7 @@ func podProvider(mgr ctrl.Manager, o Options, key pod.ChannelKeys, wake *control
 	provider := &pod.Provider{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key.Current, Previous: key.Previous, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
 		SubCalls: controller.SubCalls(mgr.GetClient(), mgr.GetAPIReader()),
-		Config:   pod.Config{RunnerImage: o.RunnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels},
+		Config:   pod.Config{RunnerImage: o.RunnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels, EgressService: o.EgressService},
 	}
 	// A tool pod's change wakes its follower: a cold pod is handed its
 	// call as soon as its runner runs.

@@ -247,9 +247,9 @@ type forwardTo struct {
 	grant   Grant
 	verdict string // counted once the host answers
 	host    string
-	port   int32
-	header string
-	value  string
+	port    int32
+	header  string
+	value   string
 }
 
 // forward sends a request in absolute form on over the proxy's own TLS,

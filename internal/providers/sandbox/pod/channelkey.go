@@ -1,9 +1,11 @@
 package pod
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdh"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/runner"
 )
 
@@ -119,4 +122,37 @@ func RotateChannelKey(ctx context.Context, c client.Client, namespace, name stri
 		return nil, fmt.Errorf("create the rotated channel key secret %s (the managers must be restarted; calls in flight under the old key fail): %w", key, err)
 	}
 	return next, nil
+}
+
+// WriteGrantKeys writes the egress proxy's grant keys, derived from the
+// channel keys, to Secret namespace/name: the proxy checks grants with
+// them and never holds the channel key. Written at every start, so a
+// rotated channel key reaches the proxy with the managers' restart.
+func WriteGrantKeys(ctx context.Context, c client.Client, namespace, name string, keys ChannelKeys) error {
+	want := map[string][]byte{egress.KeyField: egress.DeriveKey(keys.Current.Bytes())}
+	if keys.Previous != nil {
+		want[egress.KeyPreviousField] = egress.DeriveKey(keys.Previous.Bytes())
+	}
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	s := &corev1.Secret{}
+	switch err := c.Get(ctx, key, s); {
+	case apierrors.IsNotFound(err):
+		s = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{LabelManagedBy: managedBy}},
+			Type:       corev1.SecretTypeOpaque, Data: want,
+		}
+		if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create the egress grant key secret %s: %w", key, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the egress grant key secret %s: %w", key, err)
+	case maps.EqualFunc(s.Data, want, bytes.Equal):
+		return nil
+	}
+	s.Data = want
+	if err := c.Update(ctx, s); err != nil {
+		return fmt.Errorf("update the egress grant key secret %s: %w", key, err)
+	}
+	return nil
 }

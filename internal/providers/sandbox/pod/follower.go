@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"time"
 
@@ -70,7 +71,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 		workspace = job.Policy.WorkspaceRoot
 	}
 	req := runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.RunnerSpec(job, workspace), Arguments: job.Arguments}
-	handed := false
+	handed, proxied := false, false
 	// Between looks the follower waits for the pod to change (PodChanged)
 	// or for a poll that backs off, the safety net where no informer tells.
 	// Once the pod has an address, the runner's listening is awaited: no
@@ -154,7 +155,32 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 		if late || noRoom {
 			req.Op = runner.OpCollect
 		}
+		// A tool naming its hosts gets its proxy and grant with the call:
+		// the grant names the pod's address, known only now.
+		// Without them the body is not started; one already started (a
+		// manager resuming) is collected all the same.
+		var noProxy error
+		if req.Op == runner.OpRun && job.Tool.Egress != nil && !proxied {
+			env, err := p.egressEnv(ctx, job, pod)
+			if err == nil {
+				req.Spec.Env = maps.Clone(req.Spec.Env)
+				if req.Spec.Env == nil {
+					req.Spec.Env = map[string]string{}
+				}
+				maps.Copy(req.Spec.Env, env)
+				proxied = true
+			} else {
+				noProxy, req.Op = err, runner.OpCollect
+			}
+		}
 		hello, res, err := p.exchange(ctx, pod, req, job)
+		if noProxy != nil {
+			if hello != nil && hello.State == runner.StateIdle {
+				f.err = noProxy
+				return
+			}
+			req.Op = runner.OpRun
+		}
 		if hello != nil && hello.State != runner.StateIdle {
 			handed = true
 		}

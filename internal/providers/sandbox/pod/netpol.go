@@ -25,15 +25,23 @@ import (
 
 // ensureNetworkPolicies makes sure the namespace's policies isolating tool
 // pods exist with the desired spec before a pod is created: the deny-all
-// policy always, the egress policy when the pod is allowed egress. It
-// answers sandbox_unavailable (nothing ran) when a policy cannot be made
-// right, and ErrPending when it raced another writer (tried again).
-func (p *Provider) ensureNetworkPolicies(ctx context.Context, namespace string, egress bool) error {
+// policy always, the egress policy when the pod is allowed egress, the
+// proxy's when it reaches its hosts through the egress proxy. It answers
+// sandbox_unavailable (nothing ran) when a policy cannot be made right,
+// and ErrPending when it raced another writer (tried again).
+func (p *Provider) ensureNetworkPolicies(ctx context.Context, namespace, egress string) error {
 	if err := p.ensurePolicy(ctx, p.Config.DenyAll(namespace)); err != nil {
 		return err
 	}
-	if !egress {
+	switch egress {
+	case EgressNone:
 		return nil
+	case EgressProxy:
+		target, err := p.proxyTarget(ctx)
+		if err != nil {
+			return err
+		}
+		return p.ensurePolicy(ctx, p.Config.ProxyPolicy(namespace, target))
 	}
 	addrs, err := p.apiServerAddresses(ctx)
 	if err != nil {
@@ -54,10 +62,10 @@ func (p *Provider) Audit(ctx context.Context, namespace string, policy toolgatev
 	if err := p.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
 		return "", err
 	}
-	tool := labels.Set{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: fmt.Sprint(EgressAllowed(policy)), LabelManagedBy: managedBy}
+	tool := labels.Set{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: EgressKind(nil, policy), LabelManagedBy: managedBy}
 	var found []string
 	for _, np := range list.Items {
-		if (np.Name == NetworkPolicyName || np.Name == EgressPolicyName) && np.Labels[LabelManagedBy] == managedBy {
+		if (np.Name == NetworkPolicyName || np.Name == EgressPolicyName || np.Name == ProxyPolicyName) && np.Labels[LabelManagedBy] == managedBy {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)

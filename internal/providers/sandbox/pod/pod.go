@@ -409,7 +409,7 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bo
 		// Nothing ran: a definite failure.
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot be built: "+err.Error())
 	}
-	if err := p.ensureNetworkPolicies(ctx, key.Namespace, EgressAllowed(job.Policy)); err != nil {
+	if err := p.ensureNetworkPolicies(ctx, key.Namespace, EgressKind(job.Tool, job.Policy)); err != nil {
 		return err
 	}
 	template := templateOf(pod)

@@ -35,6 +35,11 @@ const (
 	// metadata) and the API server.
 	EgressPolicyName = "toolgate-sandbox-egress"
 
+	// ProxyPolicyName is the per-namespace policy of tool pods whose tool
+	// names its hosts: no ingress but the manager's, egress to the egress
+	// proxy's pods only.
+	ProxyPolicyName = "toolgate-sandbox-egress-proxy"
+
 	// LabelManagedBy marks the objects toolgate owns: a NetworkPolicy of
 	// one of the names above without it is someone else's, never changed.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -186,6 +191,10 @@ type Config struct {
 	// local cluster, is not subject to NetworkPolicy on most CNIs).
 	ManagerNamespace string
 	ManagerLabels    map[string]string
+	// EgressService names the egress proxy's Service in ManagerNamespace
+	// ("": none, and a call of a tool that names its hosts fails
+	// sandbox_unavailable, its body never started).
+	EgressService string
 }
 
 func (c Config) startTimeout() time.Duration {
@@ -221,7 +230,7 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	egress := EgressAllowed(policy)
+	egress := EgressKind(tool, policy)
 	restricted := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
 		ReadOnlyRootFilesystem:   ptr.To(true),
@@ -267,7 +276,7 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: job.Owner.Namespace,
 			Labels: map[string]string{
-				toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: fmt.Sprint(egress), toolgatev1alpha1.LabelCall: textutil.LabelValue(job.Owner.Name),
+				toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: egress, toolgatev1alpha1.LabelCall: textutil.LabelValue(job.Owner.Name),
 				toolgatev1alpha1.LabelAttempt: fmt.Sprint(job.Attempt), LabelManagedBy: managedBy,
 			},
 		},
@@ -308,13 +317,33 @@ func EgressAllowed(policy toolgatev1alpha1.SandboxPolicy) bool {
 	return policy.AllowEgress || policy.Mode == toolgatev1alpha1.SandboxFullAccess
 }
 
+// Egress kinds, the values of LabelEgress: what a tool pod may reach.
+const (
+	EgressNone  = "false" // nothing
+	EgressOpen  = "true"  // every public address (the profile's allowEgress)
+	EgressProxy = "proxy" // the egress proxy only: the tool names its hosts
+)
+
+// EgressKind is what a tool's pod may reach: a tool naming its hosts
+// reaches them through the egress proxy only, whatever its profile allows
+// the others.
+func EgressKind(tool *toolgatev1alpha1.ToolDefinition, policy toolgatev1alpha1.SandboxPolicy) string {
+	switch {
+	case tool != nil && tool.Egress != nil:
+		return EgressProxy
+	case EgressAllowed(policy):
+		return EgressOpen
+	}
+	return EgressNone
+}
+
 // DenyAll is the namespace's NetworkPolicy for tool pods not labelled for
 // egress: no egress, and no ingress but the manager's (managerIngress).
 func (c Config) DenyAll(namespace string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicyName, Namespace: namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: "false"}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: EgressNone}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress:     c.managerIngress(),
 		},
@@ -402,7 +431,7 @@ func (c Config) EgressPolicy(namespace string, apiServer []netip.Addr) *networki
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: EgressPolicyName, Namespace: namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: "true"}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelEgress: EgressOpen}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress:     c.managerIngress(),
 			Egress: []networkingv1.NetworkPolicyEgressRule{
