@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -21,6 +22,25 @@ type callRunner struct {
 	provider sandbox.Provider // nil when the profile's provider is not mounted
 	job      sandbox.Job
 	tools    []toolgatev1alpha1.ToolDefinition // the profile's
+	// recorded is where the call's durable status says its attempt runs.
+	recorded func() string
+}
+
+// where names the sandbox the attempt runs in, as its provider knows it
+// ("" when it does not say).
+func (r callRunner) where(uid types.UID, attempt int) string {
+	if l, ok := r.provider.(sandbox.Locator); ok {
+		return l.Where(sandbox.Key(uid, attempt))
+	}
+	return ""
+}
+
+// record tells the provider that the call's status now durably names
+// where its attempt runs (sandbox.Recorder).
+func (r callRunner) record(uid types.UID, attempt int, where string) {
+	if rec, ok := r.provider.(sandbox.Recorder); ok && where != "" && attempt > 0 {
+		rec.Recorded(sandbox.Key(uid, attempt), where)
+	}
 }
 
 // prepare gets the sandbox of the attempt just dispatched ready before its
@@ -67,6 +87,9 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 	job.Key = sandbox.Key(job.OwnerUID, exec.Attempt)
 	job.Resumed = exec.Resumed
 	job.Dispatched = exec.StartedAt
+	if r.recorded != nil {
+		job.Records, job.Recorded = true, r.recorded()
+	}
 	res, err := r.provider.Run(ctx, job)
 	if l, ok := r.provider.(sandbox.Locator); ok {
 		exec.Sandbox = l.Where(job.Key)

@@ -163,6 +163,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	s.runner.provider, _ = r.Sandboxes.Get(string(spec.Sandbox.Provider))
 	s.runner.job.Policy = spec.Sandbox
 	s.runner.tools = spec.Tools
+	s.runner.recorded = func() string { return s.base.Status.Sandbox }
 	opts.Runner = s.runner
 	s.pipe = pipeline.New(compiled.Registry, opts)
 	if _, ok := compiled.Registry.Lookup(tc.Spec.Tool); !ok && s.st.Next == pipeline.StageExecute {
@@ -242,6 +243,10 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 			if s.runner.prepare(ctx, s.st) {
 				r.prepared.Store(client.ObjectKeyFromObject(s.tc), attemptKey{s.tc.UID, s.st.Attempt})
 			}
+			// The boundary names the attempt's sandbox, when prepared,
+			// and never the previous attempt's: its body is handed only
+			// to a sandbox the status names.
+			s.st.Sandbox = s.runner.where(s.tc.UID, s.st.Attempt)
 		}
 		if n := len(s.st.Records); !heldAt.IsZero() && n > 0 && s.st.Records[n-1].Stage == pipeline.StageExecute {
 			// Collected again: the body ended when it first did.

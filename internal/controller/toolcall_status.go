@@ -44,6 +44,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	r.observeStages(s, before)
 	moved, settledNow := planMoved(s.base, written), s.base.Status.Result == nil && written.Status.Result != nil
 	s.base = written // read only, as ownWrites keeps it
+	s.runner.record(tc.UID, s.st.Attempt, written.Status.Sandbox)
 	if moved || settledNow {
 		r.wakeNext(ctx, written, settledNow)
 	}

@@ -50,6 +50,14 @@ type Job struct {
 	// ready ahead of the session's next calls (the session's warmPods,
 	// bounded by its maxParallel); 0: none.
 	WarmPods int
+	// Records says the caller writes where the attempt runs (Locator's
+	// Where) durably, and Recorded is what it last wrote for this attempt
+	// ("": nothing yet). A Recorder then hands the body only to a sandbox
+	// so recorded, so a successor that finds no sandbox where the record
+	// names none knows nothing ran: never a body lost with a sandbox
+	// nobody had written down.
+	Records  bool
+	Recorded string
 }
 
 // Writable tells whether tools of policy may write the workspace.
@@ -154,6 +162,13 @@ type Preparer interface {
 // attempt it does not know.
 type Locator interface {
 	Where(key string) string
+}
+
+// Recorder is a Locator told when where an attempt runs is durably
+// recorded (Job.Records): its sandbox may be handed the body from then on.
+type Recorder interface {
+	Locator
+	Recorded(key, where string)
 }
 
 // IsolationAuditor is implemented by a provider whose isolation other

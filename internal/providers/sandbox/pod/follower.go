@@ -29,6 +29,34 @@ type follower struct {
 	// seen is the failure Run last read on the pod itself (guarded by
 	// the provider's mu): it stays the answer once the pod is gone.
 	seen error
+	// recorded: the call's durable status names this pod (or the caller
+	// keeps no record): the body may be handed to it (guarded by mu).
+	recorded bool
+}
+
+// Recorded implements sandbox.Recorder: the attempt's pod named where is
+// durably recorded, and may be handed its body.
+func (p *Provider) Recorded(key, where string) {
+	p.mu.Lock()
+	f := p.followers[key]
+	ready := f != nil && !f.recorded && f.pod.Name == where
+	if ready {
+		f.recorded = true
+	}
+	p.mu.Unlock()
+	if ready {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// isRecorded tells whether f's pod may be handed its body.
+func (p *Provider) isRecorded(f *follower) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return f.recorded
 }
 
 func (p *Provider) follower(key string) *follower {
@@ -49,7 +77,8 @@ func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
 		return f
 	}
 	delete(p.prepared, job.Key) // followed from now on
-	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1),
+		recorded: !job.Records || job.Recorded == pod.Name}
 	p.followers[job.Key] = f
 	go p.follow(f, job)
 	return f
@@ -154,6 +183,13 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 		noRoom := !handed && !late && p.now().After(ready) && !p.roomFor(pod, job)
 		if late || noRoom {
 			req.Op = runner.OpCollect
+		}
+		// The body is handed only to a pod the call's status names: a
+		// successor that finds no pod where the status names none knows
+		// that nothing ran, and makes it again.
+		if req.Op == runner.OpRun && !handed && !p.isRecorded(f) {
+			wait(maxPoll)
+			continue
 		}
 		// A tool naming its hosts gets its proxy and grant with the call:
 		// the grant names the pod's address, known only now.

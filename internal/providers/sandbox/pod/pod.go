@@ -109,10 +109,12 @@ func (p *Provider) Where(key string) string {
 	if f := p.follower(key); f != nil {
 		return f.pod.Name
 	}
-	return ""
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.prepared[key].Name // prepared, not followed yet
 }
 
-var _ sandbox.Locator = (*Provider)(nil)
+var _ sandbox.Recorder = (*Provider)(nil)
 
 // Run creates, adopts, polls or stops the attempt's pod.
 func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
@@ -145,10 +147,12 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			return sandbox.Result{}, f.err
 		case f != nil:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
-		case job.Resumed && !p.remaking(job.Key):
-			// Started by a previous manager and gone: its outcome is
-			// unknowable. Logged, since the call then ends interrupted
-			// (or is run again) and the pod that would say why is gone.
+		case job.Resumed && !p.remaking(job.Key) && (!job.Records || job.Recorded != ""):
+			// Started by a previous manager, recorded, and gone: its
+			// outcome is unknowable. Logged, since the call then ends
+			// interrupted (or is run again) and the pod that would say
+			// why is gone. (A pod never recorded was never handed the
+			// body: made again below.)
 			log.FromContext(ctx).Info("attempt's pod not found on resume", "call", job.Owner.Name, "attempt", job.Attempt)
 			return sandbox.Result{}, sandbox.ErrLost
 		}
@@ -210,6 +214,9 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		return sandbox.Result{}, sandbox.ErrPending
 	}
 	f = p.adopt(job, pod)
+	if job.Records && job.Recorded == f.pod.Name {
+		p.Recorded(job.Key, job.Recorded)
+	}
 	select {
 	case <-f.done:
 		// A timeout's frame is final too: the runner stopped the body at
