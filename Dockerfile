@@ -23,7 +23,9 @@ RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/toolgate-runner ./cmd/toolgate-runner && \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/toolgate-gateway ./cmd/toolgate-gateway
+    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/toolgate-gateway ./cmd/toolgate-gateway && \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/toolgate-egress ./cmd/toolgate-egress
 
 # The runner image (docker build --target runner): injected into tool pods.
 FROM scratch AS runner
@@ -36,6 +38,8 @@ FROM scratch AS manager
 COPY --from=build /out/manager /manager
 # The MCP gateway (config/gateway runs it with command /toolgate-gateway).
 COPY --from=build /out/toolgate-gateway /toolgate-gateway
+# The egress proxy (config/egress runs it with command /toolgate-egress).
+COPY --from=build /out/toolgate-egress /toolgate-egress
 # 65532 is the conventional "nonroot" user of distroless images.
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -60,7 +60,7 @@ if [ ! -f "$D/pki/ca.crt" ]; then
   openssl genrsa -out "$D/pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$D/pki/sa.key" -pubout -out "$D/pki/sa.pub" 2>/dev/null
 fi
-pki apiserver "/CN=kube-apiserver" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1"
+pki apiserver "/CN=kube-apiserver" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1,IP:10.244.0.254"
 pki kubelet-serving "/CN=localhost" "DNS:localhost,IP:127.0.0.1"
 pki admin "/O=system:masters/CN=admin"
 pki apiserver-kubelet "/O=system:masters/CN=kube-apiserver-kubelet-client"
@@ -159,6 +159,16 @@ ip addr replace 10.244.0.254/24 dev tgbr0
 ip link set tgbr0 up
 iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null ||
   iptables -I INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP
+# Except the API server (which listens on loopback) at the bridge's
+# address, as a cluster's pods reach it through the kubernetes Service:
+# toolgate's egress proxy runs as a pod and reads tool pods. Tool pods are
+# kept from it by their NetworkPolicy (kube-router's INPUT chain, inserted
+# before this rule; e2e's isolation spec).
+sysctl -qw net.ipv4.conf.tgbr0.route_localnet=1
+iptables -t nat -C PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport "$API_PORT" -j DNAT --to-destination "127.0.0.1:$API_PORT" 2>/dev/null ||
+  iptables -t nat -I PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport "$API_PORT" -j DNAT --to-destination "127.0.0.1:$API_PORT"
+iptables -C INPUT -i tgbr0 -d 127.0.0.1 -p tcp --dport "$API_PORT" -m conntrack --ctstate NEW -j ACCEPT 2>/dev/null ||
+  iptables -I INPUT -i tgbr0 -d 127.0.0.1 -p tcp --dport "$API_PORT" -m conntrack --ctstate NEW -j ACCEPT
 cat >"$D/containerd/config.toml" <<TOML
 version = 3
 root = "$D/containerd/root"

@@ -22,7 +22,7 @@ func readPlan(t *testing.T) *plan {
 	return p
 }
 
-// The project's Dockerfile: its three go builds and its two images.
+// The project's Dockerfile: its four go builds and its two images.
 func TestRealDockerfile(t *testing.T) {
 	p := readPlan(t)
 	if !regexp.MustCompile(`^golang:1\.\d+\.\d+$`).MatchString(p.goImage) {
@@ -41,10 +41,10 @@ func TestRealDockerfile(t *testing.T) {
 			t.Errorf("line %d: a command that is no go build: %q", c.line, c.argv)
 		}
 	}
-	if len(builds) != 3 {
-		t.Fatalf("go builds: %d, want 3: %+v", len(builds), builds)
+	if len(builds) != 4 {
+		t.Fatalf("go builds: %d, want 4: %+v", len(builds), builds)
 	}
-	for i, name := range []string{"manager", "toolgate-runner", "toolgate-gateway"} {
+	for i, name := range []string{"manager", "toolgate-runner", "toolgate-gateway", "toolgate-egress"} {
 		c := builds[i]
 		want := append(append([]string(nil), flags...), "/out/"+name, "./cmd/"+name)
 		if !reflect.DeepEqual(c.env, env) || !reflect.DeepEqual(c.argv, want) || c.out != "/out/"+name || c.argv[c.oArg] != "/out/"+name {
@@ -53,7 +53,7 @@ func TestRealDockerfile(t *testing.T) {
 	}
 	want := []stage{
 		{name: "runner", copies: []copyFile{{src: "/out/toolgate-runner", dst: "/toolgate-runner"}}, user: "65532:65532", entrypoint: []string{"/toolgate-runner"}},
-		{name: "manager", copies: []copyFile{{src: "/out/manager", dst: "/manager"}, {src: "/out/toolgate-gateway", dst: "/toolgate-gateway"}}, user: "65532:65532", entrypoint: []string{"/manager"}},
+		{name: "manager", copies: []copyFile{{src: "/out/manager", dst: "/manager"}, {src: "/out/toolgate-gateway", dst: "/toolgate-gateway"}, {src: "/out/toolgate-egress", dst: "/toolgate-egress"}}, user: "65532:65532", entrypoint: []string{"/manager"}},
 	}
 	got := append([]stage(nil), p.stages...)
 	for i := range got {

@@ -74,10 +74,10 @@ func TestBuild(t *testing.T) {
 			builds = append(builds, c)
 		}
 	}
-	if len(*cmds) != 4 || len(builds) != 3 {
-		t.Fatalf("ran %+v, want go mod download and three go builds", *cmds)
+	if len(*cmds) != 5 || len(builds) != 4 {
+		t.Fatalf("ran %+v, want go mod download and four go builds", *cmds)
 	}
-	for i, n := range []string{"manager", "toolgate-runner", "toolgate-gateway"} {
+	for i, n := range []string{"manager", "toolgate-runner", "toolgate-gateway", "toolgate-egress"} {
 		want := []string{"go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", filepath.Join(b.bin, n), "./cmd/" + n}
 		if !reflect.DeepEqual(builds[i].argv, want) || !reflect.DeepEqual(builds[i].env, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}) {
 			t.Errorf("build %d: env %q argv %q, want argv %q", i, builds[i].env, builds[i].argv, want)
@@ -98,7 +98,7 @@ func TestBuild(t *testing.T) {
 		entrypoint []string
 		env        []string
 	}{
-		{paths[0], "toolgate.dev/toolgate:dev", []map[string]string{{"manager": "binary manager"}, {"toolgate-gateway": "binary toolgate-gateway"}}, "65532:65532", "/", []string{"/manager"}, scratchEnv},
+		{paths[0], "toolgate.dev/toolgate:dev", []map[string]string{{"manager": "binary manager"}, {"toolgate-gateway": "binary toolgate-gateway"}, {"toolgate-egress": "binary toolgate-egress"}}, "65532:65532", "/", []string{"/manager"}, scratchEnv},
 		{paths[1], "toolgate.dev/runner:dev", []map[string]string{{"toolgate-runner": "binary toolgate-runner"}}, "65532:65532", "/", []string{"/toolgate-runner"}, scratchEnv},
 		{paths[3], "toolgate.dev/pause:dev", []map[string]string{{"toolgate-runner": "binary toolgate-runner"}}, "65535:65535", "", []string{"/toolgate-runner", "pause"}, nil},
 	} {

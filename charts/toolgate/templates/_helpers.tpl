@@ -61,6 +61,12 @@ app.kubernetes.io/name: toolgate
 app.kubernetes.io/component: gateway
 {{- end }}
 
+{{/* The egress proxy's pods: no control-plane label either. */}}
+{{- define "toolgate.egress.selectorLabels" -}}
+app.kubernetes.io/name: toolgate
+app.kubernetes.io/component: egress
+{{- end }}
+
 {{- define "toolgate.gateway.serviceAccount" -}}
 toolgate-gateway
 {{- end }}
