@@ -10,7 +10,9 @@ mkdir -p _output/bin
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/kubectl-toolgate ./cmd/kubectl-toolgate
 # The images: hack/images runs the Dockerfile's go builds and assembles its
 # stages (plus the local cluster's tools and pause images).
-go run ./hack/images -dockerfile Dockerfile -bin _output/bin -out _output/images
+# The e2e suite's stand-in for an external HTTPS API goes in the tools image.
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/standin-api ./test/standin-api
+go run ./hack/images -dockerfile Dockerfile -bin _output/bin -out _output/images -tools-extra /bin/standin-api=_output/bin/standin-api
 for f in _output/images/*.tar; do
   ctr_ images import "$f" >/dev/null
 done

@@ -209,6 +209,13 @@ type EgressHost struct {
 	// +kubebuilder:validation:items:Minimum=1
 	// +kubebuilder:validation:items:Maximum=65535
 	Ports []int32 `json:"ports,omitempty"`
+
+	// caBundle holds PEM certificates the proxy trusts, instead of the
+	// system's, for this host when it opens TLS to it itself (a host with a
+	// credential): a private or in-cluster API with a CA of its own.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	CABundle string `json:"caBundle,omitempty"`
 }
 
 // EgressCredential is a header the proxy adds to requests to one host.

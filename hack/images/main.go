@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -59,13 +60,16 @@ func scratchConfig() v1.Config {
 const runnerName = "toolgate-runner"
 
 // busyboxApplets are the tools image's /bin links to busybox.
-var busyboxApplets = []string{"sh", "cat", "wc", "echo", "sleep", "ls", "printf", "head", "tail", "tr", "sed", "grep", "true", "false", "env", "id", "sort", "uniq", "date", "touch", "mkdir", "rm", "cp", "mv", "sha256sum", "nc", "httpd"}
+var busyboxApplets = []string{"sh", "cat", "wc", "echo", "sleep", "ls", "printf", "head", "tail", "tr", "sed", "grep", "true", "false", "env", "id", "sort", "uniq", "date", "touch", "mkdir", "rm", "cp", "mv", "sha256sum", "nc", "httpd", "wget"}
 
 // builder builds the images of a Dockerfile.
 type builder struct {
 	dockerfile string // its directory is the build context
 	bin, out   string
 	busybox    string
+	// extra are more files of the tools image: its path and the local
+	// file (the e2e suite's stand-in API).
+	extra map[string]string
 	// run executes a command of the build stage in dir with env added to
 	// the environment; goVersion is `go env GOVERSION` there.
 	run       func(dir string, env, argv []string) error
@@ -79,7 +83,21 @@ func main() {
 	flag.StringVar(&b.bin, "bin", "_output/bin", "directory for the built binaries")
 	flag.StringVar(&b.out, "out", "_output/images", "directory for the image tarballs")
 	flag.StringVar(&b.busybox, "busybox", "/bin/busybox", "busybox-static binary, for the tools image")
+	var extra string
+	flag.StringVar(&extra, "tools-extra", "", "more files of the tools image, comma-separated PATH=LOCALFILE (executables)")
 	flag.Parse()
+	b.extra = map[string]string{}
+	for _, e := range strings.Split(extra, ",") {
+		if e == "" {
+			continue
+		}
+		p, f, ok := strings.Cut(e, "=")
+		if !ok || !strings.HasPrefix(p, "/") {
+			fmt.Fprintln(os.Stderr, "images: -tools-extra wants /PATH=LOCALFILE, not", e)
+			os.Exit(2)
+		}
+		b.extra[p] = f
+	}
 	paths, err := b.build()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
@@ -210,6 +228,13 @@ func (b *builder) build() ([]string, error) {
 			}
 			// A tool image that holds toolgate's runner (container.runnerPath).
 			tools = append(tools, file{path: "/" + runnerName, mode: 0o755, data: runner})
+			for _, p := range slices.Sorted(maps.Keys(b.extra)) {
+				data, err := os.ReadFile(b.extra[p])
+				if err != nil {
+					return nil, err
+				}
+				tools = append(tools, file{path: p, mode: 0o755, data: data})
+			}
 			layers, cfg = [][]file{tools}, v1.Config{User: "65532:65532", Env: []string{"PATH=/bin"}}
 		case r.name == "pause":
 			layers = [][]file{{{path: "/" + runnerName, mode: 0o755, data: runner}}}

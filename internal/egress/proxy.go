@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -80,9 +81,10 @@ type Proxy struct {
 	Metrics *Metrics
 	Log     logr.Logger
 
-	once      sync.Once
-	transport *http.Transport
-	forwarder *httputil.ReverseProxy
+	once       sync.Once
+	forwarder  *httputil.ReverseProxy
+	mu         sync.Mutex
+	transports map[[32]byte]*http.Transport // by the CA bundle's digest
 }
 
 // errNotPermitted: a host's address is not one the proxy may reach.
@@ -244,12 +246,13 @@ func closeWrite(c net.Conn) {
 type forwardKey struct{}
 
 type forwardTo struct {
-	grant   Grant
-	verdict string // counted once the host answers
-	host    string
-	port    int32
-	header  string
-	value   string
+	grant     Grant
+	verdict   string // counted once the host answers
+	transport *http.Transport
+	host      string
+	port      int32
+	header    string
+	value     string
 }
 
 // forward sends a request in absolute form on over the proxy's own TLS,
@@ -270,7 +273,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, g Grant) {
 		p.refuse(w, g, verdict, http.StatusForbidden, why)
 		return
 	}
-	to := forwardTo{grant: g, host: name, port: port}
+	transport, err := p.transportFor(h.CABundle)
+	if err != nil {
+		p.refuse(w, g, VerdictUpstream, http.StatusBadGateway, fmt.Sprintf("the caBundle tool %s names for this host holds no certificate", g.Tool))
+		return
+	}
+	to := forwardTo{grant: g, host: name, port: port, transport: transport}
 	verdict = VerdictForwarded
 	if c := h.Credential; c != nil {
 		v, err := p.Secrets.Value(r.Context(), g.Namespace, c.Secret, c.Key)
@@ -291,31 +299,16 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, g Grant) {
 	p.forwarder.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, to)))
 }
 
-// build makes the forwarder: TLS to the host verified with RootCAs,
-// connections only to permitted addresses, no X-Forwarded-* (the pod's
-// address is nobody's business), hop-by-hop and proxy headers dropped.
+// build makes the forwarder: TLS to the host verified with the host's
+// CA bundle or RootCAs (transportFor), connections only to permitted
+// addresses, no X-Forwarded-* (the pod's address is nobody's business),
+// hop-by-hop and proxy headers dropped.
 func (p *Proxy) build() {
-	p.transport = &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			name, portText, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			port, err := strconv.ParseUint(portText, 10, 16)
-			if err != nil {
-				return nil, err
-			}
-			return p.dial(ctx, name, int32(port))
-		},
-		TLSClientConfig:       &tls.Config{RootCAs: p.RootCAs, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 5 * time.Minute,
-	}
 	p.forwarder = &httputil.ReverseProxy{
-		Transport: p.transport,
+		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			to, _ := r.Context().Value(forwardKey{}).(forwardTo)
+			return to.transport.RoundTrip(r)
+		}),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			to, _ := pr.In.Context().Value(forwardKey{}).(forwardTo)
 			hostport := to.host
@@ -393,3 +386,49 @@ func (p *Proxy) refuse(w http.ResponseWriter, g Grant, verdict string, status in
 }
 
 func (p *Proxy) count(g Grant, verdict string) { p.Metrics.inc(g.Tool, verdict) }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// transportFor is the transport that trusts ca (PEM; "": the proxy's
+// roots), one per bundle: its connections are verified with it alone.
+func (p *Proxy) transportFor(ca string) (*http.Transport, error) {
+	roots := p.RootCAs
+	if ca != "" {
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM([]byte(ca)) {
+			return nil, errors.New("no certificate in the CA bundle")
+		}
+	}
+	key := sha256.Sum256([]byte(ca))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.transports[key]; ok {
+		return t, nil
+	}
+	if p.transports == nil {
+		p.transports = map[[32]byte]*http.Transport{}
+	}
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			name, portText, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.ParseUint(portText, 10, 16)
+			if err != nil {
+				return nil, err
+			}
+			return p.dial(ctx, name, int32(port))
+		},
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+	}
+	p.transports[key] = t
+	return t, nil
+}

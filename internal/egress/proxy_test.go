@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -388,4 +389,33 @@ func TestPermitted(t *testing.T) {
 			t.Errorf("Permitted(%s) = %v, want %v", addr, got, want)
 		}
 	}
+}
+
+func TestAHostsOwnCABundleIsTrustedForItAlone(t *testing.T) {
+	f := newFixture(t)
+	f.proxy.RootCAs = x509.NewCertPool() // trusts nothing of its own
+	ca := pemOf(t, f.api)
+	g := f.grant()
+	g.Hosts[0].CABundle = ca
+	status, body, err := get(f.client(t, f.mint(t, g)), fmt.Sprintf("http://api.example.test:%d/", f.apiPort))
+	if err != nil || status != http.StatusOK || body != "authorized" {
+		t.Fatalf("with the host's CA bundle: %d %q %v, want 200 authorized", status, body, err)
+	}
+	// Without it the proxy's own roots decide, and they trust nothing.
+	g.Hosts[0].CABundle = ""
+	status, _, err = get(f.client(t, f.mint(t, g)), fmt.Sprintf("http://api.example.test:%d/", f.apiPort))
+	if err != nil || status != http.StatusBadGateway {
+		t.Fatalf("without it: %d %v, want 502", status, err)
+	}
+	g.Hosts[0].CABundle = "not a certificate"
+	status, body, err = get(f.client(t, f.mint(t, g)), fmt.Sprintf("http://api.example.test:%d/", f.apiPort))
+	if err != nil || status != http.StatusBadGateway || !strings.Contains(body, "caBundle") {
+		t.Fatalf("a bundle with no certificate: %d %q %v, want 502 naming it", status, body, err)
+	}
+}
+
+// pemOf is the PEM of the certificate u serves.
+func pemOf(t *testing.T, u *upstream) string {
+	t.Helper()
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: u.TLS.Certificates[0].Certificate[0]}))
 }

@@ -36,6 +36,9 @@ type Host struct {
 	Ports []int32 `json:"ports,omitempty"`
 	// Credential, when set, is added to every request to the host.
 	Credential *Credential `json:"cred,omitempty"`
+	// CABundle, when set, is the PEM the proxy trusts for the host instead
+	// of its roots (TLS it opens itself).
+	CABundle string `json:"ca,omitempty"`
 }
 
 // Credential is a header whose value is read from a Secret of the grant's

@@ -108,7 +108,7 @@ func Grant(job sandbox.Job, pod *corev1.Pod, now time.Time) egress.Grant {
 		Expires: now.Add(time.Duration(max(job.Tool.TimeoutSeconds, 1))*time.Second + grantSlack).Unix(),
 	}
 	for _, h := range e.Hosts {
-		g.Hosts = append(g.Hosts, egress.Host{Name: strings.ToLower(h.Host), Ports: slices.Clone(h.Ports), Credential: creds[h.Host]})
+		g.Hosts = append(g.Hosts, egress.Host{Name: strings.ToLower(h.Host), Ports: slices.Clone(h.Ports), Credential: creds[h.Host], CABundle: h.CABundle})
 	}
 	return g
 }
