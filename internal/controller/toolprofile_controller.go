@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,7 +61,14 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	cond := metav1.Condition{Type: toolgatev1alpha1.ConditionReady, ObservedGeneration: obj.Generation}
 	st.Tools, st.ToolCount = nil, 0
 	if compiled != nil {
-		st.Tools, st.ToolCount = compiled.Tools, int32(len(compiled.Tools))
+		st.Tools, st.ToolCount = slices.Clone(compiled.Tools), int32(len(compiled.Tools))
+		for i := range st.Tools {
+			for j := range spec.Tools {
+				if def := &spec.Tools[j]; def.Name == st.Tools[i].Name {
+					st.Tools[i].Network, st.Tools[i].EgressHosts = sandbox.Network(def, spec.Sandbox), sandbox.EgressHosts(def)
+				}
+			}
+		}
 	}
 	switch missing, refused := unmountedProviders(spec, r.Sandboxes, r.Approvals), refusedPolicy(spec, r.Sandboxes); {
 	case cerr != nil:

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -57,6 +58,17 @@ var _ = Describe("isolation of tool pods, enforced", func() {
 		Expect(nodeIP).NotTo(BeEmpty())
 		apiService := &corev1.Service{}
 		Expect(clients[userAdmin].Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, apiService)).To(Succeed())
+		// Where pods reach the API server on the local cluster (the egress
+		// proxy does, a pod): its own pods' environment says.
+		proxy := &appsv1.Deployment{}
+		Expect(clients[userAdmin].Get(ctx, client.ObjectKey{Namespace: "toolgate-system", Name: "toolgate-egress"}, proxy)).To(Succeed())
+		podsAPI := ""
+		for _, e := range proxy.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "KUBERNETES_SERVICE_HOST" {
+				podsAPI = e.Value
+			}
+		}
+		Expect(podsAPI).NotTo(BeEmpty(), "the egress proxy's KUBERNETES_SERVICE_HOST")
 
 		probes := []struct {
 			name, host string
@@ -64,6 +76,7 @@ var _ = Describe("isolation of tool pods, enforced", func() {
 		}{
 			{"to-api-service", apiService.Spec.ClusterIP, 443},
 			{"to-node-apiserver", nodeIP, 6443},
+			{"to-pods-apiserver", podsAPI, 6443},
 			{"to-node-kubelet", nodeIP, 10250},
 			{"to-other-session", otherPod.Status.PodIP, runner.Port},
 			{"to-other-namespace", serverIP, 8080},

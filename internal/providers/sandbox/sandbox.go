@@ -60,6 +60,53 @@ type Job struct {
 	Recorded string
 }
 
+// What a tool's body may reach (ResolvedTool.network).
+const (
+	NetworkNone   = "none"   // nothing
+	NetworkEgress = "egress" // every public address: the profile's allowEgress, or FullAccess
+	NetworkHosts  = "hosts"  // the hosts the tool names, through the egress proxy only
+)
+
+// Network is what tool's body may reach under policy: a tool naming its
+// hosts reaches them and nothing else, whatever the profile allows the
+// others.
+func Network(tool *toolgatev1alpha1.ToolDefinition, policy toolgatev1alpha1.SandboxPolicy) string {
+	switch {
+	case tool != nil && tool.Egress != nil:
+		return NetworkHosts
+	case policy.AllowEgress || policy.Mode == toolgatev1alpha1.SandboxFullAccess:
+		return NetworkEgress
+	}
+	return NetworkNone
+}
+
+// EgressHosts lists the host:port pairs a tool names, a credential's
+// host marked " (credential)".
+func EgressHosts(tool *toolgatev1alpha1.ToolDefinition) []string {
+	if tool == nil || tool.Egress == nil {
+		return nil
+	}
+	cred := map[string]bool{}
+	for _, c := range tool.Egress.Credentials {
+		cred[c.Host] = true
+	}
+	var out []string
+	for _, h := range tool.Egress.Hosts {
+		ports := h.Ports
+		if len(ports) == 0 {
+			ports = []int32{443}
+		}
+		for _, p := range ports {
+			s := fmt.Sprintf("%s:%d", h.Host, p)
+			if cred[h.Host] {
+				s += " (credential)"
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Writable tells whether tools of policy may write the workspace.
 func Writable(policy toolgatev1alpha1.SandboxPolicy) bool {
 	return policy.Mode == toolgatev1alpha1.SandboxWorkspaceWrite || policy.Mode == toolgatev1alpha1.SandboxFullAccess

@@ -311,12 +311,6 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-// EgressAllowed tells whether the policy's tool pods may open connections
-// (allowEgress, or mode FullAccess).
-func EgressAllowed(policy toolgatev1alpha1.SandboxPolicy) bool {
-	return policy.AllowEgress || policy.Mode == toolgatev1alpha1.SandboxFullAccess
-}
-
 // Egress kinds, the values of LabelEgress: what a tool pod may reach.
 const (
 	EgressNone  = "false" // nothing
@@ -328,10 +322,10 @@ const (
 // reaches them through the egress proxy only, whatever its profile allows
 // the others.
 func EgressKind(tool *toolgatev1alpha1.ToolDefinition, policy toolgatev1alpha1.SandboxPolicy) string {
-	switch {
-	case tool != nil && tool.Egress != nil:
+	switch sandbox.Network(tool, policy) {
+	case sandbox.NetworkHosts:
 		return EgressProxy
-	case EgressAllowed(policy):
+	case sandbox.NetworkEgress:
 		return EgressOpen
 	}
 	return EgressNone
