@@ -84,7 +84,7 @@ func (s *SecretValues) Value(ctx context.Context, namespace, name, key string) (
 	}
 	v, ok := secret.Data[key]
 	if !ok {
-		return nil, fmt.Errorf("Secret %s/%s has no key %s", namespace, name, key)
+		return nil, fmt.Errorf("the Secret %s/%s has no key %s", namespace, name, key)
 	}
 	s.mu.Lock()
 	if s.seen == nil {
