@@ -80,6 +80,42 @@ var _ = Describe("observedGeneration and Ready on every reconcile", func() {
 		sessionReady(s, metav1.ConditionTrue, toolgatev1alpha1.AgentSessionReasonActive)
 	})
 
+	It("says per tool what its body may reach, and the API server refuses a credential for a host the tool does not name", func() {
+		open := shTool("open", "cat").Obj()
+		named := shTool("named", "cat").Obj()
+		named.Egress = &toolgatev1alpha1.ToolEgress{
+			Hosts: []toolgatev1alpha1.EgressHost{{Host: "api.example.com"}, {Host: "*.cdn.example.com", Ports: []int32{443, 8443}}},
+			Credentials: []toolgatev1alpha1.EgressCredential{{Host: "api.example.com",
+				SecretRef: toolgatev1alpha1.SecretKeyRef{Name: "api", Key: "token"}, Format: "Bearer {{value}}"}},
+		}
+		p := processProfile(ns, open, named).Obj()
+		p.Spec.Sandbox.AllowEgress = true
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		profileReady(p, metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved)
+		byName := map[string]toolgatev1alpha1.ResolvedTool{}
+		for _, t := range p.Status.Tools {
+			byName[t.Name] = t
+		}
+		Expect(byName["open"].Network).To(Equal("egress"), "allowEgress: every public address")
+		Expect(byName["open"].EgressHosts).To(BeEmpty())
+		Expect(byName["named"].Network).To(Equal("hosts"), "a tool that names its hosts reaches them alone")
+		Expect(byName["named"].EgressHosts).To(Equal([]string{"api.example.com:443 (credential)", "*.cdn.example.com:443", "*.cdn.example.com:8443"}))
+		Expect(p.Spec.Tools[1].Egress.Credentials[0].Header).To(Equal("Authorization"), "the default header")
+
+		bad := processProfile(ns, *named.DeepCopy()).Obj()
+		bad.Name = "bad"
+		bad.Spec.Tools[0].Egress.Credentials[0].Host = "elsewhere.example.com"
+		Expect(k8s.Create(ctx, bad)).To(MatchError(ContainSubstring("a credential's host must be one of hosts")))
+		bad = processProfile(ns, *named.DeepCopy()).Obj()
+		bad.Name = "bad"
+		bad.Spec.Tools[0].Egress.Credentials[0].Format = "Bearer"
+		Expect(k8s.Create(ctx, bad)).To(MatchError(ContainSubstring("format must contain {{value}}")))
+		bad = processProfile(ns, *named.DeepCopy()).Obj()
+		bad.Name = "bad"
+		bad.Spec.Tools[0].Egress.Hosts[0].Host = "API.example.com/path"
+		Expect(k8s.Create(ctx, bad)).To(MatchError(ContainSubstring("spec.tools[0].egress.hosts[0].host")))
+	})
+
 	It("stamps the generation of a profile update it rejects", func() {
 		p := processProfile(ns, shTool("echo", "cat").Obj()).Obj()
 		Expect(k8s.Create(ctx, p)).To(Succeed())
