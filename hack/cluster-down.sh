@@ -49,7 +49,7 @@ stop etcd
 grep " $D" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
 ip link del tgbr0 2>/dev/null
 while iptables -D INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null; do :; done
-while iptables -D INPUT -i tgbr0 -d 127.0.0.1 -p tcp --dport 6443 -m conntrack --ctstate NEW -j ACCEPT 2>/dev/null; do :; done
+while iptables -D FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP 2>/dev/null; do :; done
 while iptables -t nat -D PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport 6443 -j DNAT --to-destination 127.0.0.1:6443 2>/dev/null; do :; done
 rm -rf "$D"
 # Prove nothing of ours is left: processes, mounts, the bridge, the state.
@@ -58,7 +58,7 @@ left=$(
   grep " $D" /proc/mounts | sed 's/^/mount: /'
   ip link show tgbr0 >/dev/null 2>&1 && echo "bridge: tgbr0"
   iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null && echo "iptables: the INPUT rule of tgbr0"
-  iptables -C INPUT -i tgbr0 -d 127.0.0.1 -p tcp --dport 6443 -m conntrack --ctstate NEW -j ACCEPT 2>/dev/null && echo "iptables: the API server rule of tgbr0"
+  iptables -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP 2>/dev/null && echo "iptables: the FORWARD rule of unsynced pods"
   iptables -t nat -C PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport 6443 -j DNAT --to-destination 127.0.0.1:6443 2>/dev/null && echo "iptables: the API server DNAT of tgbr0"
   iptables -S 2>/dev/null | grep -q -E 'KUBE-(ROUTER|POD-FW|NWPLCY)-' && echo "iptables: kube-router's chains"
   ipset list -n 2>/dev/null | grep -q -E '^KUBE-' && echo "ipset: kube-router's sets"

@@ -161,14 +161,13 @@ iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null ||
   iptables -I INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP
 # Except the API server (which listens on loopback) at the bridge's
 # address, as a cluster's pods reach it through the kubernetes Service:
-# toolgate's egress proxy runs as a pod and reads tool pods. Tool pods are
-# kept from it by their NetworkPolicy (kube-router's INPUT chain, inserted
-# before this rule; e2e's isolation spec).
+# toolgate's egress proxy runs as a pod and reads tool pods. Only a pod
+# whose policy kube-router has applied and allows it gets there (its INPUT
+# chain accepts what a pod's policy allows, before the drop above); tool
+# pods' policies refuse it (e2e's isolation spec).
 sysctl -qw net.ipv4.conf.tgbr0.route_localnet=1
 iptables -t nat -C PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport "$API_PORT" -j DNAT --to-destination "127.0.0.1:$API_PORT" 2>/dev/null ||
   iptables -t nat -I PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport "$API_PORT" -j DNAT --to-destination "127.0.0.1:$API_PORT"
-iptables -C INPUT -i tgbr0 -d 127.0.0.1 -p tcp --dport "$API_PORT" -m conntrack --ctstate NEW -j ACCEPT 2>/dev/null ||
-  iptables -I INPUT -i tgbr0 -d 127.0.0.1 -p tcp --dport "$API_PORT" -m conntrack --ctstate NEW -j ACCEPT
 cat >"$D/containerd/config.toml" <<TOML
 version = 3
 root = "$D/containerd/root"
@@ -288,4 +287,13 @@ start kube-router "$NODE_BIN/kube-router" --kubeconfig "$D/kubeconfig/kube-route
   --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
   --service-cluster-ip-range 10.96.0.0/24 --health-port 0 --metrics-port 0
 wait_for kube-router iptables -n -L KUBE-ROUTER-FORWARD
+# kube-router applies a new pod's policy at its next full sync, some time
+# after the pod has its address: until then the pod's traffic would pass,
+# and a tool's body can start within that time (e2e's isolation spec saw a
+# cold tool pod reach another namespace's pod). kube-router gives every
+# pod a chain that marks the traffic its policies allow, and accepts it; so
+# a new connection of a pod that is not marked comes from a pod not synced
+# yet, and is dropped (TCP tries again once it is).
+iptables -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP 2>/dev/null ||
+  iptables -A FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP
 log "ready: export KUBECONFIG=$KUBECONFIG_ADMIN"

@@ -84,7 +84,9 @@ spec:
             p=${http_proxy#http://toolgate:}; tok=${p%%@*}; hp=${p##*@}
             auth="Proxy-Authorization: Bearer $tok"
             case "$a" in *'"auth":false'*) auth="X-Nothing: 1";; esac
-            printf 'CONNECT %%s HTTP/1.1\r\nHost: %%s\r\n%%s\r\n\r\n' "$t" "$t" "$auth" | nc -w 3 "${hp%%:*}" "${hp##*:}" | head -n 1 | tr -d '\r'
+            # The connection stays open while the proxy answers, as a
+            # client's does: one closed at once is a client gone.
+            { printf 'CONNECT %%s HTTP/1.1\r\nHost: %%s\r\n%%s\r\n\r\n' "$t" "$t" "$auth"; sleep 2; } | nc -w 3 "${hp%%:*}" "${hp##*:}" | head -n 1 | tr -d '\r'
       isConcurrencySafe: "true"
       timeoutSeconds: 30
       egress:
