@@ -128,7 +128,7 @@ func main() {
 		_, _ = w.Write([]byte("ok"))
 	})
 	servers := []*http.Server{
-		{Addr: addr, Handler: proxy, ReadHeaderTimeout: 10 * time.Second},
+		{Addr: addr, Handler: proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second},
 		{Addr: metricsAddr, Handler: ops, ReadHeaderTimeout: 10 * time.Second},
 	}
 	errs := make(chan error, len(servers))

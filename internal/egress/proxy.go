@@ -380,6 +380,9 @@ func (p *Proxy) refuseDial(w http.ResponseWriter, g Grant, err error) {
 
 // refuse answers a request that is not served, says why, and counts it.
 func (p *Proxy) refuse(w http.ResponseWriter, g Grant, verdict string, status int, why string) {
+	// The connection ends with the answer: a client refused has nothing
+	// more to send on it, and one that waits is not kept waiting.
+	w.Header().Set("Connection", "close")
 	p.count(g, verdict)
 	p.Log.Info("request refused", "namespace", g.Namespace, "call", g.Call, "tool", g.Tool, "verdict", verdict)
 	http.Error(w, "toolgate egress: "+why, status)

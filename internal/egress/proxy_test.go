@@ -419,3 +419,28 @@ func pemOf(t *testing.T, u *upstream) string {
 	t.Helper()
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: u.TLS.Certificates[0].Certificate[0]}))
 }
+
+// TestARefusalClosesTheConnection: a client refused is not kept waiting on
+// a connection it has nothing more to send on (a tool's nc waited until
+// its timeout).
+func TestARefusalClosesTheConnection(t *testing.T) {
+	f := newFixture(t)
+	u, _ := url.Parse(f.proxyURL)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	req := fmt.Sprintf("CONNECT other.example.test:1 HTTP/1.1\r\nHost: other.example.test:1\r\nProxy-Authorization: Bearer %s\r\n\r\n", f.mint(t, f.grant()))
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	all, err := io.ReadAll(conn) // until the proxy closes it
+	if err != nil {
+		t.Fatalf("the proxy kept the connection open after its refusal: %v (read %q)", err, all)
+	}
+	if !strings.HasPrefix(string(all), "HTTP/1.1 403") {
+		t.Fatalf("answer %q, want 403", all)
+	}
+}
