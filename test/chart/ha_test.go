@@ -15,9 +15,14 @@ import (
 func TestHighAvailabilityByDefault(t *testing.T) {
 	manager := func(objs []*unstructured.Unstructured) *unstructured.Unstructured {
 		t.Helper()
-		deps := kinds(objs, "Deployment")
+		var deps []*unstructured.Unstructured
+		for _, d := range kinds(objs, "Deployment") {
+			if d.GetName() == "toolgate-controller-manager" {
+				deps = append(deps, d)
+			}
+		}
 		if len(deps) != 1 {
-			t.Fatalf("%d Deployments", len(deps))
+			t.Fatalf("%d manager Deployments", len(deps))
 		}
 		return deps[0]
 	}

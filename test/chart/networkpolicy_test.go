@@ -45,6 +45,8 @@ func TestNetworkPoliciesAdmitNoToolPod(t *testing.T) {
 	want := map[string]map[string][]int32{
 		"toolgate-controller-manager": {"prometheus": {8080}, "agent": {8080}},
 		"toolgate-gateway":            {"prometheus": {8080, 8443}, "agent": {8080, 8443}},
+		// The proxy port admits only tool pods labelled for the proxy.
+		"toolgate-egress": {"prometheus": {8080}, "agent": {8080}},
 	}
 	installs := map[string][]*unstructured.Unstructured{
 		"config":     append(kustomize(t, "default"), kustomize(t, "gateway")...),
@@ -122,9 +124,9 @@ func typedPolicies(t *testing.T, objs []*unstructured.Unstructured) []networking
 	return out
 }
 
-// probed are the ports toolgate's pods listen on (metrics 8080, probes
+// probed are the ports toolgate's pods listen on (egress proxy 3128, metrics 8080, probes
 // 8081, MCP 8443) and one they do not: what a peer may open among them.
-var probed = []int32{8080, 8081, 8443, 9443}
+var probed = []int32{3128, 8080, 8081, 8443, 9443}
 
 // declaredPorts are a Deployment's container ports, which must be among
 // probed (a new port needs a decision here).
