@@ -259,7 +259,7 @@ type forwardTo struct {
 // with the host's credential when it has one.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, g Grant) {
 	name := r.URL.Hostname()
-	port := int32(443)
+	port := int32(DefaultPort)
 	if t := r.URL.Port(); t != "" {
 		n, err := strconv.ParseUint(t, 10, 16)
 		if err != nil {
@@ -312,7 +312,7 @@ func (p *Proxy) build() {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			to, _ := pr.In.Context().Value(forwardKey{}).(forwardTo)
 			hostport := to.host
-			if to.port != 443 {
+			if to.port != DefaultPort {
 				hostport = net.JoinHostPort(to.host, strconv.Itoa(int(to.port)))
 			}
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "https", hostport, hostport

@@ -52,6 +52,9 @@ type Credential struct {
 	Format string `json:"format,omitempty"`
 }
 
+// DefaultPort is the port of a host that names none.
+const DefaultPort = 443
+
 // KeySize is the size of a grant-signing key.
 const KeySize = 32
 
@@ -171,7 +174,7 @@ func covers(declared, name string) bool {
 
 func allowsPort(ports []int32, port int32) bool {
 	if len(ports) == 0 {
-		return port == 443
+		return port == DefaultPort
 	}
 	for _, p := range ports {
 		if p == port {

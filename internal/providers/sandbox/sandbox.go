@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/providers"
 	"github.com/toolgate/toolgate/internal/runner"
 )
@@ -94,7 +95,7 @@ func EgressHosts(tool *toolgatev1alpha1.ToolDefinition) []string {
 	for _, h := range tool.Egress.Hosts {
 		ports := h.Ports
 		if len(ports) == 0 {
-			ports = []int32{443}
+			ports = []int32{egress.DefaultPort}
 		}
 		for _, p := range ports {
 			s := fmt.Sprintf("%s:%d", h.Host, p)

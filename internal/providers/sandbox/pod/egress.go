@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +38,34 @@ type proxyTarget struct {
 	addrs     []string
 }
 
+// proxyTTL is how long a proxy target read is reused: a call reads it
+// twice (its pod's policy, its hand-over), a session's calls many times.
+const proxyTTL = 5 * time.Second
+
+// proxyCache keeps the last proxy target read.
+type proxyCache struct {
+	mu sync.Mutex
+	at time.Time
+	t  proxyTarget
+}
+
+// proxyTarget is the egress proxy's target, read at most every proxyTTL
+// while it has ready pods.
 func (p *Provider) proxyTarget(ctx context.Context) (proxyTarget, error) {
+	c := &p.proxy
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.t.addrs) > 0 && p.now().Sub(c.at) < proxyTTL {
+		return c.t, nil
+	}
+	t, err := p.readProxyTarget(ctx)
+	if err == nil {
+		c.at, c.t = p.now(), t
+	}
+	return t, err
+}
+
+func (p *Provider) readProxyTarget(ctx context.Context) (proxyTarget, error) {
 	unavailable := func(why string) error {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool names the hosts it may reach, "+why+"; the body never started")
 	}
@@ -105,7 +133,7 @@ func Grant(job sandbox.Job, pod *corev1.Pod, now time.Time) egress.Grant {
 	g := egress.Grant{
 		Namespace: job.Owner.Namespace, Call: job.Owner.Name, Tool: job.Tool.Name,
 		PodUID: string(pod.UID), PodIP: pod.Status.PodIP,
-		Expires: now.Add(time.Duration(max(job.Tool.TimeoutSeconds, 1))*time.Second + grantSlack).Unix(),
+		Expires: now.Add(bodyTimeout(job.Tool) + grantSlack).Unix(),
 	}
 	for _, h := range e.Hosts {
 		g.Hosts = append(g.Hosts, egress.Host{Name: strings.ToLower(h.Host), Ports: slices.Clone(h.Ports), Credential: creds[h.Host], CABundle: h.CABundle})

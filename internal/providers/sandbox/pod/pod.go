@@ -69,6 +69,7 @@ type Provider struct {
 	// pipeline resumes them, since nothing of theirs ever ran.
 	remade map[string]bool
 	warm   pools
+	proxy  proxyCache
 	// minPoll and maxPoll replace the followers' poll bounds (tests).
 	minPoll, maxPoll time.Duration
 }

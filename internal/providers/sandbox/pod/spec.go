@@ -226,10 +226,7 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 		image = tool.Container.Image
 	}
 	writable := sandbox.Writable(policy)
-	timeout := int64(tool.TimeoutSeconds)
-	if timeout <= 0 {
-		timeout = defaultTimeout
-	}
+	timeout := int64(bodyTimeout(tool) / time.Second)
 	egress := EgressKind(tool, policy)
 	restricted := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
@@ -317,6 +314,14 @@ const (
 	EgressOpen  = "true"  // every public address (the profile's allowEgress)
 	EgressProxy = "proxy" // the egress proxy only: the tool names its hosts
 )
+
+// bodyTimeout is the tool's timeout, or the default where it sets none.
+func bodyTimeout(tool *toolgatev1alpha1.ToolDefinition) time.Duration {
+	if tool.TimeoutSeconds > 0 {
+		return time.Duration(tool.TimeoutSeconds) * time.Second
+	}
+	return defaultTimeout * time.Second
+}
 
 // EgressKind is what a tool's pod may reach: a tool naming its hosts
 // reaches them through the egress proxy only, whatever its profile allows
