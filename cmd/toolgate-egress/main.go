@@ -111,9 +111,11 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	keys := &egress.SecretKeys{Reader: direct, Secret: types.NamespacedName{Namespace: namespace, Name: keySecret}}
+	events := &egress.EventRecorder{Client: direct}
+	go events.Run(ctx)
 	proxy := &egress.Proxy{
 		Keys: keys, Pods: egress.CachedPods{Reader: pods}, Secrets: &egress.SecretValues{Reader: direct, TTL: credentialTTL},
-		Allowed: allowed, RootCAs: roots, Metrics: egress.NewMetrics(reg), Log: log,
+		Allowed: allowed, RootCAs: roots, Metrics: egress.NewMetrics(reg), Events: events, Log: log,
 	}
 
 	ops := http.NewServeMux()

@@ -3,13 +3,16 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
@@ -31,7 +34,9 @@ and reason and the time since the boundary before it (the first: since the
 call was created), name the first boundary whose verdict is not the one a
 call that goes well has (that is where to look, docs/operations.md), and
 say which pod ran the latest attempt and who answered the call's
-ApprovalRequest.`,
+ApprovalRequest, and list the egress proxy's record of the body's
+requests (hosts reached, credentials added, refusals) for a tool that
+names its hosts.`,
 		Example: `  # why did the call "read-secret" end as it did?
   kubectl toolgate trace read-secret -n agents
 
@@ -55,7 +60,16 @@ ApprovalRequest.`,
 				if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: tc.Name}, ar); err != nil {
 					ar = nil
 				}
-				return writeTrace(o.Out, tc, ar, wide)
+				// The egress proxy's record of the call's requests; a
+				// caller who may not list Events gets the rest.
+				evs := &eventsv1.EventList{}
+				if err := c.List(cmd.Context(), evs, client.InNamespace(ns), client.MatchingLabels{egress.LabelCallUID: string(tc.UID)}); err != nil {
+					evs = nil
+				}
+				if err := writeTrace(o.Out, tc, ar, wide); err != nil || evs == nil {
+					return err
+				}
+				return writeEgress(o.Out, evs.Items)
 			}
 			return out.print(tc, o)
 		},
@@ -115,6 +129,28 @@ func writeTrace(out io.Writer, tc *toolgatev1alpha1.ToolCall, ar *toolgatev1alph
 		fmt.Fprintf(out, "result: %s %s %s\n", r.Outcome, r.ErrorCode, msg)
 	}
 	return nil
+}
+
+// writeEgress writes the egress proxy's Events on a call: what its body
+// reached, where a credential was added, and what was refused, each with
+// how many requests it stands for. Only the proxy's own are written.
+func writeEgress(out io.Writer, evs []eventsv1.Event) error {
+	evs = slices.DeleteFunc(evs, func(e eventsv1.Event) bool { return e.ReportingController != egress.ReportingController })
+	if len(evs) == 0 {
+		return nil
+	}
+	slices.SortFunc(evs, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	fmt.Fprintln(out, "egress (the proxy's record of the body's requests):")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  FIRST\tCOUNT\tREASON\tNOTE")
+	for _, e := range evs {
+		count := int32(1)
+		if e.Series != nil {
+			count = e.Series.Count
+		}
+		fmt.Fprintf(w, "  %s\t%d\t%s\t%s\n", e.EventTime.UTC().Format("15:04:05"), count, e.Reason, e.Note)
+	}
+	return w.Flush()
 }
 
 // took is the time from since to t, at the records' resolution (seconds);

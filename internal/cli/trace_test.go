@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/egress"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
@@ -103,5 +105,35 @@ func TestTraceSaysDurationsAndTheApprover(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "approval: approvalrequest/c Pending, no decision") {
 		t.Errorf("an unanswered request is said so:\n%s", out.String())
+	}
+}
+
+// The trace lists the egress proxy's record of the body's requests, with
+// their counts, and only the proxy's: another reporter's Event with the
+// same label is not the proxy's word.
+func TestTraceListsTheProxysRecord(t *testing.T) {
+	at := metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	evs := []eventsv1.Event{
+		{ReportingController: egress.ReportingController, EventTime: at, Reason: egress.EventRefused, Note: "host_refused: elsewhere.test port 443 (tool fetch)",
+			Series: &eventsv1.EventSeries{Count: 3}},
+		{ReportingController: "someone.else", EventTime: at, Reason: egress.EventCredentialInjected, Note: "forged"},
+		{ReportingController: egress.ReportingController, EventTime: at, Reason: egress.EventCredentialInjected, Note: "injected: api.test port 443"},
+	}
+	var out bytes.Buffer
+	if err := writeEgress(&out, evs); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"egress (the proxy's record", "03:04:05  3      EgressRefused       host_refused: elsewhere.test port 443 (tool fetch)", "1      CredentialInjected  injected: api.test port 443"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("trace lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "forged") {
+		t.Errorf("trace shows another reporter's Event:\n%s", text)
+	}
+	out.Reset()
+	if err := writeEgress(&out, nil); err != nil || out.Len() != 0 {
+		t.Errorf("no Events wrote %q", out.String())
 	}
 }

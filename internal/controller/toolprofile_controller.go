@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -20,6 +21,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // ToolProfileReconciler resolves ToolProfiles: it compiles them and reports
@@ -51,7 +53,8 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	st := &obj.Status
 	spec := &obj.Spec
 	st.PermissionPreset = spec.PermissionPreset
-	st.Sandbox = r.resolveSandbox(spec.Sandbox)
+	var recheck bool
+	st.Sandbox, recheck = r.resolveSandbox(ctx, spec)
 	provider, mounted := r.Approvals.Get(string(spec.Approval.Provider))
 	st.Approval = &toolgatev1alpha1.ResolvedApproval{Provider: spec.Approval.Provider, Available: mounted && provider.Available()}
 
@@ -86,6 +89,9 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			corev1.EventTypeWarning, EventProfileInvalid, "Compile", cond.Reason+": "+cond.Message, nil)
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
+	if recheck {
+		return ctrl.Result{RequeueAfter: recheckEvery}, nil
+	}
 	return ctrl.Result{}, nil
 }
 
@@ -123,22 +129,40 @@ func refusedPolicy(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandbox.Mo
 	return ""
 }
 
-// resolveSandbox reports the policy as the mounted provider enforces it.
-func (r *ToolProfileReconciler) resolveSandbox(p toolgatev1alpha1.SandboxPolicy) *toolgatev1alpha1.ResolvedSandbox {
+// resolveSandbox reports the policy as the mounted provider enforces it,
+// and what of the profile's tools it will not run in this install; recheck
+// when that depends on objects nothing here watches (a RuntimeClass).
+func (r *ToolProfileReconciler) resolveSandbox(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) (_ *toolgatev1alpha1.ResolvedSandbox, recheck bool) {
+	p := spec.Sandbox
 	out := &toolgatev1alpha1.ResolvedSandbox{Mode: p.Mode, WorkspaceRoot: p.WorkspaceRoot, Provider: p.Provider, RuntimeClassName: ptr.Deref(p.RuntimeClassName, "")}
 	provider, ok := r.Sandboxes.Get(string(p.Provider))
 	if !ok {
 		out.Enforcement = toolgatev1alpha1.EnforcementPartial
 		out.EnforcementReason = "the " + string(p.Provider) + " sandbox provider is not mounted in this manager; calls fail until it is"
-		return out
+		return out, false
 	}
 	full, reason := provider.Enforcement(p)
-	out.Enforcement = toolgatev1alpha1.EnforcementFull
+	var reasons []string
 	if !full {
-		out.Enforcement, out.EnforcementReason = toolgatev1alpha1.EnforcementPartial, reason
+		reasons = append(reasons, reason)
 	}
-	return out
+	if c, ok := provider.(sandbox.ProfileChecker); ok {
+		more := c.CheckProfile(ctx, spec)
+		reasons, recheck = append(reasons, more...), len(more) > 0
+	}
+	out.Enforcement = toolgatev1alpha1.EnforcementFull
+	if len(reasons) > 0 {
+		out.Enforcement, out.EnforcementReason = toolgatev1alpha1.EnforcementPartial, textutil.Truncate(strings.Join(reasons, "; "), maxEnforcementReason)
+	}
+	return out, recheck
 }
+
+// recheckEvery is how often a profile whose enforcement depends on
+// objects not watched (a RuntimeClass) is resolved again.
+const recheckEvery = 30 * time.Second
+
+// maxEnforcementReason is the API's bound on status.sandbox.enforcementReason.
+const maxEnforcementReason = 1024
 
 // SetupWithManager registers the reconciler.
 func (r *ToolProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {

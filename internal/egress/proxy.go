@@ -79,7 +79,9 @@ type Proxy struct {
 	// Now is the clock (nil: time.Now).
 	Now     func() time.Time
 	Metrics *Metrics
-	Log     logr.Logger
+	// Events records verdicts on the call (nil: metrics only).
+	Events Recorder
+	Log    logr.Logger
 
 	once       sync.Once
 	forwarder  *httputil.ReverseProxy
@@ -103,7 +105,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g, verdict, why := p.authorize(r)
 	if verdict != "" {
 		w.Header().Set("Proxy-Authenticate", `Basic realm="toolgate-egress"`)
-		p.refuse(w, g, verdict, http.StatusProxyAuthRequired, why)
+		p.refuse(w, r, g, verdict, http.StatusProxyAuthRequired, why)
 		return
 	}
 	switch {
@@ -112,7 +114,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.IsAbs() && r.URL.Host != "":
 		p.forward(w, r, g)
 	default:
-		p.refuse(w, g, VerdictNotProxy, http.StatusBadRequest, "this is toolgate's egress proxy: send CONNECT, or a request in absolute form (http://host/path)")
+		p.refuse(w, r, g, VerdictNotProxy, http.StatusBadRequest, "this is toolgate's egress proxy: send CONNECT, or a request in absolute form (http://host/path)")
 	}
 }
 
@@ -179,28 +181,28 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, g Grant) {
 	name, portText, err := net.SplitHostPort(r.Host)
 	port, err2 := strconv.ParseUint(portText, 10, 16)
 	if err != nil || err2 != nil {
-		p.refuse(w, g, VerdictNotProxy, http.StatusBadRequest, "CONNECT needs host:port")
+		p.refuse(w, r, g, VerdictNotProxy, http.StatusBadRequest, "CONNECT needs host:port")
 		return
 	}
 	h, verdict, why := p.hostOf(g, name, int32(port))
 	if verdict != "" {
-		p.refuse(w, g, verdict, http.StatusForbidden, why)
+		p.refuse(w, r, g, verdict, http.StatusForbidden, why)
 		return
 	}
 	if h.Credential != nil {
-		p.refuse(w, g, VerdictTunnelCred, http.StatusForbidden,
+		p.refuse(w, r, g, VerdictTunnelCred, http.StatusForbidden,
 			"this host takes requests in absolute form only (http://host/path through the proxy, which adds the tool's credential over its own TLS), never a tunnel")
 		return
 	}
 	upstream, err := p.dial(r.Context(), name, int32(port))
 	if err != nil {
-		p.refuseDial(w, g, err)
+		p.refuseDial(w, r, g, err)
 		return
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		_ = upstream.Close()
-		p.refuse(w, g, VerdictUpstream, http.StatusInternalServerError, "the connection cannot be tunnelled")
+		p.refuse(w, r, g, VerdictUpstream, http.StatusInternalServerError, "the connection cannot be tunnelled")
 		return
 	}
 	down, buf, err := hj.Hijack()
@@ -208,7 +210,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, g Grant) {
 		_ = upstream.Close()
 		return
 	}
-	p.count(g, VerdictTunnelled)
+	p.count(r, g, VerdictTunnelled)
 	// A tunnel lives no longer than its grant.
 	deadline := time.Unix(g.Expires, 0)
 	_ = down.SetDeadline(deadline)
@@ -263,19 +265,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, g Grant) {
 	if t := r.URL.Port(); t != "" {
 		n, err := strconv.ParseUint(t, 10, 16)
 		if err != nil {
-			p.refuse(w, g, VerdictNotProxy, http.StatusBadRequest, "a request's port must be a number")
+			p.refuse(w, r, g, VerdictNotProxy, http.StatusBadRequest, "a request's port must be a number")
 			return
 		}
 		port = int32(n)
 	}
 	h, verdict, why := p.hostOf(g, name, port)
 	if verdict != "" {
-		p.refuse(w, g, verdict, http.StatusForbidden, why)
+		p.refuse(w, r, g, verdict, http.StatusForbidden, why)
 		return
 	}
 	transport, err := p.transportFor(h.CABundle)
 	if err != nil {
-		p.refuse(w, g, VerdictUpstream, http.StatusBadGateway, fmt.Sprintf("the caBundle tool %s names for this host holds no certificate", g.Tool))
+		p.refuse(w, r, g, VerdictUpstream, http.StatusBadGateway, fmt.Sprintf("the caBundle tool %s names for this host holds no certificate", g.Tool))
 		return
 	}
 	to := forwardTo{grant: g, host: name, port: port, transport: transport}
@@ -284,7 +286,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, g Grant) {
 		v, err := p.Secrets.Value(r.Context(), g.Namespace, c.Secret, c.Key)
 		if err != nil {
 			p.Log.Info("credential not read", "namespace", g.Namespace, "call", g.Call, "tool", g.Tool, "secret", c.Secret, "error", err.Error())
-			p.refuse(w, g, VerdictCredential, http.StatusBadGateway, fmt.Sprintf(
+			p.refuse(w, r, g, VerdictCredential, http.StatusBadGateway, fmt.Sprintf(
 				"the credential of tool %s for this host cannot be read (Secret %s/%s, key %s): ask the operator to grant toolgate's egress proxy get on it",
 				g.Tool, g.Namespace, c.Secret, c.Key))
 			return
@@ -324,12 +326,12 @@ func (p *Proxy) build() {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			to, _ := resp.Request.Context().Value(forwardKey{}).(forwardTo)
-			p.count(to.grant, to.verdict)
+			p.count(resp.Request, to.grant, to.verdict)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			to, _ := r.Context().Value(forwardKey{}).(forwardTo)
-			p.refuseDial(w, to.grant, err)
+			p.refuseDial(w, r, to.grant, err)
 		},
 	}
 }
@@ -369,26 +371,55 @@ func (p *Proxy) dial(ctx context.Context, name string, port int32) (net.Conn, er
 	return nil, err
 }
 
-func (p *Proxy) refuseDial(w http.ResponseWriter, g Grant, err error) {
+func (p *Proxy) refuseDial(w http.ResponseWriter, r *http.Request, g Grant, err error) {
 	if errors.Is(err, errNotPermitted) {
-		p.refuse(w, g, VerdictAddress, http.StatusForbidden, "the host resolves to an address that is not public, which the operator does not allow")
+		p.refuse(w, r, g, VerdictAddress, http.StatusForbidden, "the host resolves to an address that is not public, which the operator does not allow")
 		return
 	}
 	p.Log.Info("host not reached", "namespace", g.Namespace, "call", g.Call, "tool", g.Tool, "error", err.Error())
-	p.refuse(w, g, VerdictUpstream, http.StatusBadGateway, "the host could not be reached")
+	p.refuse(w, r, g, VerdictUpstream, http.StatusBadGateway, "the host could not be reached")
 }
 
 // refuse answers a request that is not served, says why, and counts it.
-func (p *Proxy) refuse(w http.ResponseWriter, g Grant, verdict string, status int, why string) {
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, g Grant, verdict string, status int, why string) {
 	// The connection ends with the answer: a client refused has nothing
 	// more to send on it, and one that waits is not kept waiting.
 	w.Header().Set("Connection", "close")
-	p.count(g, verdict)
+	p.count(r, g, verdict)
 	p.Log.Info("request refused", "namespace", g.Namespace, "call", g.Call, "tool", g.Tool, "verdict", verdict)
 	http.Error(w, "toolgate egress: "+why, status)
 }
 
-func (p *Proxy) count(g Grant, verdict string) { p.Metrics.inc(g.Tool, verdict) }
+// count counts a request's verdict, and records it on the call when the
+// request carried a grant.
+func (p *Proxy) count(r *http.Request, g Grant, verdict string) {
+	p.Metrics.inc(g.Tool, verdict)
+	if p.Events != nil && g.CallUID != "" {
+		host, port := destination(r)
+		p.Events.Record(g, verdict, host, port)
+	}
+}
+
+// destination is the host and port a request asks for (port 0: none
+// could be read).
+func destination(r *http.Request) (string, int32) {
+	hostport := r.Host
+	if r.Method != http.MethodConnect && r.URL.IsAbs() {
+		hostport = r.URL.Host
+	}
+	host, portText, err := net.SplitHostPort(hostport)
+	if err != nil {
+		if r.Method == http.MethodConnect {
+			return hostport, 0
+		}
+		return strings.Trim(hostport, "[]"), DefaultPort
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return host, 0
+	}
+	return host, int32(port)
+}
 
 type roundTripper func(*http.Request) (*http.Response, error)
 

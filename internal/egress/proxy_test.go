@@ -160,7 +160,7 @@ func portOf(t *testing.T, raw string) int32 {
 // other.example.test and *.wild.example.test without, on the test ports.
 func (f *fixture) grant() Grant {
 	return Grant{
-		Namespace: "agents", Call: "c1", Tool: "fetch", PodUID: "pod-1", PodIP: "127.0.0.1",
+		Namespace: "agents", Call: "c1", CallUID: "uid-1", Tool: "fetch", PodUID: "pod-1", PodIP: "127.0.0.1",
 		Expires: f.now.Add(time.Minute).Unix(),
 		Hosts: []Host{
 			{Name: "api.example.test", Ports: []int32{f.apiPort}, Credential: &Credential{Header: "Authorization", Secret: "api-token", Key: "token", Format: "Bearer {{value}}"}},

@@ -13,10 +13,12 @@ import (
 
 // Grant is what one attempt's body may reach.
 type Grant struct {
-	// Namespace, Call and Tool name the call (the namespace is where its
-	// credentials' Secrets are read).
+	// Namespace, Call, CallUID and Tool name the call (the namespace is
+	// where its credentials' Secrets are read; the proxy's Events regard
+	// the call).
 	Namespace string `json:"ns"`
 	Call      string `json:"call"`
+	CallUID   string `json:"uid,omitempty"`
 	Tool      string `json:"tool"`
 	// PodUID and PodIP are the attempt's pod: a request is believed only
 	// from that address while that pod lives.

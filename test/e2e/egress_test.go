@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"regexp"
 	"strings"
 	"time"
 
@@ -208,6 +209,22 @@ subjects: [{kind: ServiceAccount, name: toolgate-egress, namespace: toolgate-sys
 			Expect(strings.TrimSpace(r.Content)).To(Equal(want), name)
 		}
 		Expect(ns.Committed("direct").Status.Result.Content).To(Equal("unreachable\n"), "a tool that names its hosts reaches nothing but the proxy")
+
+		By("each call's trace holds the proxy's record of its requests")
+		for name, want := range map[string][2]string{
+			"fetch":             {"CredentialInjected", fmt.Sprintf("injected: %s port 8443, the tool's credential added by the proxy (tool fetch)", apiIP)},
+			"fetch-unnamed":     {"EgressRefused", fmt.Sprintf("host_refused: %s port 8443 (tool fetch_unnamed)", apiIP)},
+			"tunnel-named":      {"EgressReached", fmt.Sprintf("tunnelled: %s port 8080 (tool tunnel)", plainIP)},
+			"tunnel-other-port": {"EgressRefused", fmt.Sprintf("port_refused: %s port 8081 (tool tunnel)", plainIP)},
+		} {
+			Eventually(func() string {
+				out, _ := kubectl(userAdmin, "", "toolgate", "--kubeconfig", kubeconfig(userAdmin), "-n", ns.Name, "trace", name)
+				return out
+			}, 30*time.Second, time.Second).Should(MatchRegexp(`\b1\s+`+regexp.QuoteMeta(want[0])+`\s+`+regexp.QuoteMeta(want[1])), name)
+		}
+		out, err := kubectl(userAdmin, "", "toolgate", "--kubeconfig", kubeconfig(userAdmin), "-n", ns.Name, "trace", "fetch")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).NotTo(ContainSubstring(secretToken), "the trace holds the credential")
 	})
 })
 

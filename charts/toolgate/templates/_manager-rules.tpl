@@ -65,6 +65,12 @@ rules:
   - update
   - watch
 - apiGroups:
+  - node.k8s.io
+  resources:
+  - runtimeclasses
+  verbs:
+  - get
+- apiGroups:
   - storage.k8s.io
   resources:
   - storageclasses
@@ -177,6 +183,12 @@ rules:
   - patch
   - update
   - watch
+- apiGroups:
+  - node.k8s.io
+  resources:
+  - runtimeclasses
+  verbs:
+  - get
 - apiGroups:
   - storage.k8s.io
   resources:

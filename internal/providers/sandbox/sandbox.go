@@ -194,6 +194,14 @@ type Provider interface {
 	Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (gone bool, err error)
 }
 
+// ProfileChecker is implemented by a provider that can tell, beyond the
+// sandbox policy, what of a profile it will not enforce: tools' own needs
+// it cannot meet in this install, and objects the policy names that do
+// not exist. Each reason makes the profile's enforcement Partial.
+type ProfileChecker interface {
+	CheckProfile(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) []string
+}
+
 // Preparer is implemented by a provider that can get an attempt's sandbox
 // ready before the attempt's dispatch boundary is written, holding nothing
 // of the call and running nothing until Run (the pod provider: the pod,

@@ -131,7 +131,7 @@ func Grant(job sandbox.Job, pod *corev1.Pod, now time.Time) egress.Grant {
 		creds[c.Host] = &egress.Credential{Header: header, Secret: c.SecretRef.Name, Key: c.SecretRef.Key, Format: c.Format}
 	}
 	g := egress.Grant{
-		Namespace: job.Owner.Namespace, Call: job.Owner.Name, Tool: job.Tool.Name,
+		Namespace: job.Owner.Namespace, Call: job.Owner.Name, CallUID: string(job.OwnerUID), Tool: job.Tool.Name,
 		PodUID: string(pod.UID), PodIP: pod.Status.PodIP,
 		Expires: now.Add(bodyTimeout(job.Tool) + grantSlack).Unix(),
 	}
