@@ -26,8 +26,13 @@ case "${TOOLGATE_INSTALL:-kustomize}" in
     exit 2
     ;;
 esac
-kubectl -n toolgate-system rollout restart deployment/toolgate-controller-manager >/dev/null
-kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s
+# The images keep their tag: pods already running an older build of it are
+# replaced.
+for d in toolgate-controller-manager toolgate-egress; do
+  kubectl -n toolgate-system get deployment "$d" >/dev/null 2>&1 || continue
+  kubectl -n toolgate-system rollout restart deployment/"$d" >/dev/null
+  kubectl -n toolgate-system rollout status deployment/"$d" --timeout=180s
+done
 
 # The API server serves a new or updated CRD's objects only once their
 # storage is ready, which can lag the CRD by seconds (503 ServiceUnavailable

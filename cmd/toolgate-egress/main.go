@@ -111,7 +111,7 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	keys := &egress.SecretKeys{Reader: direct, Secret: types.NamespacedName{Namespace: namespace, Name: keySecret}}
-	events := &egress.EventRecorder{Client: direct}
+	events := &egress.EventRecorder{Client: direct, Log: log}
 	go events.Run(ctx)
 	proxy := &egress.Proxy{
 		Keys: keys, Pods: egress.CachedPods{Reader: pods}, Secrets: &egress.SecretValues{Reader: direct, TTL: credentialTTL},

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,17 +28,25 @@ type Options struct {
 	scheme *runtime.Scheme
 }
 
+// newScheme holds every type the commands read.
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		toolgatev1alpha1.AddToScheme,
+		corev1.AddToScheme,   // Namespaces, for pending -A as an approver of some namespaces only
+		eventsv1.AddToScheme, // Events, for the egress proxy's record in trace
+	} {
+		if err := add(scheme); err != nil {
+			panic(err) // a static registration; cannot fail at run time
+		}
+	}
+	return scheme
+}
+
 // NewCommand returns `kubectl toolgate` with its subcommands, writing to
 // streams.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	scheme := runtime.NewScheme()
-	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
-		panic(err) // a static registration; cannot fail at run time
-	}
-	// Namespaces, for pending -A as an approver of some namespaces only.
-	if err := corev1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
+	scheme := newScheme()
 	o := &Options{Flags: genericclioptions.NewConfigFlags(true), IOStreams: streams, scheme: scheme}
 	root := &cobra.Command{
 		Use:   "kubectl-toolgate",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -60,13 +61,18 @@ names its hosts.`,
 				if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: tc.Name}, ar); err != nil {
 					ar = nil
 				}
+				if err := writeTrace(o.Out, tc, ar, wide); err != nil {
+					return err
+				}
 				// The egress proxy's record of the call's requests; a
 				// caller who may not list Events gets the rest.
 				evs := &eventsv1.EventList{}
-				if err := c.List(cmd.Context(), evs, client.InNamespace(ns), client.MatchingLabels{egress.LabelCallUID: string(tc.UID)}); err != nil {
-					evs = nil
-				}
-				if err := writeTrace(o.Out, tc, ar, wide); err != nil || evs == nil {
+				err := c.List(cmd.Context(), evs, client.InNamespace(ns), client.MatchingLabels{egress.LabelCallUID: string(tc.UID)})
+				switch {
+				case apierrors.IsForbidden(err):
+					return nil
+				case err != nil:
+					_, err = fmt.Fprintf(o.Out, "egress: the proxy's record was not read: %v\n", err)
 					return err
 				}
 				return writeEgress(o.Out, evs.Items)

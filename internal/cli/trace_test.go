@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/egress"
@@ -135,5 +137,16 @@ func TestTraceListsTheProxysRecord(t *testing.T) {
 	out.Reset()
 	if err := writeEgress(&out, nil); err != nil || out.Len() != 0 {
 		t.Errorf("no Events wrote %q", out.String())
+	}
+}
+
+// The commands' client knows every type they list: trace lists Events,
+// and a type the scheme lacks fails the list, not the API server.
+func TestTheSchemeKnowsEveryTypeTheCommandsRead(t *testing.T) {
+	s := newScheme()
+	for _, o := range []runtime.Object{&eventsv1.EventList{}, &corev1.NamespaceList{}, &toolgatev1alpha1.ToolCallList{}, &toolgatev1alpha1.ApprovalRequestList{}} {
+		if _, _, err := s.ObjectKinds(o); err != nil {
+			t.Errorf("%T: %v", o, err)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,6 +60,7 @@ type Recorder interface {
 // repeats into the Event's series.
 type EventRecorder struct {
 	Client client.Client
+	Log    logr.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 
@@ -167,7 +169,9 @@ func (r *EventRecorder) Flush(ctx context.Context) {
 	r.mu.Unlock()
 	for _, p := range todo {
 		if err := r.write(ctx, p); err != nil {
-			continue // counted again at the next flush
+			// Counted again at the next flush.
+			r.Log.Error(err, "event not written", "namespace", p.ev.Namespace, "call", p.ev.Regarding.Name, "reason", p.ev.Reason)
+			continue
 		}
 		r.mu.Lock()
 		p.entry.written = p.count
