@@ -193,13 +193,15 @@ type ToolEgress struct {
 }
 
 // EgressHost is one host a tool may reach.
+// +kubebuilder:validation:XValidation:rule="!self.host.contains(':') || (isIP(self.host) && ip.isCanonical(self.host))",message="an IPv6 host is a canonical address: lowercase, zeros compressed, no brackets (2001:db8::1)",fieldPath=".host"
 type EgressHost struct {
-	// host is an exact DNS name or IP address, or "*." and a name (every
-	// name below it, not the name itself). Lowercase.
+	// host is an exact DNS name or IP address (IPv6 in canonical form,
+	// without brackets), or "*." and a name (every name below it, not the
+	// name itself). Lowercase.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^((\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?|[0-9a-f.:]*:[0-9a-f.:]*)$`
 	Host string `json:"host"`
 
 	// ports the body may reach on the host; 443 when empty.

@@ -114,6 +114,20 @@ var _ = Describe("observedGeneration and Ready on every reconcile", func() {
 		bad.Name = "bad"
 		bad.Spec.Tools[0].Egress.Hosts[0].Host = "API.example.com/path"
 		Expect(k8s.Create(ctx, bad)).To(MatchError(ContainSubstring("spec.tools[0].egress.hosts[0].host")))
+
+		By("an IPv6 address is a host in its canonical form, without brackets")
+		v6 := processProfile(ns, *named.DeepCopy()).Obj()
+		v6.Name = "v6"
+		v6.Spec.Tools[0].Egress.Hosts[0].Host, v6.Spec.Tools[0].Egress.Credentials[0].Host = "2001:db8::1", "2001:db8::1"
+		Expect(k8s.Create(ctx, v6)).To(Succeed())
+		profileReady(v6, metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved)
+		Expect(v6.Status.Tools[0].EgressHosts[0]).To(Equal("[2001:db8::1]:443 (credential)"))
+		for _, host := range []string{"2001:DB8::1", "2001:db8:0::1", "[2001:db8::1]", "1:2:3", ":::"} {
+			bad = processProfile(ns, *named.DeepCopy()).Obj()
+			bad.Name = "bad"
+			bad.Spec.Tools[0].Egress.Hosts[1].Host = host
+			Expect(k8s.Create(ctx, bad)).NotTo(Succeed(), host)
+		}
 	})
 
 	It("stamps the generation of a profile update it rejects", func() {

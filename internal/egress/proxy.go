@@ -314,6 +314,9 @@ func (p *Proxy) build() {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			to, _ := pr.In.Context().Value(forwardKey{}).(forwardTo)
 			hostport := to.host
+			if strings.Contains(hostport, ":") {
+				hostport = "[" + hostport + "]" // an IPv6 address
+			}
 			if to.port != DefaultPort {
 				hostport = net.JoinHostPort(to.host, strconv.Itoa(int(to.port)))
 			}

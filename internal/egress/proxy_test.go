@@ -444,3 +444,49 @@ func TestARefusalClosesTheConnection(t *testing.T) {
 		t.Fatalf("answer %q, want 403", all)
 	}
 }
+
+// An IPv6 address is a host like a name: reached however the body writes
+// it, and only the address the grant names.
+func TestAnIPv6HostIsReachedByItsAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "hello over v6\n")
+			_ = c.Close()
+		}
+	}()
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	f := newFixture(t)
+	f.proxy.Allowed = append(f.proxy.Allowed, netip.MustParsePrefix("::1/128"))
+	g := f.grant()
+	g.Hosts = append(g.Hosts, Host{Name: "::1", Ports: []int32{port}})
+	token := f.mint(t, g)
+	u, _ := url.Parse(f.proxyURL)
+	connect := func(target string) string {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Bearer %s\r\n\r\n", target, target, token)
+		all, _ := io.ReadAll(conn)
+		return string(all)
+	}
+	for _, target := range []string{fmt.Sprintf("[::1]:%d", port), fmt.Sprintf("[0:0::1]:%d", port)} {
+		if got := connect(target); !strings.HasPrefix(got, "HTTP/1.1 200") || !strings.Contains(got, "hello over v6") {
+			t.Errorf("CONNECT %s: %q", target, got)
+		}
+	}
+	if got := connect(fmt.Sprintf("[::2]:%d", port)); !strings.HasPrefix(got, "HTTP/1.1 403") {
+		t.Errorf("CONNECT to an address the grant does not name: %q", got)
+	}
+}

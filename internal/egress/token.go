@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -163,7 +164,15 @@ func (g Grant) Named(name string) bool {
 	return false
 }
 
-func canonical(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
+// canonical is name as hosts are declared: lowercase without a final
+// dot, an address in its canonical form (IPv6 compressed, no brackets).
+func canonical(name string) string {
+	name = strings.Trim(name, "[]")
+	if a, err := netip.ParseAddr(name); err == nil {
+		return a.String()
+	}
+	return strings.ToLower(strings.TrimSuffix(name, "."))
+}
 
 // covers tells whether a declared host (exact, or "*." and a name)
 // covers name.

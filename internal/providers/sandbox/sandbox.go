@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -98,7 +100,7 @@ func EgressHosts(tool *toolgatev1alpha1.ToolDefinition) []string {
 			ports = []int32{egress.DefaultPort}
 		}
 		for _, p := range ports {
-			s := fmt.Sprintf("%s:%d", h.Host, p)
+			s := net.JoinHostPort(h.Host, strconv.Itoa(int(p)))
 			if cred[h.Host] {
 				s += " (credential)"
 			}
