@@ -8,6 +8,8 @@ import (
 // everything but decision; a person sets decision once.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",message="decision can be set once and never changed or removed",fieldPath=".decision"
 // +kubebuilder:validation:XValidation:rule="has(self.sessionRef) == has(oldSelf.sessionRef)",message="sessionRef is immutable",fieldPath=".sessionRef"
+// +kubebuilder:validation:XValidation:rule="has(self.approvers) == has(oldSelf.approvers)",message="approvers is immutable",fieldPath=".approvers"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.approvals) || has(self.approvals)",message="an approval, once recorded, is never changed or removed",fieldPath=".approvals"
 type ApprovalRequestSpec struct {
 	// toolCallRef names the ToolCall the question is about.
 	// +required
@@ -56,9 +58,43 @@ type ApprovalRequestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="deadline is immutable"
 	Deadline metav1.MicroTime `json:"deadline"`
 
-	// decision is set once by an approver.
+	// approvers say who may answer and how many approvals decide, as the
+	// rule that asked named them; absent: one approval from anyone allowed
+	// the verb approve.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="approvers is immutable"
+	Approvers *Approvers `json:"approvers,omitempty"`
+
+	// approvals are the approvals recorded so far, one per approver, each
+	// added by its approver (admission checks who): the call is approved
+	// once approvers.required have. An approval is never changed or
+	// removed.
+	// +optional
+	// +listType=map
+	// +listMapKey=user
+	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:XValidation:rule="oldSelf.all(o, self.exists(n, n.user == o.user && n == o))",message="an approval, once recorded, is never changed or removed"
+	Approvals []Approval `json:"approvals,omitempty"`
+
+	// decision is set once by an approver: Deny decides, whatever was
+	// approved; Approve decides only a request that needs one approval.
 	// +optional
 	Decision *ApprovalDecision `json:"decision,omitempty"`
+}
+
+// Approval is one approver's approval.
+type Approval struct {
+	// user is the approver's username; admission checks it is the user
+	// adding the approval.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	User string `json:"user"`
+
+	// message is the approver's note.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // ApprovalDecision is a person's answer.
@@ -101,6 +137,14 @@ type ApprovalRequestStatus struct {
 	// +optional
 	ResolvedAt *metav1.Time `json:"resolvedAt,omitempty"`
 
+	// approvals are the approvals toolgate counted, each with when it first
+	// saw it.
+	// +optional
+	// +listType=map
+	// +listMapKey=user
+	// +kubebuilder:validation:MaxItems=10
+	Approvals []RecordedApproval `json:"approvals,omitempty"`
+
 	// conditions: Decided is True once a person's decision is recorded
 	// (reason Approved or Denied) and False otherwise (reason Pending,
 	// Expired or Cancelled), so `kubectl wait --for=condition=Decided`
@@ -110,6 +154,19 @@ type ApprovalRequestStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RecordedApproval is an approval as toolgate counted it.
+type RecordedApproval struct {
+	// user is the approver.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	User string `json:"user"`
+
+	// recordedAt is when toolgate first saw the approval.
+	// +required
+	RecordedAt metav1.Time `json:"recordedAt"`
 }
 
 // ApprovalRequestConditionDecided is the ApprovalRequest's condition: True

@@ -227,6 +227,11 @@ type PipelineCheckpoint struct {
 	// +kubebuilder:validation:MaxLength=1024
 	AskMessage string `json:"askMessage,omitempty"`
 
+	// askApprovers are who may answer the question and how many must, as
+	// the rule that asked named them.
+	// +optional
+	AskApprovers *Approvers `json:"askApprovers,omitempty"`
+
 	// notBefore delays the next attempt (retry backoff), to the
 	// microsecond.
 	// +optional

@@ -438,6 +438,7 @@ type RetryPolicy struct {
 }
 
 // PolicyRule is one pre-execute rule.
+// +kubebuilder:validation:XValidation:rule="!has(self.approvers) || self.action == 'Ask'",message="approvers are for rules that ask",fieldPath=".approvers"
 type PolicyRule struct {
 	// name identifies the rule in traces and results.
 	// +required
@@ -469,6 +470,45 @@ type PolicyRule struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// approvers say who may approve a call this rule asks about and how
+	// many must (action Ask only); the profile's approval.approvers
+	// otherwise.
+	// +optional
+	Approvers *Approvers `json:"approvers,omitempty"`
+}
+
+// Approvers say who may answer a question and how many distinct people
+// must approve it. Any one of them denying decides. Enforced by the API
+// server (admission): an approver is the user recording the approval, never
+// the call's requester, counted once, and, where users or groups are
+// named, one of the users or a member of one of the groups (as the API
+// server authenticates them).
+type Approvers struct {
+	// required is how many distinct people must approve.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	Required int32 `json:"required,omitempty"`
+
+	// users who may answer (usernames as the API server authenticates
+	// them). With groups: either. Neither: anyone allowed the verb approve.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	Users []string `json:"users,omitempty"`
+
+	// groups whose members may answer (the groups the API server puts in
+	// the user's info).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	Groups []string `json:"groups,omitempty"`
 }
 
 // PolicyAction is a pre-execute decision.
@@ -732,6 +772,12 @@ type ApprovalSettings struct {
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=604800
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+
+	// approvers say who may approve and how many must, for every rule
+	// that asks and names none of its own (default: one approval from
+	// anyone allowed the verb approve).
+	// +optional
+	Approvers *Approvers `json:"approvers,omitempty"`
 
 	// redactArguments are top-level argument names whose values are replaced
 	// by "[redacted]" in the approver's preview.

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 )
 
 func decideCommand(o *Options, action toolgatev1alpha1.DecisionAction) *cobra.Command {
@@ -21,8 +23,11 @@ func decideCommand(o *Options, action toolgatev1alpha1.DecisionAction) *cobra.Co
 		Short: verb + " a call's ApprovalRequest as the current user",
 		Long: string(action) + ` the ApprovalRequest NAME (it has its call's name) as the current user,
 once. The API server's admission policy decides who may: never the call's
-requester, only a user allowed the verb approve on approvalrequests. A
-request already decided, expired or cancelled is refused.`,
+requester, only a user allowed the verb approve on approvalrequests, and,
+where the request names approvers, one of the users or a member of one of
+the groups. A request that needs several approvals records this approval
+among them (approve) or is decided (deny). A request already decided,
+expired or cancelled is refused.`,
 		Example: fmt.Sprintf(`  # %[1]s the call "write-notes" in namespace agents
   kubectl toolgate %[1]s write-notes -n agents -m "reviewed the diff"
 
@@ -44,6 +49,10 @@ request already decided, expired or cancelled is refused.`,
 			if err != nil {
 				return err
 			}
+			if n, required := apiserver.Approvals(ar); required > 1 && ar.Spec.Decision == nil {
+				_, err = fmt.Fprintf(o.Out, "approvalrequest/%s: approved by %s, %d of %d approvals\n", ar.Name, user, n, required)
+				return err
+			}
 			_, err = fmt.Fprintf(o.Out, "approvalrequest/%s: %s by %s\n", ar.Name, action, user)
 			return err
 		},
@@ -63,6 +72,15 @@ func decide(ctx context.Context, c client.Client, ns, name string, d toolgatev1a
 		}
 		if err := decidable(ar, now); err != nil {
 			return err
+		}
+		if _, required := apiserver.Approvals(ar); d.Action == toolgatev1alpha1.DecisionApprove && required > 1 {
+			// A request that needs several approvals takes this one as
+			// one of them; only a denial is a decision.
+			if slices.ContainsFunc(ar.Spec.Approvals, func(a toolgatev1alpha1.Approval) bool { return a.User == d.DecidedBy }) {
+				return fmt.Errorf("approvalrequest %s already holds your approval; it needs %d from distinct approvers", ar.Name, required)
+			}
+			ar.Spec.Approvals = append(ar.Spec.Approvals, toolgatev1alpha1.Approval{User: d.DecidedBy, Message: d.Message})
+			return c.Update(ctx, ar)
 		}
 		ar.Spec.Decision = &d
 		return c.Update(ctx, ar)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -112,5 +113,42 @@ func TestPreviewCutsWholeCharacters(t *testing.T) {
 	}
 	if got := preview("a\nb"); got != "a b" {
 		t.Fatalf("short preview %q", got)
+	}
+}
+
+// A request that needs several approvals takes an approve as one of them
+// (a deny still decides), refuses a second from the same approver, and
+// pending shows the count and who may still approve.
+func TestApproveAddsOneOfSeveralApprovals(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := metav1.NewTime(time.Now().Add(time.Hour))
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		tu.MakeApprovalRequest("ns", "two", "two", deadline).Approvers(2, []string{"erin"}, []string{"reviewers"}).Obj(),
+	).Build()
+	approve := toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "erin", Message: "fine"}
+	ar, err := decide(ctx, c, "ns", "two", approve, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar.Spec.Decision != nil || len(ar.Spec.Approvals) != 1 || ar.Spec.Approvals[0] != (toolgatev1alpha1.Approval{User: "erin", Message: "fine"}) {
+		t.Fatalf("after one approve: decision %+v, approvals %+v", ar.Spec.Decision, ar.Spec.Approvals)
+	}
+	if _, err := decide(ctx, c, "ns", "two", approve, time.Now()); err == nil || !strings.Contains(err.Error(), "already holds your approval") {
+		t.Fatalf("a second approve by the same approver: %v", err)
+	}
+	var out bytes.Buffer
+	if err := writePending(&out, []toolgatev1alpha1.ApprovalRequest{*ar}, false, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "1/2") || !strings.Contains(out.String(), "group reviewers") || strings.Contains(out.String(), "user erin") {
+		t.Errorf("pending -o wide:\n%s", out.String())
+	}
+	deny := toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "carol", Message: "no"}
+	if ar, err = decide(ctx, c, "ns", "two", deny, time.Now()); err != nil || ar.Spec.Decision == nil || ar.Spec.Decision.Action != toolgatev1alpha1.DecisionDeny {
+		t.Fatalf("a deny: %+v %v", ar.Spec.Decision, err)
 	}
 }

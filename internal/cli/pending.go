@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
 
@@ -126,9 +127,9 @@ func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wi
 		}
 		fmt.Fprintln(tw)
 	}
-	head := []string{"NAME", "SESSION", "TOOL", "REQUESTER", "AGE", "DEADLINE"}
+	head := []string{"NAME", "SESSION", "TOOL", "REQUESTER", "APPROVALS", "AGE", "DEADLINE"}
 	if wide {
-		head = append(head, "CALL", "REASON", "ARGUMENTS")
+		head = append(head, "APPROVERS", "CALL", "REASON", "ARGUMENTS")
 	}
 	row("NAMESPACE", head...)
 	for _, ar := range items {
@@ -136,15 +137,39 @@ func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wi
 		if ar.Spec.SessionRef != nil {
 			session = ar.Spec.SessionRef.Name
 		}
-		cells := []string{ar.Name, session, ar.Spec.Tool, ar.Spec.Requester,
+		n, required := apiserver.Approvals(&ar)
+		cells := []string{ar.Name, session, ar.Spec.Tool, ar.Spec.Requester, fmt.Sprintf("%d/%d", n, required),
 			duration.HumanDuration(now.Sub(ar.CreationTimestamp.Time)),
 			"in " + duration.HumanDuration(ar.Spec.Deadline.Sub(now))}
 		if wide {
-			cells = append(cells, ar.Spec.ToolCallRef.Name, preview(ar.Spec.Reason), preview(ar.Spec.ArgumentsPreview))
+			cells = append(cells, approverList(&ar), ar.Spec.ToolCallRef.Name, preview(ar.Spec.Reason), preview(ar.Spec.ArgumentsPreview))
 		}
 		row(ar.Namespace, cells...)
 	}
 	return tw.Flush()
+}
+
+// approverList says who may still approve ar: the users and groups it
+// names, less those who have ("anyone with approve" when it names none).
+func approverList(ar *toolgatev1alpha1.ApprovalRequest) string {
+	a := ar.Spec.Approvers
+	if a == nil || len(a.Users)+len(a.Groups) == 0 {
+		return "anyone with approve"
+	}
+	done := map[string]bool{}
+	for _, x := range ar.Spec.Approvals {
+		done[x.User] = true
+	}
+	var out []string
+	for _, u := range a.Users {
+		if !done[u] {
+			out = append(out, "user "+u)
+		}
+	}
+	for _, g := range a.Groups {
+		out = append(out, "group "+g)
+	}
+	return strings.Join(out, ", ")
 }
 
 // preview makes text one table cell: one line, cut without splitting a

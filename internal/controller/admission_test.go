@@ -32,6 +32,15 @@ func as(user string) client.Client {
 	return c
 }
 
+// asMember returns a client acting as user, a member of groups.
+func asMember(user string, groups ...string) client.Client {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
 // installAdmission creates the objects of config/admission (of files, when
 // given), with the bindings narrowed to namespaces labelled for this spec
 // (the policy is cluster-wide; other specs run beside this one).
@@ -157,6 +166,63 @@ var _ = Describe("admission", Ordered, func() {
 		err := as("alice").Update(ctx, got)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("decision can be set once"))
+	})
+
+	It("counts distinct approvals from the approvers a request names, and lets any of them deny", func() {
+		for _, u := range []string{"carol", "dave", "erin", "frank"} {
+			bind(ns, u, label+"-approver")
+		}
+		ar := tu.MakeApprovalRequest(ns, "quorum", "quorum", metav1.NewTime(time.Now().Add(time.Hour))).Approvers(2, nil, []string{"reviewers"}).Obj()
+		Expect(k8s.Create(ctx, ar)).To(Succeed())
+		approve := func(c client.Client, user, message string) error {
+			got := &toolgatev1alpha1.ApprovalRequest{}
+			Expect(c.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
+			got.Spec.Approvals = append(got.Spec.Approvals, toolgatev1alpha1.Approval{User: user, Message: message})
+			return c.Update(ctx, got)
+		}
+		refused := func(err error, why string) {
+			GinkgoHelper()
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(why))
+		}
+		refused(approve(asMember("erin", "others"), "erin", ""), "only the approvers this request names")
+		refused(approve(asMember("agent", "reviewers"), "agent", ""), "the requester of a call may not approve it")
+		refused(approve(asMember("bob", "reviewers"), "bob", ""), "needs the verb approve")
+		refused(approve(asMember("carol", "reviewers"), "dave", ""), "added by its approver")
+		Expect(approve(asMember("carol", "reviewers"), "carol", "looks right")).To(Succeed())
+
+		By("a member approving twice is counted once, and an approval is never edited")
+		refused(approve(asMember("carol", "reviewers"), "carol", "again"), "")
+		got := &toolgatev1alpha1.ApprovalRequest{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
+		Expect(got.Spec.Approvals).To(HaveLen(1))
+		got.Spec.Approvals[0].Message = "changed my words"
+		refused(asMember("carol", "reviewers").Update(ctx, got), "never changed or removed")
+		got.Spec.Approvals = nil
+		refused(k8s.Update(ctx, got), "never changed or removed")
+
+		By("a decision cannot approve a request that needs two")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
+		got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "dave"}
+		refused(asMember("dave", "reviewers").Update(ctx, got), "needs 2 approvals")
+
+		By("the second member's approval completes it; nobody adds a third")
+		Expect(approve(asMember("dave", "reviewers"), "dave", "")).To(Succeed())
+		refused(approve(asMember("frank", "reviewers"), "frank", ""), "already has the approvals it needs")
+
+		By("any named approver may deny; nobody else, and nobody approves after")
+		deny := tu.MakeApprovalRequest(ns, "quorum-deny", "quorum-deny", metav1.NewTime(time.Now().Add(time.Hour))).Approvers(2, []string{"erin"}, []string{"reviewers"}).Obj()
+		Expect(k8s.Create(ctx, deny)).To(Succeed())
+		decide := func(c client.Client, user string) error {
+			got := &toolgatev1alpha1.ApprovalRequest{}
+			Expect(c.Get(ctx, client.ObjectKeyFromObject(deny), got)).To(Succeed())
+			got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: user, Message: "not this one"}
+			return c.Update(ctx, got)
+		}
+		refused(decide(asMember("alice"), "alice"), "only the approvers this request names")
+		Expect(decide(asMember("erin"), "erin")).To(Succeed(), "a user named by name")
+		ar = deny
+		refused(approve(asMember("carol", "reviewers"), "carol", ""), "the request is decided")
 	})
 
 	It("lets only toolgate create an ApprovalRequest: a question planted by a broader role is refused", func() {

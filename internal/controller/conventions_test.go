@@ -169,6 +169,46 @@ var _ = Describe("observedGeneration and Ready on every reconcile", func() {
 	})
 })
 
+var _ = Describe("a question that needs two approvals", func() {
+	It("asks with the rule's approvers, records each approval with its time, and runs the call once both are in", func() {
+		ns := newNamespace()
+		p := processProfile(ns, shTool("echo", "cat").Obj()).PreRule("ask-two", toolgatev1alpha1.ActionAsk, "")
+		p.Spec.PreExecute[0].Approvers = &toolgatev1alpha1.Approvers{Required: 2, Groups: []string{"reviewers"}}
+		setup(p)
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		ar := approvalRequest(ns, "c1")
+		Expect(ar.Spec.Approvers).To(Equal(&toolgatev1alpha1.Approvers{Required: 2, Groups: []string{"reviewers"}}), "the rule's approvers, frozen in the question")
+
+		approve := func(user string) {
+			GinkgoHelper()
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
+			base := ar.DeepCopy()
+			ar.Spec.Approvals = append(ar.Spec.Approvals, toolgatev1alpha1.Approval{User: user})
+			Expect(k8s.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
+		}
+		approve("carol")
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
+			g.Expect(ar.Status.Approvals).To(HaveLen(1))
+		}).Should(Succeed())
+		Expect(ar.Status.Approvals[0].User).To(Equal("carol"))
+		Expect(ar.Status.Approvals[0].RecordedAt.IsZero()).To(BeFalse())
+		first := ar.Status.Approvals[0].RecordedAt
+		Consistently(func(g Gomega) {
+			c := &toolgatev1alpha1.ToolCall{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1"}, c)).To(Succeed())
+			g.Expect(c.Status.Result).To(BeNil(), "one approval of two does not run the call")
+		}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+		approve("dave")
+		requestDecided(ar, metav1.ConditionTrue, toolgatev1alpha1.ApprovalRequestReasonApproved)
+		Expect(committedCall(ns, "c1").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
+		Expect(ar.Status.Approvals).To(HaveLen(2))
+		Expect(ar.Status.Approvals[0].RecordedAt).To(Equal(first), "a recorded time is never rewritten")
+	})
+})
+
 var _ = Describe("an ApprovalRequest's Decided condition", func() {
 	var ns string
 	BeforeEach(func() {

@@ -37,6 +37,8 @@ type Question struct {
 	Reason   string
 	Message  string
 	Deadline time.Time
+	// Quorum is who may answer and how many must (nil: one approval).
+	Quorum *Quorum
 }
 
 // Approver answers approval questions (the approval seam's contract as the

@@ -29,6 +29,17 @@ type Decision struct {
 	Action  Action
 	Reason  string
 	Message string
+	// Quorum says who may answer an Ask and how many must (nil: one
+	// approval from anyone the approver accepts).
+	Quorum *Quorum
+}
+
+// Quorum is who may answer an approval question and how many distinct
+// people must approve; any one of them denying decides.
+type Quorum struct {
+	Required int      `json:"required"`
+	Users    []string `json:"users,omitempty"`
+	Groups   []string `json:"groups,omitempty"`
 }
 
 // PreListener decides a call before execution. It sees the frozen identity

@@ -105,7 +105,7 @@ func (p *Pipeline) preExecute(ctx context.Context, st *State, snap snapshot) {
 		st.Next = StageGuard
 	case Ask:
 		st.record(StagePreExecute, VerdictAsk, d.Reason, now)
-		st.AskedAt, st.AskReason, st.AskText = now, d.Reason, d.Message
+		st.AskedAt, st.AskReason, st.AskText, st.AskQuorum = now, d.Reason, d.Message, d.Quorum
 		st.AskDeadline = now.Add(p.opts.ApprovalTimeout)
 		st.Next = StageApproval
 	default:
@@ -151,7 +151,7 @@ func (p *Pipeline) approval(ctx context.Context, st *State, snap snapshot) (Prog
 	if p.opts.Approver == nil {
 		return fail(VerdictUnavailable, CodeApprovalUnavailable, "no approver is available; asking fails closed")
 	}
-	q := Question{Call: st.call(), Reason: st.AskReason, Message: st.AskText, Deadline: deadline}
+	q := Question{Call: st.call(), Reason: st.AskReason, Message: st.AskText, Deadline: deadline, Quorum: st.AskQuorum}
 	answer, msg := safeApprove(ctx, p.opts.Approver, q)
 	switch answer {
 	case AllowedOnce:

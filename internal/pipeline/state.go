@@ -90,6 +90,7 @@ type State struct {
 	AskDeadline time.Time `json:"askDeadline,omitzero"`
 	AskReason   string    `json:"askReason,omitempty"`
 	AskText     string    `json:"askText,omitempty"`
+	AskQuorum   *Quorum   `json:"askQuorum,omitempty"`
 
 	// Attempt is the number of attempts dispatched; AttemptStartedAt the
 	// persisted start of the current one (timeouts are measured from it).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -94,7 +95,8 @@ func (c *Compiled) compile(env *cel.Env) error {
 	case toolgatev1alpha1.PresetTrusted:
 		c.Default = pipeline.Decision{Action: pipeline.Allow, Reason: "preset-trusted"}
 	case toolgatev1alpha1.PresetSupervised:
-		c.Default = pipeline.Decision{Action: pipeline.Ask, Reason: "preset-supervised", Message: "no rule covers this call; a person must approve it"}
+		c.Default = pipeline.Decision{Action: pipeline.Ask, Reason: "preset-supervised", Message: "no rule covers this call; a person must approve it",
+			Quorum: quorumOf(spec.Approval.Approvers)}
 	default:
 		c.Default = pipeline.Decision{Action: pipeline.Deny, Reason: "preset-restricted", Message: "no rule allows this call"}
 	}
@@ -261,6 +263,13 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 	action := map[toolgatev1alpha1.PolicyAction]pipeline.Action{
 		toolgatev1alpha1.ActionAllow: pipeline.Allow, toolgatev1alpha1.ActionDeny: pipeline.Deny, toolgatev1alpha1.ActionAsk: pipeline.Ask,
 	}[r.Action]
+	var quorum *pipeline.Quorum
+	if action == pipeline.Ask {
+		quorum = quorumOf(r.Approvers)
+		if quorum == nil {
+			quorum = quorumOf(c.Spec.Approval.Approvers)
+		}
+	}
 	return c.Registry.OnPreExecute(c.scope, r.Name, i, func(_ context.Context, call pipeline.Call) pipeline.Decision {
 		if !appliesTo(r.Tools, call.Tool) {
 			return pipeline.Decision{}
@@ -275,8 +284,17 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 				return pipeline.Decision{}
 			}
 		}
-		return pipeline.Decision{Action: action, Reason: r.Name, Message: r.Message}
+		return pipeline.Decision{Action: action, Reason: r.Name, Message: r.Message, Quorum: quorum}
 	})
+}
+
+// quorumOf is the pipeline's form of a profile's approvers (nil: none
+// named, one approval from anyone allowed the verb approve).
+func quorumOf(a *toolgatev1alpha1.Approvers) *pipeline.Quorum {
+	if a == nil {
+		return nil
+	}
+	return &pipeline.Quorum{Required: max(int(a.Required), 1), Users: slices.Clone(a.Users), Groups: slices.Clone(a.Groups)}
 }
 
 func (c *Compiled) compileGuard(env *cel.Env, g toolgatev1alpha1.GuardRule) error {

@@ -291,5 +291,11 @@ func (w *ApprovalRequestWrapper) Session(name string) *ApprovalRequestWrapper {
 	return w
 }
 
+// Approvers sets who may answer and how many approvals decide.
+func (w *ApprovalRequestWrapper) Approvers(required int32, users, groups []string) *ApprovalRequestWrapper {
+	w.Spec.Approvers = &toolgatev1alpha1.Approvers{Required: required, Users: users, Groups: groups}
+	return w
+}
+
 // Obj returns the request.
 func (w *ApprovalRequestWrapper) Obj() *toolgatev1alpha1.ApprovalRequest { return &w.ApprovalRequest }

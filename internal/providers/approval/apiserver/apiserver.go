@@ -10,6 +10,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -85,11 +87,13 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	}
 	d := ar.Spec.Decision
 	if d == nil {
-		if ar.Status.Phase == "" {
-			// Its creator stopped before writing the phase: approvers
-			// (and tools listing what waits) look for Pending.
-			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
+		if approved(ar) {
+			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
+			return pipeline.AllowedOnce, ""
 		}
+		// Pending: the phase (its creator may have stopped before writing
+		// it; approvers look for Pending) and the approvals counted so far.
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
 		return pipeline.AnswerPending, ""
 	}
 	switch d.Action {
@@ -106,6 +110,27 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	default:
 		return pipeline.Unavailable, "the decision is not understood"
 	}
+}
+
+// Approvals is how many approvals ar holds that count, and how many it
+// needs. Admission lets only eligible approvers add them, once each; the
+// requester's own is not counted even so.
+func Approvals(ar *toolgatev1alpha1.ApprovalRequest) (n, required int) {
+	required = 1
+	if a := ar.Spec.Approvers; a != nil && a.Required > 1 {
+		required = int(a.Required)
+	}
+	for _, a := range ar.Spec.Approvals {
+		if a.User != ar.Spec.Requester {
+			n++
+		}
+	}
+	return n, required
+}
+
+func approved(ar *toolgatev1alpha1.ApprovalRequest) bool {
+	n, required := Approvals(ar)
+	return n >= required
 }
 
 // question is the request the provider asks about one call, sealed. Its
@@ -133,10 +158,20 @@ func (p *Provider) question(subj approval.Subject, q pipeline.Question) *toolgat
 			Reason:           textutil.Truncate(reason, 1024),
 			Requester:        q.Call.Requester,
 			Deadline:         metav1.NewMicroTime(q.Deadline),
+			Approvers:        approvers(q.Quorum),
 		},
 	}
 	ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal] = p.seal(ar)
 	return ar
+}
+
+// approvers is the API's form of a question's quorum (nil: one approval
+// from anyone allowed the verb approve).
+func approvers(q *pipeline.Quorum) *toolgatev1alpha1.Approvers {
+	if q == nil {
+		return nil
+	}
+	return &toolgatev1alpha1.Approvers{Required: int32(max(q.Required, 1)), Users: slices.Clone(q.Users), Groups: slices.Clone(q.Groups)}
 }
 
 // asks reports whether a request found in the cluster asks want's
@@ -209,9 +244,15 @@ func (p *Provider) seal(ar *toolgatev1alpha1.ApprovalRequest) string {
 	if s.SessionRef != nil {
 		session = "session:" + s.SessionRef.Name
 	}
-	return hex.EncodeToString(p.mac("toolgate.dev/question", ar.Namespace, ar.Name, s.ToolCallRef.Name, session, s.Tool,
+	parts := []string{ar.Namespace, ar.Name, s.ToolCallRef.Name, session, s.Tool,
 		s.ArgumentsPreview, s.Reason, s.Requester, s.Deadline.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano),
-		ar.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]))
+		ar.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]}
+	if a := s.Approvers; a != nil {
+		// Who may answer is part of the question (a request without
+		// approvers seals as it did before they existed).
+		parts = append(parts, fmt.Sprintf("approvers:%d", a.Required), "users:"+strings.Join(a.Users, "\x00"), "groups:"+strings.Join(a.Groups, "\x00"))
+	}
+	return hex.EncodeToString(p.mac("toolgate.dev/question", parts...))
 }
 
 func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline.Question) error {
@@ -244,6 +285,8 @@ func (p *Provider) Close(ctx context.Context, subj approval.Subject, code pipeli
 	switch {
 	case ar.Spec.Decision != nil && ar.Spec.Decision.Action == toolgatev1alpha1.DecisionApprove:
 		phase = toolgatev1alpha1.ApprovalApproved // a person did decide: the record says so
+	case ar.Spec.Decision == nil && approved(ar):
+		phase = toolgatev1alpha1.ApprovalApproved
 	case ar.Spec.Decision != nil:
 		phase = toolgatev1alpha1.ApprovalDenied
 	case code == pipeline.CodeApprovalExpired:
@@ -261,13 +304,17 @@ func (p *Provider) setPhase(ctx context.Context, ar *toolgatev1alpha1.ApprovalRe
 	_ = p.setPhaseErr(ctx, ar, phase)
 }
 
-// setPhaseErr writes the phase and, with it, the Decided condition.
+// setPhaseErr writes the phase and, with it, the Decided condition, and
+// records when each approval was first seen.
 func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) error {
 	cond := decided(phase, ar.Generation)
-	if ar.Status.Phase == phase && meta.IsStatusConditionPresentAndEqual(ar.Status.Conditions, cond.Type, cond.Status) {
+	recorded := recordApprovals(ar.Status.Approvals, ar.Spec.Approvals, metav1.NewTime(p.Clock.Now()))
+	if ar.Status.Phase == phase && meta.IsStatusConditionPresentAndEqual(ar.Status.Conditions, cond.Type, cond.Status) &&
+		len(recorded) == len(ar.Status.Approvals) {
 		return nil
 	}
 	base := ar.DeepCopy()
+	ar.Status.Approvals = recorded
 	ar.Status.Phase = phase
 	if phase != toolgatev1alpha1.ApprovalPending && ar.Status.ResolvedAt == nil {
 		now := metav1.NewTime(p.Clock.Now())
@@ -278,6 +325,18 @@ func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.Approva
 		return fmt.Errorf("setting the approval request phase: %w", err)
 	}
 	return nil
+}
+
+// recordApprovals is the status's record of approvals with those of spec
+// it lacks added at now (a record is never rewritten).
+func recordApprovals(status []toolgatev1alpha1.RecordedApproval, spec []toolgatev1alpha1.Approval, now metav1.Time) []toolgatev1alpha1.RecordedApproval {
+	out := slices.Clone(status)
+	for _, a := range spec {
+		if !slices.ContainsFunc(out, func(r toolgatev1alpha1.RecordedApproval) bool { return r.User == a.User }) {
+			out = append(out, toolgatev1alpha1.RecordedApproval{User: a.User, RecordedAt: now})
+		}
+	}
+	return out
 }
 
 // decided is the Decided condition written with phase: True for a person's

@@ -1,0 +1,106 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// quorumProfile asks two members of e2e-reviewers to approve every write.
+const quorumProfile = `
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolProfile
+metadata: {name: e2e-quorum}
+spec:
+  permissionPreset: Restricted
+  tools:
+    - name: write_note
+      description: Print the arguments (a stand-in for a write).
+      parameters: {type: object}
+      output: {schema: {type: string}, render: {format: Text}}
+      container: {image: toolgate.dev/tools:dev, command: [/bin/cat]}
+  preExecute:
+    - name: writes-need-two
+      action: Ask
+      approvers: {required: 2, groups: [e2e-reviewers]}
+  sandbox: {mode: WorkspaceWrite, provider: Pod, resources: {memory: 64Mi}}
+  approval: {provider: APIServer}
+`
+
+// Approvers a rule names, counted by the API server's admission and the
+// shipped role, decided with the kubectl plugin as each person (the admin
+// impersonating them with their groups, as the API server would
+// authenticate them).
+var _ = Describe("approvals by a quorum of a group", func() {
+	It("runs a write once two members approved, counts a member once, refuses a non-member, and gives the model a denial's words", func() {
+		ns := newAgentNamespace("quorum")
+		ns.Bind("reviewers", "ClusterRole", "toolgate-approver", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "e2e-reviewers"})
+		ns.Bind("outsider", "ClusterRole", "toolgate-approver", userSubject("e2e-outsider"))
+		ns.Apply(userAdmin, quorumProfile)
+		ns.ProfileReady("e2e-quorum")
+		ns.OpenSession("q", "e2e-quorum")
+		ns.Submit(call{"write", "write_note", `{"note":"two people agree"}`})
+		ns.Submit(call{"refused", "write_note", `{"note":"nobody agrees"}`})
+
+		admin := kubeconfig(userAdmin)
+		plugin := func(user string, groups []string, args ...string) (string, error) {
+			full := []string{"toolgate", "--kubeconfig", admin, "--as", user}
+			for _, g := range groups {
+				full = append(full, "--as-group", g)
+			}
+			return kubectl(userAdmin, "", append(append(full, "-n", ns.Name), args...)...)
+		}
+		reviewers := []string{"e2e-reviewers", "system:authenticated"}
+		Eventually(func() error {
+			return ns.Admin.Get(ctx, client.ObjectKey{Name: "write"}, &toolgatev1alpha1.ApprovalRequest{})
+		}, 60*time.Second).Should(Succeed())
+
+		By("a non-member holding the approver role is refused by the API server")
+		_, err := plugin("e2e-outsider", nil, "approve", "write")
+		Expect(err).To(MatchError(ContainSubstring("only the approvers this request names")))
+
+		By("the first member's approval is one of two; the same member again is counted once")
+		out, err := plugin("e2e-carol", reviewers, "approve", "write", "-m", "looks right")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("approved by e2e-carol, 1 of 2 approvals"))
+		_, err = plugin("e2e-carol", reviewers, "approve", "write")
+		Expect(err).To(HaveOccurred(), "a second approval by the same member")
+		out, err = plugin("e2e-dave", reviewers, "pending", "-o", "wide")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(MatchRegexp(`write\s+q\s+write_note\s+demo-agent\s+1/2`))
+		Consistently(func() *toolgatev1alpha1.ToolCallResult {
+			c := &toolgatev1alpha1.ToolCall{}
+			Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "write"}, c)).To(Succeed())
+			return c.Status.Result
+		}, 3*time.Second, 500*time.Millisecond).Should(BeNil(), "one approval of two runs nothing")
+
+		By("the second member's approval runs the call")
+		out, err = plugin("e2e-dave", reviewers, "approve", "write")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("2 of 2 approvals"))
+		res := ns.Committed("write").Status.Result
+		Expect(res.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), res.Message)
+		ar := &toolgatev1alpha1.ApprovalRequest{}
+		Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "write"}, ar)).To(Succeed())
+		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
+		Expect(ar.Status.Approvals).To(HaveLen(2))
+
+		By("a member's denial decides, and its words reach the model")
+		Eventually(func() error {
+			return ns.Admin.Get(ctx, client.ObjectKey{Name: "refused"}, &toolgatev1alpha1.ApprovalRequest{})
+		}, 60*time.Second).Should(Succeed())
+		_, err = plugin("e2e-carol", reviewers, "deny", "refused", "-m", "use the staging bucket instead")
+		Expect(err).NotTo(HaveOccurred())
+		res = ns.Committed("refused").Status.Result
+		Expect(res.ErrorCode).To(Equal("approval_rejected"))
+		Expect(res.Content).To(ContainSubstring("use the staging bucket instead"))
+		Expect(res.Content).NotTo(ContainSubstring("nobody agrees"), "the model's result never repeats the arguments")
+	})
+})
