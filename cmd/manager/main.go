@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -22,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/compose"
 	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/lifecycle"
@@ -40,6 +42,7 @@ func main() {
 		egressService, egressKeySecret string
 		keySecret                      string
 		podLabels                      string
+		auditLog                       string
 		watch                          string
 		retention                      time.Duration
 		metricsSecure                  bool
@@ -71,6 +74,8 @@ func main() {
 		"How long a committed call of a session that sets no ttlSecondsAfterCommit is kept once its turn is complete (for instance 168h); 0 keeps calls until their session is deleted.")
 	flag.StringVar(&watch, "watch-namespaces", "",
 		"Comma-separated namespaces the manager watches, and the only ones it acts in; empty watches every namespace. With a list, the manager needs Roles only (config/namespaced, docs/install.md).")
+	flag.StringVar(&auditLog, "audit-log", "-",
+		"Where the audit trail goes, one JSON record per line (docs/operations.md, Audit trail): - for standard output (the logs go to standard error), a file path to append to, or empty for none.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -90,7 +95,13 @@ func main() {
 		log.Error(err, "invalid flag", "flag", "watch-namespaces")
 		os.Exit(2)
 	}
+	auditSink, err := openAudit(auditLog, ctrl.Log.WithName("audit"))
+	if err != nil {
+		log.Error(err, "invalid flag", "flag", "audit-log")
+		os.Exit(2)
+	}
 	o := compose.Options{
+		Audit:          auditSink,
 		Approvals:      approvals,
 		ProcessSandbox: processBox, ProcessWorkspaceDir: workspaceDir, ProcessSubCalls: true,
 		RunnerImage: runnerImage, NetworkPolicyEnforced: netpolicy,
@@ -152,6 +163,21 @@ func main() {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// openAudit is the audit trail's sink for --audit-log.
+func openAudit(path string, log logr.Logger) (audit.Sink, error) {
+	switch path {
+	case "":
+		return nil, nil
+	case "-":
+		return &audit.Lines{W: os.Stdout, Log: log}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &audit.Lines{W: f, Log: log}, nil
 }
 
 // leaderElectionID names the Lease (in the manager's namespace) the

@@ -20,8 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 	approvalnone "github.com/toolgate/toolgate/internal/providers/approval/none"
@@ -67,6 +69,9 @@ type Options struct {
 	// DefaultRetention is controller.Config's: the ttlSecondsAfterCommit
 	// of a session that sets none (0: calls are kept with their session).
 	DefaultRetention time.Duration
+	// Audit receives the audit trail: a record per decision and per
+	// settled call (nil: none).
+	Audit audit.Sink
 }
 
 // defaultWakeBuffer is the room for pending wake-ups when Options leave it
@@ -98,6 +103,14 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	if err != nil {
 		return cfg, err
 	}
+	if o.Audit != nil {
+		secret := key.Current.Bytes()
+		cfg.Audit = o.Audit
+		cfg.AuditDigests = audit.Digests{
+			Arguments: func(a pipeline.Arguments) string { return approvalapiserver.ArgumentsDigest(secret, a) },
+			Result:    func(value, content string) string { return approvalapiserver.ResultDigest(secret, value, content) },
+		}
+	}
 	mount := func(err error) error {
 		if err != nil {
 			return fmt.Errorf("mounting a provider: %w", err)
@@ -109,6 +122,7 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 		switch name {
 		case toolgatev1alpha1.ApprovalProviderAPIServer:
 			ap := approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, key.Current.Bytes())
+			ap.Audit = o.Audit
 			if key.Previous != nil {
 				ap.Previous = key.Previous.Bytes()
 			}

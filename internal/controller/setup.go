@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 )
@@ -38,6 +39,10 @@ type Config struct {
 	// no ttlSecondsAfterCommit is kept once its turn is complete; 0 keeps
 	// it until the session is deleted.
 	DefaultRetention time.Duration
+	// Audit receives a record per settled call (nil: none), with digests
+	// made by AuditDigests.
+	Audit        audit.Sink
+	AuditDigests audit.Digests
 }
 
 // Setup registers the three controllers on mgr.
@@ -66,6 +71,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	calls := &ToolCallReconciler{
 		Client: mgr.GetClient(), Profiles: profiles, Approvals: cfg.Approvals, Sandboxes: cfg.Sandboxes,
 		Clock: cfg.Clock, PollInterval: cfg.PollInterval, Wake: cfg.Wake, APIReader: mgr.GetAPIReader(),
+		Audit: cfg.Audit, AuditDigests: cfg.AuditDigests,
 	}
 	if err := calls.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("ToolCall controller: %w", err)

@@ -7,8 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/toolgate/toolgate/internal/audit"
+	"github.com/toolgate/toolgate/internal/pipeline"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -147,14 +153,46 @@ var wrapSandbox = func(p sandbox.Provider) sandbox.Provider { return p }
 // (a spec sets it, and resets it before its managers stop).
 var defaultRetention time.Duration
 
+// auditTrail keeps every audit record the suite's managers write.
+var auditTrail = &memoryAudit{}
+
+type memoryAudit struct {
+	mu      sync.Mutex
+	records []audit.Record
+}
+
+func (m *memoryAudit) Write(r audit.Record) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.records = append(m.records, r)
+}
+
+// of is the records about the call with uid.
+func (m *memoryAudit) of(uid types.UID) []audit.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []audit.Record
+	for _, r := range m.records {
+		if r.CallUID == string(uid) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // composeForTests mounts the providers the specs use, as cmd/manager
 // composes them: approval through the API server (and None), the Process
 // sandbox.
 func composeForTests(mgr ctrl.Manager) Config {
 	scope := lifecycle.NewScope()
 	cfg := Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: NewWake(1024), PollInterval: 500 * time.Millisecond,
-		DefaultRetention: defaultRetention}
-	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, suiteKey))).To(Succeed())
+		DefaultRetention: defaultRetention, Audit: auditTrail, AuditDigests: audit.Digests{
+			Arguments: func(a pipeline.Arguments) string { return approvalapiserver.ArgumentsDigest(suiteKey, a) },
+			Result:    func(value, content string) string { return approvalapiserver.ResultDigest(suiteKey, value, content) },
+		}}
+	ap := approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, suiteKey)
+	ap.Audit = auditTrail
+	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), ap)).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
 	box := process.New(workspaceDir, cfg.Wake.Notify)
 	box.SubCalls, box.RunnerPath = SubCalls(mgr.GetClient(), mgr.GetAPIReader()), runnerPath

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
@@ -50,6 +51,10 @@ type ToolCallReconciler struct {
 	// APIReader reads from the API server itself, to confirm a NotFound the
 	// cache reported before settling on it.
 	APIReader client.Reader
+	// Audit receives a record per settled call (nil: none); AuditDigests
+	// make its digests.
+	Audit        audit.Sink
+	AuditDigests audit.Digests
 
 	// live remembers, per attempt, that this process dispatched it and
 	// invoked its body; after a restart it is empty, which is what makes a
@@ -62,6 +67,9 @@ type ToolCallReconciler struct {
 	// announced remembers the settled calls whose Event and metrics this
 	// process emitted (or found emitted); an entry goes with its call.
 	announced sync.Map // types.NamespacedName -> types.UID
+	// audited remembers the settled calls whose audit record this process
+	// wrote (or left to a predecessor).
+	audited sync.Map // types.UID -> struct{}
 	// leading and leadingSince: when this process began reconciling calls
 	// (since).
 	leading      sync.Once

@@ -379,6 +379,8 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 		// Event whose loss this would make up for.
 		r.announce(ctx, tc, durableSettlement(tc.Status.Result))
 	}
+	// Before a deleted call lets go: the record outlives it.
+	r.auditCall(ctx, s)
 	if deleting(tc) {
 		return r.letGo(ctx, s, workLeft)
 	}

@@ -3,15 +3,36 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
+
+// auditRecord is the audit record with id from the managers' output (every
+// replica's, as an operator's log collector would read it), or nil.
+func auditRecord(id string) map[string]any {
+	out, err := kubectl(userAdmin, "", "-n", systemNamespace, "logs", "-l", "control-plane=controller-manager", "--tail=-1", "--max-log-requests=10")
+	Expect(err).NotTo(HaveOccurred())
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `"kind":"toolgate.dev/audit/v1"`) {
+			continue
+		}
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) == nil && r["id"] == id {
+			return r
+		}
+	}
+	return nil
+}
 
 // quorumProfile asks two members of e2e-reviewers to approve every write.
 const quorumProfile = `
@@ -91,6 +112,24 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "write"}, ar)).To(Succeed())
 		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
 		Expect(ar.Status.Approvals).To(HaveLen(2))
+
+		By("the audit trail keeps who approved the write after the call is gone")
+		written := ns.Committed("write")
+		Expect(ns.Agent.Delete(ctx, written)).To(Succeed(), "the agent deletes its own call")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(ns.Admin.Get(ctx, client.ObjectKey{Name: "write"}, &toolgatev1alpha1.ToolCall{}))
+		}, 60*time.Second, time.Second).Should(BeTrue())
+		var record map[string]any
+		Eventually(func() bool {
+			record = auditRecord(string(written.UID) + "/call")
+			return record != nil
+		}, 30*time.Second, time.Second).Should(BeTrue(), "the call's record in a manager's audit trail")
+		Expect(record).To(HaveKeyWithValue("tool", "write_note"))
+		Expect(record).To(HaveKeyWithValue("requester", userAgent))
+		Expect(record).To(HaveKeyWithValue("outcome", "Succeeded"))
+		Expect(record).To(HaveKeyWithValue("argumentsDigest", ar.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]))
+		Expect(fmt.Sprint(record["approval"])).To(And(ContainSubstring("e2e-carol"), ContainSubstring("e2e-dave"), ContainSubstring("looks right")))
+		Expect(fmt.Sprint(record)).NotTo(ContainSubstring("two people agree"), "no argument text in the trail")
 
 		By("a member's denial decides, and its words reach the model")
 		Eventually(func() error {

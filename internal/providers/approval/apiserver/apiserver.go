@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/textutil"
@@ -39,6 +40,8 @@ type Provider struct {
 	// Previous is the secret before the last rotation (nil: none): a
 	// question asked under it is still the call's.
 	Previous []byte
+	// Audit receives a record each time a question ends (nil: none).
+	Audit audit.Sink
 }
 
 var _ approval.Provider = &Provider{}
@@ -213,8 +216,10 @@ func (p *Provider) asksUnderAnyKey(found *toolgatev1alpha1.ApprovalRequest, subj
 }
 
 // mac is HMAC-SHA256 under the key derived from the manager's for label.
-func (p *Provider) mac(label string, parts ...string) []byte {
-	key := sha256.Sum256(append([]byte(label+"\x00"), p.Key...))
+func (p *Provider) mac(label string, parts ...string) []byte { return mac(p.Key, label, parts...) }
+
+func mac(secret []byte, label string, parts ...string) []byte {
+	key := sha256.Sum256(append([]byte(label+"\x00"), secret...))
 	m := hmac.New(sha256.New, key[:])
 	for _, part := range parts {
 		// Length-prefixed, so that no two questions share a text.
@@ -228,12 +233,22 @@ func (p *Provider) mac(label string, parts ...string) []byte {
 // two questions are about the same arguments, and nothing about the
 // arguments to whoever reads it (a redacted value cannot be guessed from
 // it).
-func (p *Provider) digest(args pipeline.Arguments) string {
+func (p *Provider) digest(args pipeline.Arguments) string { return ArgumentsDigest(p.Key, args) }
+
+// ArgumentsDigest is the digest of args under the manager's secret, as an
+// ApprovalRequest's arguments-digest annotation holds it.
+func ArgumentsDigest(secret []byte, args pipeline.Arguments) string {
 	text, err := pipeline.CanonicalJSON(args.Value())
 	if err != nil {
 		text = args.JSON()
 	}
-	return "hmac-sha256:" + hex.EncodeToString(p.mac("toolgate.dev/arguments", text))
+	return "hmac-sha256:" + hex.EncodeToString(mac(secret, "toolgate.dev/arguments", text))
+}
+
+// ResultDigest is the digest of a call's result (its value and the content
+// the model read) under the manager's secret.
+func ResultDigest(secret []byte, value, content string) string {
+	return "hmac-sha256:" + hex.EncodeToString(mac(secret, "toolgate.dev/result", value, content))
 }
 
 // seal is the MAC of what an approver reads on ar, and its arguments
@@ -323,6 +338,11 @@ func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.Approva
 	meta.SetStatusCondition(&ar.Status.Conditions, cond)
 	if err := p.Client.Status().Patch(ctx, ar, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("setting the approval request phase: %w", err)
+	}
+	if p.Audit != nil && phase != toolgatev1alpha1.ApprovalPending && base.Status.Phase != phase {
+		// The question ended, as written: its record (at least once; a
+		// second writer of the same end writes the same id).
+		p.Audit.Write(audit.ForDecision(ar))
 	}
 	return nil
 }

@@ -1,0 +1,69 @@
+package controller
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/audit"
+	tu "github.com/toolgate/toolgate/internal/testutil"
+)
+
+var _ = Describe("the audit trail", func() {
+	It("keeps the record of a call that retention deleted: who asked, the arguments by digest and redacted, every verdict, who approved, the outcome", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").Obj()).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
+			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.RedactArguments = []string{"token"} }),
+			func(s *tu.AgentSessionWrapper) { s.Spec.TTLSecondsAfterCommit = ptr.To[int32](0) })
+		tc := submit(ns, "c1", "echo", `{"text":"hello","token":"s3cret-arg"}`, 0, 0)
+		ar := approvalRequest(ns, "c1")
+		digest := ar.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]
+		decide(ar, toolgatev1alpha1.DecisionApprove)
+		Eventually(callGone(ns, "c1"), 30*time.Second).Should(BeTrue(), "retention deletes the committed call")
+		// (Its question goes with it by garbage collection, which envtest
+		// does not run; the e2e suite's cluster does.)
+
+		var call, decision *audit.Record
+		for _, r := range auditTrail.of(tc.UID) {
+			switch r.Type {
+			case audit.TypeCall:
+				call = &r
+			case audit.TypeDecision:
+				decision = &r
+			}
+		}
+		Expect(call).NotTo(BeNil(), "the settled call's record")
+		Expect(decision).NotTo(BeNil(), "the decision's record")
+
+		Expect(call.ID).To(Equal(string(tc.UID) + "/call"))
+		Expect(call.Namespace).To(Equal(ns))
+		Expect(call.Session).To(Equal("s"))
+		Expect(call.Call).To(Equal("c1"))
+		Expect(call.Tool).To(Equal("echo"))
+		Expect(call.Requester).To(Equal(tc.Spec.Requester))
+		Expect(call.Profile).To(Equal("p"))
+		Expect(call.ArgumentsDigest).To(Equal(digest), "the same digest as the question's")
+		Expect(call.ArgumentsPreview).To(ContainSubstring("[redacted]"))
+		Expect(call.Outcome).To(Equal(string(toolgatev1alpha1.OutcomeSucceeded)))
+		Expect(call.ResultDigest).To(HavePrefix("hmac-sha256:"))
+		Expect(call.Verdicts).To(ContainElement(And(HaveField("Stage", "PreExecute"), HaveField("Verdict", "Ask"), HaveField("Reason", "ask-all"))))
+		Expect(call.Verdicts).To(ContainElement(And(HaveField("Stage", "Approval"), HaveField("Verdict", "AllowedOnce"))))
+		Expect(call.Approval).NotTo(BeNil())
+		Expect(call.Approval.Phase).To(Equal(string(toolgatev1alpha1.ApprovalApproved)))
+		Expect(call.Approval.Decision).To(Equal(&audit.Decision{Action: "Approve", DecidedBy: "alice", Message: "checked"}))
+
+		Expect(decision.ID).To(Equal(string(tc.UID) + "/decision"))
+		Expect(decision.Approval.Decision.DecidedBy).To(Equal("alice"))
+		Expect(decision.ArgumentsDigest).To(Equal(digest))
+
+		for _, r := range []*audit.Record{call, decision} {
+			Expect(r.ArgumentsPreview).NotTo(ContainSubstring("s3cret-arg"), "a redacted argument")
+			Expect(r.Time.IsZero()).To(BeFalse())
+			Expect(r.Time.Before(metav1.Now().Add(time.Minute))).To(BeTrue())
+		}
+	})
+})

@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/audit"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+)
+
+// auditCall writes the settled call's audit record, once per process. A
+// call settled before this process led, and longer ago than
+// announceWindow, was recorded by its predecessor; one settled more
+// recently may have been (a crash between the result and the record), so
+// it is written again, under the same id: at least once.
+func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
+	tc := s.tc
+	if r.Audit == nil || tc.Status.Result == nil {
+		return
+	}
+	if _, done := r.audited.LoadOrStore(tc.UID, struct{}{}); done {
+		return
+	}
+	if r.Clock.Since(tc.Status.Result.SettledAt.Time) > announceWindow {
+		return
+	}
+	var ar *toolgatev1alpha1.ApprovalRequest
+	if askedApproval(tc) {
+		ar = &toolgatev1alpha1.ApprovalRequest{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Name}, ar); err != nil || !ownedBy(ar, tc) {
+			ar = nil
+		}
+	}
+	args := pipeline.ArgumentsOf(tc.Spec.Arguments)
+	var f audit.CallFacts
+	if s.pipe != nil {
+		// The profile was read by this reconcile: its redaction list and
+		// runtime are known. Otherwise the preview is left out rather than
+		// shown unredacted.
+		f.ArgumentsPreview, f.RuntimeClass = approval.Preview(args, s.subject.Redact), ptrValue(s.runner.job.Policy.RuntimeClassName)
+	}
+	if s.session != nil {
+		f.Profile = s.session.Spec.ProfileRef.Name
+	}
+	if d := r.AuditDigests.Arguments; d != nil {
+		f.ArgumentsDigest = d(args)
+	}
+	if d := r.AuditDigests.Result; d != nil {
+		f.ResultDigest = d(tc.Status.Result.Value, tc.Status.Result.Content)
+	}
+	r.Audit.Write(audit.ForCall(tc, ar, f))
+}
+
+// ownedBy reports whether ar is tc's own question.
+func ownedBy(ar *toolgatev1alpha1.ApprovalRequest, tc *toolgatev1alpha1.ToolCall) bool {
+	for _, o := range ar.OwnerReferences {
+		if o.UID == tc.UID && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
