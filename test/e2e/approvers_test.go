@@ -52,7 +52,7 @@ spec:
       action: Ask
       approvers: {required: 2, groups: [e2e-reviewers]}
   sandbox: {mode: WorkspaceWrite, provider: Pod, resources: {memory: 64Mi}}
-  approval: {provider: APIServer}
+  approval: {provider: APIServer, redactArguments: [note]}
 `
 
 // Approvers a rule names, counted by the API server's admission and the
@@ -129,7 +129,8 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(record).To(HaveKeyWithValue("outcome", "Succeeded"))
 		Expect(record).To(HaveKeyWithValue("argumentsDigest", ar.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest]))
 		Expect(fmt.Sprint(record["approval"])).To(And(ContainSubstring("e2e-carol"), ContainSubstring("e2e-dave"), ContainSubstring("looks right")))
-		Expect(fmt.Sprint(record)).NotTo(ContainSubstring("two people agree"), "no argument text in the trail")
+		Expect(record).To(HaveKeyWithValue("argumentsPreview", `{"note":"[redacted]"}`), "the approver's redacted preview")
+		Expect(fmt.Sprint(record)).NotTo(ContainSubstring("two people agree"), "no redacted argument in the trail")
 
 		By("a member's denial decides, and its words reach the model")
 		Eventually(func() error {
@@ -141,5 +142,7 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(res.ErrorCode).To(Equal("approval_rejected"))
 		Expect(res.Content).To(ContainSubstring("use the staging bucket instead"))
 		Expect(res.Content).NotTo(ContainSubstring("nobody agrees"), "the model's result never repeats the arguments")
+		Expect(auditRecord(string(ns.Committed("refused").UID) + "/decision")).To(HaveKeyWithValue("approval", HaveKeyWithValue("decision",
+			And(HaveKeyWithValue("action", "Deny"), HaveKeyWithValue("decidedBy", "e2e-carol")))), "the denial's record")
 	})
 })
