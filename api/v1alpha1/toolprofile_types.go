@@ -779,6 +779,16 @@ type ApprovalSettings struct {
 	// +optional
 	Approvers *Approvers `json:"approvers,omitempty"`
 
+	// notify names the install's notification sinks (the manager's
+	// --notifications-config) told when a question of this profile opens
+	// and ends, beside the install's default sinks. A name the install
+	// does not define is ignored.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	Notify []string `json:"notify,omitempty"`
+
 	// redactArguments are top-level argument names whose values are replaced
 	// by "[redacted]" in the approver's preview.
 	// +optional

@@ -336,6 +336,11 @@ func (in *ApprovalSettings) DeepCopyInto(out *ApprovalSettings) {
 		*out = new(Approvers)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Notify != nil {
+		in, out := &in.Notify, &out.Notify
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.RedactArguments != nil {
 		in, out := &in.RedactArguments, &out.RedactArguments
 		*out = make([]string, len(*in))

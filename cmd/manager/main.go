@@ -27,6 +27,7 @@ import (
 	"github.com/toolgate/toolgate/internal/compose"
 	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/notify"
 )
 
 func main() {
@@ -42,7 +43,7 @@ func main() {
 		egressService, egressKeySecret string
 		keySecret                      string
 		podLabels                      string
-		auditLog                       string
+		auditLog, notifications        string
 		watch                          string
 		retention                      time.Duration
 		metricsSecure                  bool
@@ -74,6 +75,8 @@ func main() {
 		"How long a committed call of a session that sets no ttlSecondsAfterCommit is kept once its turn is complete (for instance 168h); 0 keeps calls until their session is deleted.")
 	flag.StringVar(&watch, "watch-namespaces", "",
 		"Comma-separated namespaces the manager watches, and the only ones it acts in; empty watches every namespace. With a list, the manager needs Roles only (config/namespaced, docs/install.md).")
+	flag.StringVar(&notifications, "notifications-config", "",
+		"A file naming the sinks told when approval questions open and end (docs/operations.md, Notifications); empty: none.")
 	flag.StringVar(&auditLog, "audit-log", "-",
 		"Where the audit trail goes, one JSON record per line (docs/operations.md, Audit trail): - for standard output (the logs go to standard error), a file path to append to, or empty for none.")
 	opts := zap.Options{}
@@ -100,8 +103,17 @@ func main() {
 		log.Error(err, "invalid flag", "flag", "audit-log")
 		os.Exit(2)
 	}
+	var notifier *notify.Notifier
+	if notifications != "" {
+		c, err := notify.Load(notifications)
+		if err != nil {
+			log.Error(err, "invalid flag", "flag", "notifications-config")
+			os.Exit(2)
+		}
+		notifier = notify.New(c, ctrl.Log.WithName("notify"))
+	}
 	o := compose.Options{
-		Audit:          auditSink,
+		Audit: auditSink, Notifier: notifier,
 		Approvals:      approvals,
 		ProcessSandbox: processBox, ProcessWorkspaceDir: workspaceDir, ProcessSubCalls: true,
 		RunnerImage: runnerImage, NetworkPolicyEnforced: netpolicy,

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/lifecycle"
+	"github.com/toolgate/toolgate/internal/notify"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
@@ -72,6 +73,9 @@ type Options struct {
 	// Audit receives the audit trail: a record per decision and per
 	// settled call (nil: none).
 	Audit audit.Sink
+	// Notifier tells the install's sinks of approval questions (nil:
+	// nobody); Providers adds it to the manager.
+	Notifier *notify.Notifier
 }
 
 // defaultWakeBuffer is the room for pending wake-ups when Options leave it
@@ -103,6 +107,11 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	if err != nil {
 		return cfg, err
 	}
+	if o.Notifier != nil {
+		if err := mgr.Add(o.Notifier); err != nil {
+			return cfg, err
+		}
+	}
 	if o.Audit != nil {
 		secret := key.Current.Bytes()
 		cfg.Audit = o.Audit
@@ -122,7 +131,7 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 		switch name {
 		case toolgatev1alpha1.ApprovalProviderAPIServer:
 			ap := approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, key.Current.Bytes())
-			ap.Audit = o.Audit
+			ap.Audit, ap.Notifier = o.Audit, o.Notifier
 			if key.Previous != nil {
 				ap.Previous = key.Previous.Bytes()
 			}

@@ -2,7 +2,10 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +13,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/toolgate/toolgate/internal/notify"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -153,6 +160,45 @@ var wrapSandbox = func(p sandbox.Provider) sandbox.Provider { return p }
 // (a spec sets it, and resets it before its managers stop).
 var defaultRetention time.Duration
 
+// notifications is the local HTTP receiver of the suite's notification
+// sinks: "team" (named by a profile) and "everyone" (default), by path.
+var notifications = newNotificationReceiver()
+
+type notificationReceiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	events map[string][]map[string]any // by path
+}
+
+func newNotificationReceiver() *notificationReceiver {
+	r := &notificationReceiver{events: map[string][]map[string]any{}}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var ev map[string]any
+		if err := json.NewDecoder(req.Body).Decode(&ev); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.events[req.URL.Path] = append(r.events[req.URL.Path], ev)
+		r.mu.Unlock()
+	}))
+	return r
+}
+
+// of is the types of the events path received about the request named
+// name in ns, in order.
+func (r *notificationReceiver) of(path, ns, name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, ev := range r.events[path] {
+		if ev["subject"] == "approvalrequests/"+name && ev["source"] == "toolgate.dev/namespaces/"+ns {
+			out = append(out, fmt.Sprint(ev["type"]))
+		}
+	}
+	return out
+}
+
 // auditTrail keeps every audit record the suite's managers write.
 var auditTrail = &memoryAudit{}
 
@@ -192,6 +238,11 @@ func composeForTests(mgr ctrl.Manager) Config {
 		}}
 	ap := approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, suiteKey)
 	ap.Audit = auditTrail
+	ap.Notifier = notify.New(notify.Config{Sinks: []notify.Sink{
+		{Name: "team", Format: notify.FormatCloudEvents, URL: notifications.URL + "/team"},
+		{Name: "everyone", Format: notify.FormatCloudEvents, URL: notifications.URL + "/everyone", Default: true},
+	}}, logr.Discard())
+	Expect(mgr.Add(ap.Notifier)).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), ap)).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
 	box := process.New(workspaceDir, cfg.Wake.Notify)

@@ -46,6 +46,9 @@ type Subject struct {
 	Session string
 	// Redact lists top-level argument names hidden from the approver.
 	Redact []string
+	// Notify names the notification sinks told of the question, beside
+	// the install's default ones.
+	Notify []string
 }
 
 // MaxPreview bounds the argument preview an approver sees.

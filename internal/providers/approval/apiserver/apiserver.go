@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -24,6 +26,7 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/audit"
+	"github.com/toolgate/toolgate/internal/notify"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/textutil"
@@ -42,6 +45,32 @@ type Provider struct {
 	Previous []byte
 	// Audit receives a record each time a question ends (nil: none).
 	Audit audit.Sink
+	// Notifier tells people when a question opens and ends (nil: nobody).
+	Notifier *notify.Notifier
+
+	// told remembers, for tellWindow, the phases this process wrote and
+	// told of (audit, notifications), by request UID and phase.
+	mu   sync.Mutex
+	told *cache.Expiring
+}
+
+// tellWindow is how long a told phase is remembered: far longer than a
+// cache lags a write.
+const tellWindow = 10 * time.Minute
+
+// firstTelling reports whether key is told for the first time in
+// tellWindow, and remembers it.
+func (p *Provider) firstTelling(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.told == nil {
+		p.told = cache.NewExpiring()
+	}
+	if _, ok := p.told.Get(key); ok {
+		return false
+	}
+	p.told.Set(key, struct{}{}, tellWindow)
+	return true
 }
 
 var _ approval.Provider = &Provider{}
@@ -91,20 +120,20 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	d := ar.Spec.Decision
 	if d == nil {
 		if approved(ar) {
-			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
+			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved, subj.Notify)
 			return pipeline.AllowedOnce, ""
 		}
 		// Pending: the phase (its creator may have stopped before writing
 		// it; approvers look for Pending) and the approvals counted so far.
-		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending, subj.Notify)
 		return pipeline.AnswerPending, ""
 	}
 	switch d.Action {
 	case toolgatev1alpha1.DecisionApprove:
-		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved, subj.Notify)
 		return pipeline.AllowedOnce, ""
 	case toolgatev1alpha1.DecisionDeny:
-		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalDenied)
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalDenied, subj.Notify)
 		msg := "denied by " + d.DecidedBy
 		if d.Message != "" {
 			msg += ": " + d.Message
@@ -278,7 +307,7 @@ func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline
 	if err := p.Client.Create(ctx, ar); err != nil {
 		return err
 	}
-	p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
+	p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending, subj.Notify)
 	return nil
 }
 
@@ -307,21 +336,23 @@ func (p *Provider) Close(ctx context.Context, subj approval.Subject, code pipeli
 	case code == pipeline.CodeApprovalExpired:
 		phase = toolgatev1alpha1.ApprovalExpired
 	}
-	return p.setPhaseErr(ctx, ar, phase)
+	return p.setPhaseErr(ctx, ar, phase, subj.Notify)
 }
 
 // Available is true: a person can always answer through the API server.
 func (p *Provider) Available() bool { return true }
 
-func (p *Provider) setPhase(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) {
+func (p *Provider) setPhase(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase, notified []string) {
 	// Best effort: the phase is for people; the call's result does not
 	// depend on it.
-	_ = p.setPhaseErr(ctx, ar, phase)
+	_ = p.setPhaseErr(ctx, ar, phase, notified)
 }
 
 // setPhaseErr writes the phase and, with it, the Decided condition, and
-// records when each approval was first seen.
-func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) error {
+// records when each approval was first seen. The writer of a new phase
+// tells of it: the audit trail of an end, and the notified sinks of an
+// opening and an end.
+func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase, notified []string) error {
 	cond := decided(phase, ar.Generation)
 	recorded := recordApprovals(ar.Status.Approvals, ar.Spec.Approvals, metav1.NewTime(p.Clock.Now()))
 	if ar.Status.Phase == phase && meta.IsStatusConditionPresentAndEqual(ar.Status.Conditions, cond.Type, cond.Status) &&
@@ -339,12 +370,38 @@ func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.Approva
 	if err := p.Client.Status().Patch(ctx, ar, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("setting the approval request phase: %w", err)
 	}
-	if p.Audit != nil && phase != toolgatev1alpha1.ApprovalPending && base.Status.Phase != phase {
+	if base.Status.Phase == phase {
+		return nil
+	}
+	if !p.firstTelling(string(ar.UID) + "/" + string(phase)) {
+		// Written again from a cache that had not seen the first write:
+		// told once per process (at least once across processes).
+		return nil
+	}
+	if p.Audit != nil && phase != toolgatev1alpha1.ApprovalPending {
 		// The question ended, as written: its record (at least once; a
 		// second writer of the same end writes the same id).
 		p.Audit.Write(audit.ForDecision(ar))
 	}
+	if typ := notifyType(phase); typ != "" {
+		p.Notifier.Notify(notify.EventOf(ar, typ, p.Clock.Now()), notified)
+	}
 	return nil
+}
+
+// notifyType is the notification of a question entering phase.
+func notifyType(phase toolgatev1alpha1.ApprovalPhase) string {
+	switch phase {
+	case toolgatev1alpha1.ApprovalPending:
+		return notify.TypeRequested
+	case toolgatev1alpha1.ApprovalApproved, toolgatev1alpha1.ApprovalDenied:
+		return notify.TypeDecided
+	case toolgatev1alpha1.ApprovalExpired:
+		return notify.TypeExpired
+	case toolgatev1alpha1.ApprovalCancelled:
+		return notify.TypeCancelled
+	}
+	return ""
 }
 
 // recordApprovals is the status's record of approvals with those of spec

@@ -1,0 +1,189 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Results of a delivery, the metric's result label.
+const (
+	ResultDelivered = "delivered"
+	ResultFailed    = "failed"  // refused for good, or still failing after every retry
+	ResultDropped   = "dropped" // the queue was full
+)
+
+var (
+	deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_notifications_total",
+		Help: "Approval notifications, by sink and result (delivered, failed, dropped).",
+	}, []string{"sink", "result"})
+	retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_notification_retries_total",
+		Help: "Approval notifications sent again after a network error, 429 or 5xx, by sink.",
+	}, []string{"sink"})
+)
+
+func init() { metrics.Registry.MustRegister(deliveries, retries) }
+
+// Defaults of a Notifier.
+const (
+	defaultQueue    = 1024
+	defaultWorkers  = 2
+	defaultAttempts = 6
+	defaultBackoff  = time.Second
+	maxBackoff      = time.Minute
+	requestTimeout  = 10 * time.Second
+)
+
+// Notifier delivers events to the configured sinks from a bounded queue.
+type Notifier struct {
+	Config Config
+	Log    logr.Logger
+	// Client sends the requests (nil: one with a 10 s timeout that follows
+	// no redirects).
+	Client *http.Client
+	// Attempts per delivery and the first backoff, doubled after each
+	// (0: 6 and 1 s).
+	Attempts int
+	Backoff  time.Duration
+
+	queue chan delivery
+}
+
+type delivery struct {
+	sink  Sink
+	event Event
+}
+
+// Notifier is started as a manager Runnable.
+func (n *Notifier) init() {
+	if n.queue == nil {
+		n.queue = make(chan delivery, defaultQueue)
+	}
+	if n.Client == nil {
+		n.Client = &http.Client{Timeout: requestTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if n.Attempts <= 0 {
+		n.Attempts = defaultAttempts
+	}
+	if n.Backoff <= 0 {
+		n.Backoff = defaultBackoff
+	}
+}
+
+// New returns a Notifier of c.
+func New(c Config, log logr.Logger) *Notifier {
+	n := &Notifier{Config: c, Log: log}
+	n.init()
+	return n
+}
+
+// Notify queues e for the sinks it goes to: those named (a profile's
+// approval.notify) and the default ones. It never blocks.
+func (n *Notifier) Notify(e Event, named []string) {
+	if n == nil {
+		return
+	}
+	for _, s := range n.Config.For(e.Namespace, named) {
+		select {
+		case n.queue <- delivery{sink: s, event: e}:
+		default:
+			deliveries.WithLabelValues(s.Name, ResultDropped).Inc()
+			n.Log.Info("notification dropped", "sink", s.Name, "type", e.Type)
+		}
+	}
+}
+
+// Start runs the workers until ctx ends (a manager Runnable).
+func (n *Notifier) Start(ctx context.Context) error {
+	done := make(chan struct{})
+	for range defaultWorkers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case d := <-n.queue:
+					n.deliver(ctx, d)
+				}
+			}
+		}()
+	}
+	for range defaultWorkers {
+		<-done
+	}
+	return nil
+}
+
+// NeedLeaderElection: only the leader asks questions, so only it tells of
+// them.
+func (n *Notifier) NeedLeaderElection() bool { return true }
+
+// deliver sends d, retrying with backoff while the answer may change.
+func (n *Notifier) deliver(ctx context.Context, d delivery) {
+	body, contentType, err := payload(d.sink.Format, d.event)
+	if err != nil {
+		deliveries.WithLabelValues(d.sink.Name, ResultFailed).Inc()
+		return
+	}
+	wait := n.Backoff
+	for attempt := 1; ; attempt++ {
+		retry, err := n.send(ctx, d.sink, body, contentType)
+		if err == nil {
+			deliveries.WithLabelValues(d.sink.Name, ResultDelivered).Inc()
+			return
+		}
+		if !retry || attempt >= n.Attempts {
+			deliveries.WithLabelValues(d.sink.Name, ResultFailed).Inc()
+			n.Log.Info("notification not delivered", "sink", d.sink.Name, "type", d.event.Type, "attempts", attempt, "error", err.Error())
+			return
+		}
+		retries.WithLabelValues(d.sink.Name).Inc()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, maxBackoff)
+	}
+}
+
+// send posts one body; retry says whether another attempt may succeed.
+func (n *Notifier) send(ctx context.Context, s Sink, body []byte, contentType string) (retry bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("User-Agent", "toolgate-notify")
+	resp, err := n.Client.Do(req)
+	if err != nil {
+		// Without the URL, which is a credential (a chat webhook's).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return true, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return false, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return true, fmt.Errorf("answered %d", resp.StatusCode)
+	default:
+		return false, fmt.Errorf("answered %d", resp.StatusCode)
+	}
+}

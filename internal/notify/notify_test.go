@@ -1,0 +1,185 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+)
+
+// receiver is a local HTTP server that keeps what it is sent, answering
+// with the statuses given in turn (then 200).
+type receiver struct {
+	*httptest.Server
+	mu       sync.Mutex
+	bodies   []map[string]any
+	types    []string
+	statuses []int
+}
+
+func newReceiver(t *testing.T, statuses ...int) *receiver {
+	r := &receiver{statuses: statuses}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		raw, _ := io.ReadAll(req.Body)
+		var body map[string]any
+		_ = json.Unmarshal(raw, &body)
+		r.mu.Lock()
+		status := http.StatusOK
+		if len(r.statuses) > 0 {
+			status, r.statuses = r.statuses[0], r.statuses[1:]
+		}
+		if status == http.StatusOK {
+			r.bodies, r.types = append(r.bodies, body), append(r.types, req.Header.Get("Content-Type"))
+		}
+		r.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) received() []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]map[string]any(nil), r.bodies...)
+}
+
+func question() *toolgatev1alpha1.ApprovalRequest {
+	return &toolgatev1alpha1.ApprovalRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "write-1", UID: types.UID("u-1")},
+		Spec: toolgatev1alpha1.ApprovalRequestSpec{
+			ToolCallRef: toolgatev1alpha1.LocalObjectReference{Name: "write-1"}, SessionRef: &toolgatev1alpha1.LocalObjectReference{Name: "s"},
+			Tool: "write_file", ArgumentsPreview: `{"path":"<@U123> & notes","token":"[redacted]"}`, Reason: "writes-need-two",
+			Requester: "agent", Deadline: metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+			Approvers: &toolgatev1alpha1.Approvers{Required: 2},
+		},
+		Status: toolgatev1alpha1.ApprovalRequestStatus{Phase: toolgatev1alpha1.ApprovalPending},
+	}
+}
+
+func start(t *testing.T, n *Notifier) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = n.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// Every format carries who asks, for what, the redacted preview and the
+// command to decide; the chat formats cannot be turned into mentions or
+// links by the preview.
+func TestEachFormatSaysWhatWaitsAndHowToDecide(t *testing.T) {
+	ce, slack, teams := newReceiver(t), newReceiver(t), newReceiver(t)
+	n := New(Config{Sinks: []Sink{
+		{Name: "events", Format: FormatCloudEvents, URL: ce.URL, Default: true},
+		{Name: "slack", Format: FormatSlack, URL: slack.URL},
+		{Name: "teams", Format: FormatTeams, URL: teams.URL},
+		{Name: "elsewhere", Format: FormatSlack, URL: slack.URL, Namespaces: []string{"other"}, Default: true},
+	}}, logr.Discard())
+	start(t, n)
+	n.Notify(EventOf(question(), TypeRequested, time.Now()), []string{"slack", "teams"})
+	waitFor(t, func() bool { return len(ce.received()) == 1 && len(slack.received()) == 1 && len(teams.received()) == 1 })
+
+	c := ce.received()[0]
+	if c["specversion"] != "1.0" || c["type"] != "dev.toolgate.approval.requested" || c["id"] != "u-1/requested" ||
+		c["subject"] != "approvalrequests/write-1" || c["source"] != "toolgate.dev/namespaces/agents" || ce.types[0] != "application/cloudevents+json" {
+		t.Errorf("cloudevent %v (%s)", c, ce.types[0])
+	}
+	data := c["data"].(map[string]any)
+	if data["requester"] != "agent" || data["session"] != "s" || data["tool"] != "write_file" || data["required"] != 2.0 ||
+		!strings.Contains(data["command"].(string), "kubectl toolgate approve write-1 -n agents") {
+		t.Errorf("cloudevent data %v", data)
+	}
+	s := slack.received()[0]
+	text := fmt.Sprint(s)
+	if !strings.Contains(s["text"].(string), "Approval needed: agent wants to run write_file (session s, namespace agents)") ||
+		strings.Contains(text, "<@U123>") || !strings.Contains(text, "&lt;@U123&gt; &amp; notes") {
+		t.Errorf("slack %v", s)
+	}
+	tm, _ := json.Marshal(teams.received()[0])
+	if !strings.Contains(string(tm), `"AdaptiveCard"`) || !strings.Contains(string(tm), "kubectl toolgate approve write-1 -n agents") ||
+		!strings.Contains(string(tm), "Approvals: 0 of 2") {
+		t.Errorf("teams %s", tm)
+	}
+}
+
+// A sink that fails for a while gets the event once it answers; one that
+// refuses it for good is not asked again; a full queue drops and counts.
+func TestDeliveryRetriesWhatMaySucceedAndCountsTheRest(t *testing.T) {
+	flaky := newReceiver(t, http.StatusServiceUnavailable, http.StatusTooManyRequests)
+	refusing := newReceiver(t, http.StatusBadRequest, http.StatusBadRequest)
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := funcr.New(func(prefix, args string) { mu.Lock(); logs.WriteString(args + "\n"); mu.Unlock() }, funcr.Options{})
+	n := &Notifier{Config: Config{Sinks: []Sink{
+		{Name: "flaky", Format: FormatCloudEvents, URL: flaky.URL, Default: true},
+		{Name: "refusing", Format: FormatCloudEvents, URL: refusing.URL + "/secret-token-path", Default: true},
+	}}, Log: log, Backoff: 10 * time.Millisecond}
+	n.init()
+	before := testutil.ToFloat64(retries.WithLabelValues("flaky"))
+	failedBefore := testutil.ToFloat64(deliveries.WithLabelValues("refusing", ResultFailed))
+	start(t, n)
+	n.Notify(EventOf(question(), TypeExpired, time.Now()), nil)
+	waitFor(t, func() bool {
+		return len(flaky.received()) == 1 && testutil.ToFloat64(deliveries.WithLabelValues("refusing", ResultFailed)) == failedBefore+1
+	})
+	if got := testutil.ToFloat64(retries.WithLabelValues("flaky")) - before; got != 2 {
+		t.Errorf("retries %v, want 2", got)
+	}
+	if flaky.received()[0]["type"] != "dev.toolgate.approval.expired" {
+		t.Errorf("event %v", flaky.received()[0])
+	}
+	mu.Lock()
+	if strings.Contains(logs.String(), "secret-token-path") {
+		t.Errorf("a sink's URL in the logs:\n%s", logs.String())
+	}
+	mu.Unlock()
+
+	// Nobody reads the queue: it fills, and the rest is dropped.
+	idle := New(Config{Sinks: []Sink{{Name: "idle", Format: FormatSlack, URL: flaky.URL, Default: true}}}, logr.Discard())
+	dropped := testutil.ToFloat64(deliveries.WithLabelValues("idle", ResultDropped))
+	for range defaultQueue + 5 {
+		idle.Notify(EventOf(question(), TypeRequested, time.Now()), nil)
+	}
+	if got := testutil.ToFloat64(deliveries.WithLabelValues("idle", ResultDropped)) - dropped; got != 5 {
+		t.Errorf("dropped %v, want 5", got)
+	}
+}
+
+func TestConfigIsChecked(t *testing.T) {
+	bad := Config{Sinks: []Sink{
+		{Name: "Bad_Name", Format: FormatSlack, URL: "https://example.test/x"},
+		{Name: "a", Format: "email", URL: "https://example.test/x"},
+		{Name: "a", Format: FormatSlack, URL: "ftp://example.test/x"},
+	}}
+	err := bad.Validate()
+	for _, want := range []string{"sinks[0] (Bad_Name): name", "format must be cloudevents, slack or teams", "name used twice", "url must be an absolute http or https URL"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
