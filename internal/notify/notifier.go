@@ -126,7 +126,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection: only the leader asks questions, so only it tells of
+// NeedLeaderElection is true: only the leader asks questions, so only it tells of
 // them.
 func (n *Notifier) NeedLeaderElection() bool { return true }
 

@@ -91,7 +91,9 @@ func TestEachFormatSaysWhatWaitsAndHowToDecide(t *testing.T) {
 	}}, logr.Discard())
 	start(t, n)
 	n.Notify(EventOf(question(), TypeRequested, time.Now()), []string{"slack", "teams"})
-	waitFor(t, func() bool { return len(ce.received()) == 1 && len(slack.received()) == 1 && len(teams.received()) == 1 })
+	waitFor(t, func() bool {
+		return len(ce.received()) == 1 && len(slack.received()) == 1 && len(teams.received()) == 1
+	})
 
 	c := ce.received()[0]
 	if c["specversion"] != "1.0" || c["type"] != "dev.toolgate.approval.requested" || c["id"] != "u-1/requested" ||

@@ -142,7 +142,7 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(res.ErrorCode).To(Equal("approval_rejected"))
 		Expect(res.Content).To(ContainSubstring("use the staging bucket instead"))
 		Expect(res.Content).NotTo(ContainSubstring("nobody agrees"), "the model's result never repeats the arguments")
-		Expect(auditRecord(string(ns.Committed("refused").UID) + "/decision")).To(HaveKeyWithValue("approval", HaveKeyWithValue("decision",
+		Expect(auditRecord(string(ns.Committed("refused").UID)+"/decision")).To(HaveKeyWithValue("approval", HaveKeyWithValue("decision",
 			And(HaveKeyWithValue("action", "Deny"), HaveKeyWithValue("decidedBy", "e2e-carol")))), "the denial's record")
 	})
 })
