@@ -221,6 +221,38 @@ var _ = Describe("the MCP gateway", func() {
 		Expect(text(got.res)).To(Equal("written"))
 	})
 
+	It("gives the model a person's denial with its words, as isError with the stable code, never the arguments", func() {
+		cs := connect(ns, tok, nil)
+		done := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			defer GinkgoRecover()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "write", Arguments: map[string]any{"text": "the secret plan"}})
+			Expect(err).NotTo(HaveOccurred())
+			done <- res
+		}()
+		var ar *toolgatev1alpha1.ApprovalRequest
+		Eventually(func() bool {
+			list := &toolgatev1alpha1.ApprovalRequestList{}
+			Expect(as("alice").List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			for i := range list.Items {
+				if list.Items[i].Spec.Decision == nil && strings.Contains(list.Items[i].Spec.ArgumentsPreview, "the secret plan") {
+					ar = &list.Items[i]
+				}
+			}
+			return ar != nil
+		}, 60*time.Second).Should(BeTrue())
+		base := ar.DeepCopy()
+		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "alice", Message: "write to the staging copy instead"}
+		Expect(as("alice").Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
+
+		var res *mcp.CallToolResult
+		Eventually(done, 60*time.Second).Should(Receive(&res))
+		Expect(res.IsError).To(BeTrue())
+		Expect(res.Meta[agent.MetaCode]).To(Equal("approval_rejected"))
+		Expect(text(res)).To(ContainSubstring("write to the staging copy instead"), "the approver's words reach the model")
+		Expect(text(res)).NotTo(ContainSubstring("the secret plan"), "the result never repeats the arguments")
+	})
+
 	It("runs one model turn sent as parallel requests with _meta, committing in model order", func() {
 		cs := connect(ns, tok, nil)
 		type answer struct {
