@@ -5,7 +5,10 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -34,6 +37,51 @@ func auditRecord(id string) map[string]any {
 	return nil
 }
 
+// notificationReceiver is the e2e sinks' receiver (hack/local-values.yaml,
+// config/local): on the node's loopback, which the manager reaches from
+// the host's network. It keeps every body by path.
+type notificationReceiver struct {
+	mu     sync.Mutex
+	byPath map[string][]map[string]any
+}
+
+func startNotificationReceiver() *notificationReceiver {
+	r := &notificationReceiver{byPath: map[string][]map[string]any{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:18089")
+	Expect(err).NotTo(HaveOccurred(), "the e2e notification sinks' port")
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		path := strings.TrimPrefix(req.URL.Path, "/")
+		r.byPath[path] = append(r.byPath[path], body)
+		r.mu.Unlock()
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	DeferCleanup(func() { _ = srv.Close() })
+	return r
+}
+
+func (r *notificationReceiver) bodies(path string) []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]map[string]any(nil), r.byPath[path]...)
+}
+
+// kinds are the CloudEvent types received about the request named name.
+func (r *notificationReceiver) kinds(path, name string) []string {
+	var out []string
+	for _, b := range r.bodies(path) {
+		if b["subject"] == "approvalrequests/"+name {
+			out = append(out, fmt.Sprint(b["type"]))
+		}
+	}
+	return out
+}
+
 // quorumProfile asks two members of e2e-reviewers to approve every write.
 const quorumProfile = `
 apiVersion: toolgate.dev/v1alpha1
@@ -52,7 +100,10 @@ spec:
       action: Ask
       approvers: {required: 2, groups: [e2e-reviewers]}
   sandbox: {mode: WorkspaceWrite, provider: Pod, resources: {memory: 64Mi}}
-  approval: {provider: APIServer, redactArguments: [note]}
+  approval:
+    provider: APIServer
+    redactArguments: [note]
+    notify: [e2e-cloudevents, e2e-slack, e2e-teams]
 `
 
 // Approvers a rule names, counted by the API server's admission and the
@@ -61,6 +112,7 @@ spec:
 // authenticate them).
 var _ = Describe("approvals by a quorum of a group", func() {
 	It("runs a write once two members approved, counts a member once, refuses a non-member, and gives the model a denial's words", func() {
+		receiver := startNotificationReceiver()
 		ns := newAgentNamespace("quorum")
 		ns.Bind("reviewers", "ClusterRole", "toolgate-approver", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "e2e-reviewers"})
 		ns.Bind("outsider", "ClusterRole", "toolgate-approver", userSubject("e2e-outsider"))
@@ -131,6 +183,23 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(fmt.Sprint(record["approval"])).To(And(ContainSubstring("e2e-carol"), ContainSubstring("e2e-dave"), ContainSubstring("looks right")))
 		Expect(record).To(HaveKeyWithValue("argumentsPreview", `{"note":"[redacted]"}`), "the approver's redacted preview")
 		Expect(fmt.Sprint(record)).NotTo(ContainSubstring("two people agree"), "no redacted argument in the trail")
+
+		By("each sink the profile names heard that the write waited and was decided, in its own format")
+		Eventually(func() []string { return receiver.kinds("cloudevents", "write") }, 60*time.Second).Should(Equal(
+			[]string{"dev.toolgate.approval.requested", "dev.toolgate.approval.decided"}))
+		ce := receiver.bodies("cloudevents")[0]
+		Expect(ce).To(HaveKeyWithValue("specversion", "1.0"))
+		Expect(ce["data"]).To(And(HaveKeyWithValue("requester", userAgent), HaveKeyWithValue("session", "q"),
+			HaveKeyWithValue("argumentsPreview", `{"note":"[redacted]"}`)))
+		for _, path := range []string{"slack", "teams"} {
+			Eventually(func() int { return len(receiver.bodies(path)) }, 60*time.Second).Should(BeNumerically(">=", 2), path)
+			first, _ := json.Marshal(receiver.bodies(path)[0])
+			Expect(string(first)).To(And(ContainSubstring("Approval needed: demo-agent wants to run write_note"),
+				ContainSubstring("kubectl toolgate approve write -n "+ns.Name)), path)
+			Expect(string(first)).NotTo(ContainSubstring("two people agree"), path)
+		}
+		Expect(receiver.bodies("slack")[0]).To(HaveKey("blocks"))
+		Expect(fmt.Sprint(receiver.bodies("teams")[0])).To(ContainSubstring("AdaptiveCard"))
 
 		By("a member's denial decides, and its words reach the model")
 		Eventually(func() error {
