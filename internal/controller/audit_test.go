@@ -66,4 +66,16 @@ var _ = Describe("the audit trail", func() {
 			Expect(r.Time.Before(metav1.Now().Add(time.Minute))).To(BeTrue())
 		}
 	})
+
+	It("records a call nobody was asked about by its digest alone: its arguments stay out of the manager's output", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		tc := submit(ns, "c1", "echo", `{"text":"e2e-not-in-the-trail"}`, 0, 0)
+		Expect(committedCall(ns, "c1").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Eventually(func() []audit.Record { return auditTrail.of(tc.UID) }).Should(HaveLen(1))
+		r := auditTrail.of(tc.UID)[0]
+		Expect(r.ArgumentsDigest).To(HavePrefix("hmac-sha256:"))
+		Expect(r.ArgumentsPreview).To(BeEmpty())
+		Expect(r.Approval).To(BeNil())
+	})
 })

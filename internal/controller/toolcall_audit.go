@@ -8,7 +8,6 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/internal/providers/approval"
 )
 
 // auditCall writes the settled call's audit record, once per process. A
@@ -37,10 +36,13 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 	args := pipeline.ArgumentsOf(tc.Spec.Arguments)
 	var f audit.CallFacts
 	if s.pipe != nil {
-		// The profile was read by this reconcile: its redaction list and
-		// runtime are known. Otherwise the preview is left out rather than
-		// shown unredacted.
-		f.ArgumentsPreview, f.RuntimeClass = approval.Preview(args, s.subject.Redact), ptrValue(s.runner.job.Policy.RuntimeClassName)
+		f.RuntimeClass = ptrValue(s.runner.job.Policy.RuntimeClassName)
+	}
+	if ar != nil {
+		// What an approver read and decided on, as the question froze it
+		// (redacted then). A call nobody was asked about is recorded by
+		// its digest alone: arguments stay out of the manager's output.
+		f.ArgumentsPreview = ar.Spec.ArgumentsPreview
 	}
 	if s.session != nil {
 		f.Profile = s.session.Spec.ProfileRef.Name
