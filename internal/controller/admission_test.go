@@ -24,13 +24,7 @@ import (
 )
 
 // as returns a client acting as user.
-func as(user string) client.Client {
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	Expect(err).NotTo(HaveOccurred())
-	return c
-}
+func as(user string) client.Client { return asMember(user) }
 
 // asMember returns a client acting as user, a member of groups.
 func asMember(user string, groups ...string) client.Client {
