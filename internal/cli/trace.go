@@ -15,6 +15,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 )
 
 // expected are the verdicts of a call that goes well; the first record with
@@ -172,8 +173,27 @@ func took(since, t time.Time) string {
 // nobody has.
 func writeApproval(out io.Writer, ar *toolgatev1alpha1.ApprovalRequest) {
 	d := ar.Spec.Decision
+	n, required := apiserver.Approvals(ar)
+	if d == nil && (required > 1 || n > 0) {
+		fmt.Fprintf(out, "approval: approvalrequest/%s %s, %d of %d approvals\n", ar.Name, ar.Status.Phase, n, required)
+	}
+	for _, a := range ar.Spec.Approvals {
+		at := ""
+		for _, r := range ar.Status.Approvals {
+			if r.User == a.User {
+				at = " at " + r.RecordedAt.UTC().Format(time.RFC3339)
+			}
+		}
+		note := ""
+		if a.Message != "" {
+			note = ": " + preview(a.Message)
+		}
+		fmt.Fprintf(out, "  approved by %s%s%s\n", a.User, at, note)
+	}
 	if d == nil {
-		fmt.Fprintf(out, "approval: approvalrequest/%s %s, no decision\n", ar.Name, ar.Status.Phase)
+		if required <= 1 && n == 0 {
+			fmt.Fprintf(out, "approval: approvalrequest/%s %s, no decision\n", ar.Name, ar.Status.Phase)
+		}
 		return
 	}
 	at := ""

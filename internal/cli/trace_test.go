@@ -108,6 +108,24 @@ func TestTraceSaysDurationsAndTheApprover(t *testing.T) {
 	if !strings.Contains(out.String(), "approval: approvalrequest/c Pending, no decision") {
 		t.Errorf("an unanswered request is said so:\n%s", out.String())
 	}
+
+	// A request that needs two: the count, and each approval with when
+	// toolgate saw it and its note.
+	ar.Spec.Approvers = &toolgatev1alpha1.Approvers{Required: 2, Groups: []string{"reviewers"}}
+	ar.Spec.Approvals = []toolgatev1alpha1.Approval{{User: "carol", Message: "looks right"}}
+	ar.Status.Approvals = []toolgatev1alpha1.RecordedApproval{{User: "carol", RecordedAt: at(60)}}
+	out.Reset()
+	if err := writeTrace(&out, tc, ar, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"approval: approvalrequest/c Pending, 1 of 2 approvals", "  approved by carol at 2026-01-02T03:05:00Z: looks right"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("want %q in\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "no decision") {
+		t.Errorf("a request with approvals is not one without an answer:\n%s", out.String())
+	}
 }
 
 // The trace lists the egress proxy's record of the body's requests, with
