@@ -9,6 +9,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",message="decision can be set once and never changed or removed",fieldPath=".decision"
 // +kubebuilder:validation:XValidation:rule="has(self.sessionRef) == has(oldSelf.sessionRef)",message="sessionRef is immutable",fieldPath=".sessionRef"
 // +kubebuilder:validation:XValidation:rule="has(self.approvers) == has(oldSelf.approvers)",message="approvers is immutable",fieldPath=".approvers"
+// +kubebuilder:validation:XValidation:rule="has(self.notify) == has(oldSelf.notify)",message="notify is immutable",fieldPath=".notify"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.approvals) || has(self.approvals)",message="an approval, once recorded, is never changed or removed",fieldPath=".approvals"
 type ApprovalRequestSpec struct {
 	// toolCallRef names the ToolCall the question is about.
@@ -64,6 +65,16 @@ type ApprovalRequestSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="approvers is immutable"
 	Approvers *Approvers `json:"approvers,omitempty"`
+
+	// notify names the install's notification sinks told of this question
+	// (its profile's approval.notify when it was asked), beside the
+	// install's default ones.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="notify is immutable"
+	Notify []string `json:"notify,omitempty"`
 
 	// approvals are the approvals recorded so far, one per approver, each
 	// added by its approver (admission checks who): the call is approved

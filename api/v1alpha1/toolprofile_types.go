@@ -193,11 +193,10 @@ type ToolEgress struct {
 }
 
 // EgressHost is one host a tool may reach.
-// +kubebuilder:validation:XValidation:rule="!self.host.contains(':') || (isIP(self.host) && ip.isCanonical(self.host))",message="an IPv6 host is a canonical address: lowercase, zeros compressed, no brackets (2001:db8::1)",fieldPath=".host"
 type EgressHost struct {
 	// host is an exact DNS name or IP address (IPv6 in canonical form,
-	// without brackets), or "*." and a name (every name below it, not the
-	// name itself). Lowercase.
+	// without brackets: the profile is not Ready otherwise), or "*." and a
+	// name (every name below it, not the name itself). Lowercase.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

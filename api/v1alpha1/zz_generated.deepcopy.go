@@ -273,6 +273,11 @@ func (in *ApprovalRequestSpec) DeepCopyInto(out *ApprovalRequestSpec) {
 		*out = new(Approvers)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Notify != nil {
+		in, out := &in.Notify, &out.Notify
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Approvals != nil {
 		in, out := &in.Approvals, &out.Approvals
 		*out = make([]Approval, len(*in))

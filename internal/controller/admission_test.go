@@ -203,6 +203,9 @@ var _ = Describe("admission", Ordered, func() {
 		By("the second member's approval completes it; nobody adds a third")
 		Expect(approve(asMember("dave", "reviewers"), "dave", "")).To(Succeed())
 		refused(approve(asMember("frank", "reviewers"), "frank", ""), "already has the approvals it needs")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
+		got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "frank"}
+		refused(asMember("frank", "reviewers").Update(ctx, got), "already has the approvals it needs; it is approved")
 
 		By("any named approver may deny; nobody else, and nobody approves after")
 		deny := tu.MakeApprovalRequest(ns, "quorum-deny", "quorum-deny", metav1.NewTime(time.Now().Add(time.Hour))).Approvers(2, []string{"erin"}, []string{"reviewers"}).Obj()

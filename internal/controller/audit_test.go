@@ -78,4 +78,24 @@ var _ = Describe("the audit trail", func() {
 		Expect(r.ArgumentsPreview).To(BeEmpty())
 		Expect(r.Approval).To(BeNil())
 	})
+
+	It("records a denied call's question as it ended, not as the cache last saw it", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").Obj()).PreRule("ask-all", toolgatev1alpha1.ActionAsk, ""))
+		tc := submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		decide(approvalRequest(ns, "c1"), toolgatev1alpha1.DecisionDeny)
+		Expect(committedCall(ns, "c1").Status.Result.ErrorCode).To(Equal("approval_rejected"))
+		var call *audit.Record
+		Eventually(func() *audit.Record {
+			for _, r := range auditTrail.of(tc.UID) {
+				if r.Type == audit.TypeCall {
+					call = &r
+				}
+			}
+			return call
+		}).ShouldNot(BeNil())
+		Expect(call.Approval.Phase).To(Equal(string(toolgatev1alpha1.ApprovalDenied)))
+		Expect(call.Approval.Resolved).NotTo(BeNil())
+		Expect(call.Code).To(Equal("approval_rejected"))
+	})
 })

@@ -26,14 +26,24 @@ var _ = Describe("notifications of approval questions", func() {
 				Should(Equal([]string{"dev.toolgate.approval.requested", "dev.toolgate.approval.decided"}), path)
 		}
 
-		By("a profile that names no sink: the default ones only; an expiry says so")
+		By("an expiry is told where the opening was, the named sinks too")
 		other := newNamespace()
 		setup(processProfile(other, shTool("echo", "cat").Obj()).PreRule("ask-all", toolgatev1alpha1.ActionAsk, "").
-			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.TimeoutSeconds = 10 }))
+			Approval(func(a *toolgatev1alpha1.ApprovalSettings) { a.TimeoutSeconds, a.Notify = 10, []string{"team"} }))
 		submit(other, "c2", "echo", `{"text":"hello"}`, 0, 0)
 		Expect(committedCall(other, "c2").Status.Result.ErrorCode).To(Equal("approval_expired"))
-		Eventually(func() []string { return notifications.of("/everyone", other, "c2") }, 10*time.Second).
-			Should(Equal([]string{"dev.toolgate.approval.requested", "dev.toolgate.approval.expired"}))
-		Consistently(func() []string { return notifications.of("/team", other, "c2") }, time.Second).Should(BeEmpty())
+		for _, path := range []string{"/team", "/everyone"} {
+			Eventually(func() []string { return notifications.of(path, other, "c2") }, 10*time.Second).
+				Should(Equal([]string{"dev.toolgate.approval.requested", "dev.toolgate.approval.expired"}), path)
+		}
+
+		By("a profile that names no sink: the default ones only")
+		third := newNamespace()
+		setup(processProfile(third, shTool("echo", "cat").Obj()).PreRule("ask-all", toolgatev1alpha1.ActionAsk, ""))
+		submit(third, "c3", "echo", `{"text":"hello"}`, 0, 0)
+		approvalRequest(third, "c3")
+		Eventually(func() []string { return notifications.of("/everyone", third, "c3") }, 10*time.Second).
+			Should(Equal([]string{"dev.toolgate.approval.requested"}))
+		Consistently(func() []string { return notifications.of("/team", third, "c3") }, time.Second).Should(BeEmpty())
 	})
 })

@@ -20,20 +20,31 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 	if r.Audit == nil || tc.Status.Result == nil {
 		return
 	}
-	if _, done := r.audited.LoadOrStore(tc.UID, struct{}{}); done {
+	key := client.ObjectKeyFromObject(tc)
+	if uid, done := r.audited.Load(key); done && uid == tc.UID {
 		return
 	}
+	r.audited.Store(key, tc.UID)
 	if r.Clock.Since(tc.Status.Result.SettledAt.Time) > announceWindow {
 		return
 	}
+	if strippedInCache(tc) {
+		// The cache keeps a call without its bulk (cachestrip.go): the
+		// digests are of the call as stored.
+		full := &toolgatev1alpha1.ToolCall{}
+		if err := r.reader().Get(ctx, key, full); err == nil && full.UID == tc.UID {
+			tc = full
+		}
+	}
 	var ar *toolgatev1alpha1.ApprovalRequest
 	if askedApproval(tc) {
+		// From the API server: the question's end was written by this
+		// reconcile (Close), which the cache may not show yet.
 		ar = &toolgatev1alpha1.ApprovalRequest{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Name}, ar); err != nil || !ownedBy(ar, tc) {
+		if err := r.reader().Get(ctx, key, ar); err != nil || !ownedBy(ar, tc) {
 			ar = nil
 		}
 	}
-	args := pipeline.ArgumentsOf(tc.Spec.Arguments)
 	var f audit.CallFacts
 	if s.pipe != nil {
 		f.RuntimeClass = ptrValue(s.runner.job.Policy.RuntimeClassName)
@@ -47,11 +58,13 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 	if s.session != nil {
 		f.Profile = s.session.Spec.ProfileRef.Name
 	}
-	if d := r.AuditDigests.Arguments; d != nil {
-		f.ArgumentsDigest = d(args)
-	}
-	if d := r.AuditDigests.Result; d != nil {
-		f.ResultDigest = d(tc.Status.Result.Value, tc.Status.Result.Content)
+	if !strippedInCache(tc) {
+		if d := r.AuditDigests.Arguments; d != nil {
+			f.ArgumentsDigest = d(pipeline.ArgumentsOf(tc.Spec.Arguments))
+		}
+		if d := r.AuditDigests.Result; d != nil {
+			f.ResultDigest = d(tc.Status.Result.Value, tc.Status.Result.Content)
+		}
 	}
 	r.Audit.Write(audit.ForCall(tc, ar, f))
 }

@@ -68,8 +68,8 @@ type ToolCallReconciler struct {
 	// process emitted (or found emitted); an entry goes with its call.
 	announced sync.Map // types.NamespacedName -> types.UID
 	// audited remembers the settled calls whose audit record this process
-	// wrote (or left to a predecessor).
-	audited sync.Map // types.UID -> struct{}
+	// wrote (or left to a predecessor); an entry goes with its call.
+	audited sync.Map // types.NamespacedName -> types.UID
 	// leading and leadingSince: when this process began reconciling calls
 	// (since).
 	leading      sync.Once
@@ -141,6 +141,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.announced.Delete(req.NamespacedName)
+			r.audited.Delete(req.NamespacedName)
 			r.prepared.Delete(req.NamespacedName)
 			r.own.forget(req.NamespacedName)
 		}

@@ -47,6 +47,10 @@ const (
 	maxCalls   = 4096
 )
 
+// giveUpAfter is how long after its grant expired a call's Events that
+// cannot be written are still tried (seconds).
+const giveUpAfter = 60
+
 // flushEvery is how often counted requests are written as Events: a
 // request never waits on the API server.
 const flushEvery = 2 * time.Second
@@ -141,9 +145,11 @@ func (r *EventRecorder) Run(ctx context.Context) {
 
 // pending is an Event to write.
 type pending struct {
-	ev    *eventsv1.Event
-	entry *eventEntry
-	count int32
+	ev      *eventsv1.Event
+	entry   *eventEntry
+	count   int32
+	written int32
+	last    time.Time
 }
 
 // Flush writes the Events whose count changed, and forgets the calls whose
@@ -157,12 +163,13 @@ func (r *EventRecorder) Flush(ctx context.Context) {
 		for _, e := range c.entries {
 			if e.count != e.written {
 				dirty = true
-				todo = append(todo, pending{ev: event(c.grant, e), entry: e, count: e.count})
+				todo = append(todo, pending{ev: event(c.grant, e), entry: e, count: e.count, written: e.written, last: e.last})
 			}
 		}
 		// A call whose grant expired gets no more requests: once written,
-		// it is forgotten.
-		if !dirty && now.Unix() > c.grant.Expires {
+		// it is forgotten, and a minute later even if its Events cannot
+		// be written (its namespace is going, say).
+		if (!dirty && now.Unix() > c.grant.Expires) || now.Unix() > c.grant.Expires+giveUpAfter {
 			delete(r.calls, uid)
 		}
 	}
@@ -181,9 +188,9 @@ func (r *EventRecorder) Flush(ctx context.Context) {
 
 func (r *EventRecorder) write(ctx context.Context, p pending) error {
 	if p.count > 1 {
-		p.ev.Series = &eventsv1.EventSeries{Count: p.count, LastObservedTime: metav1.NewMicroTime(p.entry.last)}
+		p.ev.Series = &eventsv1.EventSeries{Count: p.count, LastObservedTime: metav1.NewMicroTime(p.last)}
 	}
-	if p.entry.written == 0 {
+	if p.written == 0 {
 		err := r.Client.Create(ctx, p.ev)
 		if !apierrors.IsAlreadyExists(err) {
 			return client.IgnoreNotFound(err)
@@ -194,7 +201,7 @@ func (r *EventRecorder) write(ctx context.Context, p pending) error {
 		return nil
 	}
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"series":{"count":%d,"lastObservedTime":%q}}`,
-		p.count, p.entry.last.UTC().Format(metav1.RFC3339Micro)))
+		p.count, p.last.UTC().Format(metav1.RFC3339Micro)))
 	return client.IgnoreNotFound(r.Client.Patch(ctx, p.ev, patch))
 }
 

@@ -63,7 +63,7 @@ func question() *toolgatev1alpha1.ApprovalRequest {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "write-1", UID: types.UID("u-1")},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
 			ToolCallRef: toolgatev1alpha1.LocalObjectReference{Name: "write-1"}, SessionRef: &toolgatev1alpha1.LocalObjectReference{Name: "s"},
-			Tool: "write_file", ArgumentsPreview: `{"path":"<@U123> & notes","token":"[redacted]"}`, Reason: "writes-need-two",
+			Tool: "write_file", ArgumentsPreview: `{"path":"<@U123> & notes [approve here](https://x.test)","token":"[redacted]"}`, Reason: "writes-need-two",
 			Requester: "agent", Deadline: metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 			Approvers: &toolgatev1alpha1.Approvers{Required: 2},
 		},
@@ -113,7 +113,7 @@ func TestEachFormatSaysWhatWaitsAndHowToDecide(t *testing.T) {
 	}
 	tm, _ := json.Marshal(teams.received()[0])
 	if !strings.Contains(string(tm), `"AdaptiveCard"`) || !strings.Contains(string(tm), "kubectl toolgate approve write-1 -n agents") ||
-		!strings.Contains(string(tm), "Approvals: 0 of 2") {
+		!strings.Contains(string(tm), "Approvals: 0 of 2") || strings.Contains(string(tm), "](https") {
 		t.Errorf("teams %s", tm)
 	}
 }

@@ -39,9 +39,9 @@ func payload(format string, e Event) ([]byte, string, error) {
 		})
 		return b, "application/json", err
 	default: // FormatTeams
-		body := []any{map[string]any{"type": "TextBlock", "text": e.summary(), "weight": "Bolder", "wrap": true}}
+		body := []any{map[string]any{"type": "TextBlock", "text": teamsEscape(e.summary()), "weight": "Bolder", "wrap": true}}
 		for _, d := range e.details() {
-			body = append(body, map[string]any{"type": "TextBlock", "text": d, "wrap": true})
+			body = append(body, map[string]any{"type": "TextBlock", "text": teamsEscape(d), "wrap": true})
 		}
 		b, err := json.Marshal(map[string]any{
 			"type": "message",
@@ -62,3 +62,7 @@ func payload(format string, e Event) ([]byte, string, error) {
 func slackEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
+
+// teamsEscape keeps an Adaptive Card's Markdown from making a labelled
+// link ([text](url)) out of text an agent chose: a URL shows as itself.
+func teamsEscape(s string) string { return strings.ReplaceAll(s, "](", "] (") }

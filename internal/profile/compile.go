@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"text/template"
@@ -104,6 +105,19 @@ func (c *Compiled) compile(env *cel.Env) error {
 }
 
 func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition) error {
+	if t.Egress != nil {
+		for _, h := range t.Egress.Hosts {
+			// An IPv6 host is matched as written: only its canonical form
+			// is one the proxy compares with (the API server's CEL has no
+			// IP functions before Kubernetes 1.31).
+			if strings.Contains(h.Host, ":") {
+				if a, err := netip.ParseAddr(h.Host); err != nil || a.String() != h.Host {
+					return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid,
+						"tool %s: egress host %q: an IPv6 host is a canonical address: lowercase, zeros compressed, no brackets (2001:db8::1)", t.Name, h.Host)
+				}
+			}
+		}
+	}
 	params, output := string(t.Parameters.Raw), string(t.Output.Schema.Raw)
 	if doc, err := pipeline.ParseJSON(params); err != nil {
 		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: parameters: %v", t.Name, err)

@@ -120,20 +120,20 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	d := ar.Spec.Decision
 	if d == nil {
 		if approved(ar) {
-			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved, subj.Notify)
+			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
 			return pipeline.AllowedOnce, ""
 		}
 		// Pending: the phase (its creator may have stopped before writing
 		// it; approvers look for Pending) and the approvals counted so far.
-		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending, subj.Notify)
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
 		return pipeline.AnswerPending, ""
 	}
 	switch d.Action {
 	case toolgatev1alpha1.DecisionApprove:
-		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved, subj.Notify)
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
 		return pipeline.AllowedOnce, ""
 	case toolgatev1alpha1.DecisionDeny:
-		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalDenied, subj.Notify)
+		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalDenied)
 		msg := "denied by " + d.DecidedBy
 		if d.Message != "" {
 			msg += ": " + d.Message
@@ -191,6 +191,7 @@ func (p *Provider) question(subj approval.Subject, q pipeline.Question) *toolgat
 			Requester:        q.Call.Requester,
 			Deadline:         metav1.NewMicroTime(q.Deadline),
 			Approvers:        approvers(q.Quorum),
+			Notify:           slices.Clone(subj.Notify),
 		},
 	}
 	ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal] = p.seal(ar)
@@ -296,6 +297,9 @@ func (p *Provider) seal(ar *toolgatev1alpha1.ApprovalRequest) string {
 		// approvers seals as it did before they existed).
 		parts = append(parts, fmt.Sprintf("approvers:%d", a.Required), "users:"+strings.Join(a.Users, "\x00"), "groups:"+strings.Join(a.Groups, "\x00"))
 	}
+	if len(s.Notify) > 0 {
+		parts = append(parts, "notify:"+strings.Join(s.Notify, "\x00"))
+	}
 	return hex.EncodeToString(p.mac("toolgate.dev/question", parts...))
 }
 
@@ -307,7 +311,7 @@ func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline
 	if err := p.Client.Create(ctx, ar); err != nil {
 		return err
 	}
-	p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending, subj.Notify)
+	p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalPending)
 	return nil
 }
 
@@ -336,23 +340,23 @@ func (p *Provider) Close(ctx context.Context, subj approval.Subject, code pipeli
 	case code == pipeline.CodeApprovalExpired:
 		phase = toolgatev1alpha1.ApprovalExpired
 	}
-	return p.setPhaseErr(ctx, ar, phase, subj.Notify)
+	return p.setPhaseErr(ctx, ar, phase)
 }
 
 // Available is true: a person can always answer through the API server.
 func (p *Provider) Available() bool { return true }
 
-func (p *Provider) setPhase(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase, notified []string) {
+func (p *Provider) setPhase(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) {
 	// Best effort: the phase is for people; the call's result does not
 	// depend on it.
-	_ = p.setPhaseErr(ctx, ar, phase, notified)
+	_ = p.setPhaseErr(ctx, ar, phase)
 }
 
 // setPhaseErr writes the phase and, with it, the Decided condition, and
 // records when each approval was first seen. The writer of a new phase
 // tells of it: the audit trail of an end, and the notified sinks of an
 // opening and an end.
-func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase, notified []string) error {
+func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.ApprovalRequest, phase toolgatev1alpha1.ApprovalPhase) error {
 	cond := decided(phase, ar.Generation)
 	recorded := recordApprovals(ar.Status.Approvals, ar.Spec.Approvals, metav1.NewTime(p.Clock.Now()))
 	if ar.Status.Phase == phase && meta.IsStatusConditionPresentAndEqual(ar.Status.Conditions, cond.Type, cond.Status) &&
@@ -384,7 +388,9 @@ func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.Approva
 		p.Audit.Write(audit.ForDecision(ar))
 	}
 	if typ := notifyType(phase); typ != "" {
-		p.Notifier.Notify(notify.EventOf(ar, typ, p.Clock.Now()), notified)
+		// The sinks the question was asked with: its end is told where its
+		// opening was, whichever reconcile writes it.
+		p.Notifier.Notify(notify.EventOf(ar, typ, p.Clock.Now()), ar.Spec.Notify)
 	}
 	return nil
 }
