@@ -77,7 +77,13 @@ func (c *Compiled) compile(env *cel.Env) error {
 			return err
 		}
 	}
+	if err := reachable("approval.approvers", spec.Approval.Approvers); err != nil {
+		return err
+	}
 	for i, r := range spec.PreExecute {
+		if err := reachable("preExecute rule "+r.Name+": approvers", r.Approvers); err != nil {
+			return err
+		}
 		if err := c.compilePre(env, i, r); err != nil {
 			return err
 		}
@@ -300,6 +306,16 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 		}
 		return pipeline.Decision{Action: action, Reason: r.Name, Message: r.Message, Quorum: quorum}
 	})
+}
+
+// reachable refuses approvers whose count no one could ever reach: more
+// approvals required than users named, with no group to add more.
+func reachable(where string, a *toolgatev1alpha1.Approvers) error {
+	if a == nil || len(a.Groups) > 0 || len(a.Users) == 0 || int(a.Required) <= len(a.Users) {
+		return nil
+	}
+	return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid,
+		"%s: %d approvals required but only %d users named and no group: no call it asks about could ever be approved", where, a.Required, len(a.Users))
 }
 
 // quorumOf is the pipeline's form of a profile's approvers (nil: none

@@ -88,6 +88,16 @@ func TestCompileErrorsNameTheToolOrRule(t *testing.T) {
 		"post template": {func(w *tu.ToolProfileWrapper) {
 			w.PostRule(toolgatev1alpha1.PostRule{Name: "redact", Action: toolgatev1alpha1.PostAccept, ReplaceContent: "{{.Value"})
 		}, toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "postExecute rule redact: replaceContent"},
+		"a quorum nobody can reach": {func(w *tu.ToolProfileWrapper) {
+			w.PreRule("writes", toolgatev1alpha1.ActionAsk, "")
+			w.Spec.PreExecute[0].Approvers = &toolgatev1alpha1.Approvers{Required: 3, Users: []string{"alice", "bob"}}
+		}, toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "preExecute rule writes: approvers: 3 approvals required but only 2 users named"},
+		"a default quorum nobody can reach": {func(w *tu.ToolProfileWrapper) {
+			w.Spec.Approval.Approvers = &toolgatev1alpha1.Approvers{Required: 2, Users: []string{"alice"}}
+		}, toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "approval.approvers: 2 approvals required"},
+		"an IPv6 host not in canonical form": {func(w *tu.ToolProfileWrapper) {
+			w.Spec.Tools[0].Egress = &toolgatev1alpha1.ToolEgress{Hosts: []toolgatev1alpha1.EgressHost{{Host: "2001:DB8:0::1"}}}
+		}, toolgatev1alpha1.ToolProfileReasonSchemaInvalid, `tool echo: egress host "2001:DB8:0::1"`},
 		"render template": {func(w *tu.ToolProfileWrapper) {
 			w.Spec.Tools[0].Output.Render = toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderTemplate, Template: "{{range}}"}
 		}, toolgatev1alpha1.ToolProfileReasonTemplateInvalid, "tool echo: render template"},
