@@ -84,3 +84,20 @@ func (tc *ToolCall) Final() bool {
 	cond := apimeta.FindStatusCondition(tc.Status.Conditions, ToolCallConditionCommitted)
 	return cond != nil && cond.Status == metav1.ConditionFalse
 }
+
+// ApprovalCount is how many approvals the request holds that count, and
+// how many it needs: every entry of spec.approvals but the requester's
+// (admission lets only eligible approvers add them, once each), against
+// spec.approvers.required (1 when it names none).
+func (ar *ApprovalRequest) ApprovalCount() (approved, required int) {
+	required = 1
+	if a := ar.Spec.Approvers; a != nil && a.Required > 1 {
+		required = int(a.Required)
+	}
+	for _, a := range ar.Spec.Approvals {
+		if a.User != ar.Spec.Requester {
+			approved++
+		}
+	}
+	return approved, required
+}

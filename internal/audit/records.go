@@ -3,6 +3,8 @@ package audit
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
@@ -64,18 +66,17 @@ func ForDecision(ar *toolgatev1alpha1.ApprovalRequest) Record {
 }
 
 func callUID(ar *toolgatev1alpha1.ApprovalRequest) string {
-	for _, o := range ar.OwnerReferences {
-		if o.Controller != nil && *o.Controller && o.Kind == "ToolCall" {
-			return string(o.UID)
-		}
+	if o := metav1.GetControllerOf(ar); o != nil && o.Kind == "ToolCall" {
+		return string(o.UID)
 	}
 	return ""
 }
 
 func approvalOf(ar *toolgatev1alpha1.ApprovalRequest) *Approval {
-	a := &Approval{Request: ar.Name, Phase: string(ar.Status.Phase), Reason: ar.Spec.Reason, Required: 1, Deadline: ar.Spec.Deadline.UTC()}
+	_, required := ar.ApprovalCount()
+	a := &Approval{Request: ar.Name, Phase: string(ar.Status.Phase), Reason: ar.Spec.Reason, Required: int32(required), Deadline: ar.Spec.Deadline.UTC()}
 	if q := ar.Spec.Approvers; q != nil {
-		a.Required, a.Users, a.Groups = max(q.Required, 1), q.Users, q.Groups
+		a.Users, a.Groups = q.Users, q.Groups
 	}
 	for _, x := range ar.Spec.Approvals {
 		ap := Approver{User: x.User, Message: x.Message}

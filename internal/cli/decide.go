@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 )
 
 func decideCommand(o *Options, action toolgatev1alpha1.DecisionAction) *cobra.Command {
@@ -49,7 +48,7 @@ expired or cancelled is refused.`,
 			if err != nil {
 				return err
 			}
-			if n, required := apiserver.Approvals(ar); required > 1 && ar.Spec.Decision == nil {
+			if n, required := ar.ApprovalCount(); required > 1 && ar.Spec.Decision == nil {
 				_, err = fmt.Fprintf(o.Out, "approvalrequest/%s: approved by %s, %d of %d approvals\n", ar.Name, user, n, required)
 				return err
 			}
@@ -73,7 +72,7 @@ func decide(ctx context.Context, c client.Client, ns, name string, d toolgatev1a
 		if err := decidable(ar, now); err != nil {
 			return err
 		}
-		if _, required := apiserver.Approvals(ar); d.Action == toolgatev1alpha1.DecisionApprove && required > 1 {
+		if _, required := ar.ApprovalCount(); d.Action == toolgatev1alpha1.DecisionApprove && required > 1 {
 			// A request that needs several approvals takes this one as
 			// one of them; only a denial is a decision.
 			if slices.ContainsFunc(ar.Spec.Approvals, func(a toolgatev1alpha1.Approval) bool { return a.User == d.DecidedBy }) {

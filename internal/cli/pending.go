@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
 
@@ -137,7 +136,7 @@ func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wi
 		if ar.Spec.SessionRef != nil {
 			session = ar.Spec.SessionRef.Name
 		}
-		n, required := apiserver.Approvals(&ar)
+		n, required := ar.ApprovalCount()
 		cells := []string{ar.Name, session, ar.Spec.Tool, ar.Spec.Requester, fmt.Sprintf("%d/%d", n, required),
 			duration.HumanDuration(now.Sub(ar.CreationTimestamp.Time)),
 			"in " + duration.HumanDuration(ar.Spec.Deadline.Sub(now))}

@@ -15,7 +15,6 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 )
 
 // expected are the verdicts of a call that goes well; the first record with
@@ -173,7 +172,7 @@ func took(since, t time.Time) string {
 // nobody has.
 func writeApproval(out io.Writer, ar *toolgatev1alpha1.ApprovalRequest) {
 	d := ar.Spec.Decision
-	n, required := apiserver.Approvals(ar)
+	n, required := ar.ApprovalCount()
 	if d == nil && (required > 1 || n > 0) {
 		fmt.Fprintf(out, "approval: approvalrequest/%s %s, %d of %d approvals\n", ar.Name, ar.Status.Phase, n, required)
 	}

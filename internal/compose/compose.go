@@ -24,7 +24,6 @@ import (
 	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/notify"
-	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 	approvalnone "github.com/toolgate/toolgate/internal/providers/approval/none"
@@ -113,12 +112,7 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 		}
 	}
 	if o.Audit != nil {
-		secret := key.Current.Bytes()
-		cfg.Audit = o.Audit
-		cfg.AuditDigests = audit.Digests{
-			Arguments: func(a pipeline.Arguments) string { return approvalapiserver.ArgumentsDigest(secret, a) },
-			Result:    func(value, content string) string { return approvalapiserver.ResultDigest(secret, value, content) },
-		}
+		cfg.Audit, cfg.AuditDigests = o.Audit, approvalapiserver.AuditDigests(key.Current.Bytes())
 	}
 	mount := func(err error) error {
 		if err != nil {

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toolgate/toolgate/internal/audit"
-	"github.com/toolgate/toolgate/internal/pipeline"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -232,10 +231,7 @@ func (m *memoryAudit) of(uid types.UID) []audit.Record {
 func composeForTests(mgr ctrl.Manager) Config {
 	scope := lifecycle.NewScope()
 	cfg := Config{Approvals: &approval.Mounts{}, Sandboxes: &sandbox.Mounts{}, Wake: NewWake(1024), PollInterval: 500 * time.Millisecond,
-		DefaultRetention: defaultRetention, Audit: auditTrail, AuditDigests: audit.Digests{
-			Arguments: func(a pipeline.Arguments) string { return approvalapiserver.ArgumentsDigest(suiteKey, a) },
-			Result:    func(value, content string) string { return approvalapiserver.ResultDigest(suiteKey, value, content) },
-		}}
+		DefaultRetention: defaultRetention, Audit: auditTrail, AuditDigests: approvalapiserver.AuditDigests(suiteKey)}
 	ap := approvalapiserver.New(mgr.GetClient(), clock.RealClock{}, suiteKey)
 	ap.Audit = auditTrail
 	ap.Notifier = notify.New(notify.Config{Sinks: []notify.Sink{

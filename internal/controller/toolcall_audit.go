@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -41,13 +43,13 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 		// From the API server: the question's end was written by this
 		// reconcile (Close), which the cache may not show yet.
 		ar = &toolgatev1alpha1.ApprovalRequest{}
-		if err := r.reader().Get(ctx, key, ar); err != nil || !ownedBy(ar, tc) {
+		if err := r.reader().Get(ctx, key, ar); err != nil || !metav1.IsControlledBy(ar, tc) {
 			ar = nil
 		}
 	}
 	var f audit.CallFacts
 	if s.pipe != nil {
-		f.RuntimeClass = ptrValue(s.runner.job.Policy.RuntimeClassName)
+		f.RuntimeClass = ptr.Deref(s.runner.job.Policy.RuntimeClassName, "")
 	}
 	if ar != nil {
 		// What an approver read and decided on, as the question froze it
@@ -67,21 +69,4 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 		}
 	}
 	r.Audit.Write(audit.ForCall(tc, ar, f))
-}
-
-// ownedBy reports whether ar is tc's own question.
-func ownedBy(ar *toolgatev1alpha1.ApprovalRequest, tc *toolgatev1alpha1.ToolCall) bool {
-	for _, o := range ar.OwnerReferences {
-		if o.UID == tc.UID && o.Controller != nil && *o.Controller {
-			return true
-		}
-	}
-	return false
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

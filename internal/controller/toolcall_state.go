@@ -9,6 +9,7 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/approval"
 )
 
 // The pipeline's State lives in ToolCall.status: the visible part in
@@ -26,14 +27,6 @@ func requestOf(tc *toolgatev1alpha1.ToolCall) pipeline.Request {
 		r.Parent = tc.Spec.ParentRef.Name
 	}
 	return r
-}
-
-// approversOf is the API's form of a question's quorum.
-func approversOf(q *pipeline.Quorum) *toolgatev1alpha1.Approvers {
-	if q == nil {
-		return nil
-	}
-	return &toolgatev1alpha1.Approvers{Required: int32(q.Required), Users: q.Users, Groups: q.Groups}
 }
 
 // stateOf rebuilds the pipeline state from a call's status.
@@ -54,9 +47,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 		}
 		st.AskedAt, st.AskDeadline = microTimeOf(cp.AskedAt), microTimeOf(cp.AskDeadline)
 		st.AskReason, st.AskText = cp.AskReason, cp.AskMessage
-		if a := cp.AskApprovers; a != nil {
-			st.AskQuorum = &pipeline.Quorum{Required: int(a.Required), Users: a.Users, Groups: a.Groups}
-		}
+		st.AskQuorum = approval.QuorumOf(cp.AskApprovers)
 		st.NotBefore = microTimeOf(cp.NotBefore)
 		if b := cp.Body; b != nil {
 			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts), Truncated: b.Truncated}
@@ -102,7 +93,7 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		s.Stages = append(s.Stages, toolgatev1alpha1.StageRecord{Stage: string(r.Stage), Verdict: r.Verdict, Reason: r.Reason, Time: wholeTime(r.Time)})
 	}
 	cp := &toolgatev1alpha1.PipelineCheckpoint{
-		Next: string(st.Next), AskReason: st.AskReason, AskMessage: st.AskText, AskApprovers: approversOf(st.AskQuorum),
+		Next: string(st.Next), AskReason: st.AskReason, AskMessage: st.AskText, AskApprovers: approval.ApproversOf(st.AskQuorum),
 		AskedAt: microTime(st.AskedAt), AskDeadline: microTime(st.AskDeadline), NotBefore: microTime(st.NotBefore), Decisions: contextsOut(st.Decisions),
 	}
 	switch b := st.Body; {

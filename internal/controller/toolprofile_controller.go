@@ -147,8 +147,9 @@ func (r *ToolProfileReconciler) resolveSandbox(ctx context.Context, spec *toolga
 		reasons = append(reasons, reason)
 	}
 	if c, ok := provider.(sandbox.ProfileChecker); ok {
-		more := c.CheckProfile(ctx, spec)
-		reasons, recheck = append(reasons, more...), len(more) > 0
+		var more []string
+		more, recheck = c.CheckProfile(ctx, spec)
+		reasons = append(reasons, more...)
 	}
 	out.Enforcement = toolgatev1alpha1.EnforcementFull
 	if len(reasons) > 0 {

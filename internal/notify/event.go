@@ -47,23 +47,16 @@ const maxPreview = 1500
 
 // EventOf is the event of type typ about ar, at now.
 func EventOf(ar *toolgatev1alpha1.ApprovalRequest, typ string, now time.Time) Event {
+	approved, required := ar.ApprovalCount()
 	e := Event{
 		ID: fmt.Sprintf("%s/%s", ar.UID, typ), Type: typ, Time: now.UTC(),
 		Namespace: ar.Namespace, Request: ar.Name, Call: ar.Spec.ToolCallRef.Name,
 		Tool: ar.Spec.Tool, Requester: ar.Spec.Requester, Reason: ar.Spec.Reason,
 		Preview: textutil.Truncate(ar.Spec.ArgumentsPreview, maxPreview),
-		Phase:   string(ar.Status.Phase), Required: 1, Deadline: ar.Spec.Deadline.UTC(),
+		Phase:   string(ar.Status.Phase), Required: int32(required), Approved: int32(approved), Deadline: ar.Spec.Deadline.UTC(),
 	}
 	if ar.Spec.SessionRef != nil {
 		e.Session = ar.Spec.SessionRef.Name
-	}
-	if a := ar.Spec.Approvers; a != nil && a.Required > 1 {
-		e.Required = a.Required
-	}
-	for _, a := range ar.Spec.Approvals {
-		if a.User != ar.Spec.Requester {
-			e.Approved++
-		}
 	}
 	if d := ar.Spec.Decision; d != nil {
 		e.DecidedBy, e.Message = d.DecidedBy, d.Message

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -15,6 +14,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
 
@@ -103,7 +103,7 @@ func (c *Compiled) compile(env *cel.Env) error {
 		c.Default = pipeline.Decision{Action: pipeline.Allow, Reason: "preset-trusted"}
 	case toolgatev1alpha1.PresetSupervised:
 		c.Default = pipeline.Decision{Action: pipeline.Ask, Reason: "preset-supervised", Message: "no rule covers this call; a person must approve it",
-			Quorum: quorumOf(spec.Approval.Approvers)}
+			Quorum: approval.QuorumOf(spec.Approval.Approvers)}
 	default:
 		c.Default = pipeline.Decision{Action: pipeline.Deny, Reason: "preset-restricted", Message: "no rule allows this call"}
 	}
@@ -285,9 +285,9 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 	}[r.Action]
 	var quorum *pipeline.Quorum
 	if action == pipeline.Ask {
-		quorum = quorumOf(r.Approvers)
+		quorum = approval.QuorumOf(r.Approvers)
 		if quorum == nil {
-			quorum = quorumOf(c.Spec.Approval.Approvers)
+			quorum = approval.QuorumOf(c.Spec.Approval.Approvers)
 		}
 	}
 	return c.Registry.OnPreExecute(c.scope, r.Name, i, func(_ context.Context, call pipeline.Call) pipeline.Decision {
@@ -316,15 +316,6 @@ func reachable(where string, a *toolgatev1alpha1.Approvers) error {
 	}
 	return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid,
 		"%s: %d approvals required but only %d users named and no group: no call it asks about could ever be approved", where, a.Required, len(a.Users))
-}
-
-// quorumOf is the pipeline's form of a profile's approvers (nil: none
-// named, one approval from anyone allowed the verb approve).
-func quorumOf(a *toolgatev1alpha1.Approvers) *pipeline.Quorum {
-	if a == nil {
-		return nil
-	}
-	return &pipeline.Quorum{Required: max(int(a.Required), 1), Users: slices.Clone(a.Users), Groups: slices.Clone(a.Groups)}
 }
 
 func (c *Compiled) compileGuard(env *cel.Env, g toolgatev1alpha1.GuardRule) error {

@@ -3,9 +3,11 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers"
 	"github.com/toolgate/toolgate/internal/textutil"
@@ -49,6 +51,24 @@ type Subject struct {
 	// Notify names the notification sinks told of the question, beside
 	// the install's default ones.
 	Notify []string
+}
+
+// QuorumOf is the pipeline's form of a profile's or a question's
+// approvers (nil: none named, one approval from anyone allowed the verb
+// approve).
+func QuorumOf(a *toolgatev1alpha1.Approvers) *pipeline.Quorum {
+	if a == nil {
+		return nil
+	}
+	return &pipeline.Quorum{Required: max(int(a.Required), 1), Users: slices.Clone(a.Users), Groups: slices.Clone(a.Groups)}
+}
+
+// ApproversOf is the API's form of a question's quorum.
+func ApproversOf(q *pipeline.Quorum) *toolgatev1alpha1.Approvers {
+	if q == nil {
+		return nil
+	}
+	return &toolgatev1alpha1.Approvers{Required: int32(max(q.Required, 1)), Users: slices.Clone(q.Users), Groups: slices.Clone(q.Groups)}
 }
 
 // MaxPreview bounds the argument preview an approver sees.

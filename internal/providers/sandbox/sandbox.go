@@ -199,9 +199,11 @@ type Provider interface {
 // ProfileChecker is implemented by a provider that can tell, beyond the
 // sandbox policy, what of a profile it will not enforce: tools' own needs
 // it cannot meet in this install, and objects the policy names that do
-// not exist. Each reason makes the profile's enforcement Partial.
+// not exist. Each reason makes the profile's enforcement Partial; recheck
+// says the answer rests on objects that may appear later (the profile is
+// checked again).
 type ProfileChecker interface {
-	CheckProfile(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) []string
+	CheckProfile(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) (reasons []string, recheck bool)
 }
 
 // Preparer is implemented by a provider that can get an attempt's sandbox

@@ -144,24 +144,8 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	}
 }
 
-// Approvals is how many approvals ar holds that count, and how many it
-// needs. Admission lets only eligible approvers add them, once each; the
-// requester's own is not counted even so.
-func Approvals(ar *toolgatev1alpha1.ApprovalRequest) (n, required int) {
-	required = 1
-	if a := ar.Spec.Approvers; a != nil && a.Required > 1 {
-		required = int(a.Required)
-	}
-	for _, a := range ar.Spec.Approvals {
-		if a.User != ar.Spec.Requester {
-			n++
-		}
-	}
-	return n, required
-}
-
 func approved(ar *toolgatev1alpha1.ApprovalRequest) bool {
-	n, required := Approvals(ar)
+	n, required := ar.ApprovalCount()
 	return n >= required
 }
 
@@ -190,21 +174,12 @@ func (p *Provider) question(subj approval.Subject, q pipeline.Question) *toolgat
 			Reason:           textutil.Truncate(reason, 1024),
 			Requester:        q.Call.Requester,
 			Deadline:         metav1.NewMicroTime(q.Deadline),
-			Approvers:        approvers(q.Quorum),
+			Approvers:        approval.ApproversOf(q.Quorum),
 			Notify:           slices.Clone(subj.Notify),
 		},
 	}
 	ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal] = p.seal(ar)
 	return ar
-}
-
-// approvers is the API's form of a question's quorum (nil: one approval
-// from anyone allowed the verb approve).
-func approvers(q *pipeline.Quorum) *toolgatev1alpha1.Approvers {
-	if q == nil {
-		return nil
-	}
-	return &toolgatev1alpha1.Approvers{Required: int32(max(q.Required, 1)), Users: slices.Clone(q.Users), Groups: slices.Clone(q.Groups)}
 }
 
 // asks reports whether a request found in the cluster asks want's
@@ -273,6 +248,15 @@ func ArgumentsDigest(secret []byte, args pipeline.Arguments) string {
 		text = args.JSON()
 	}
 	return "hmac-sha256:" + hex.EncodeToString(mac(secret, "toolgate.dev/arguments", text))
+}
+
+// AuditDigests are the audit trail's digests under the manager's secret:
+// an argument digest equal to the question's annotation.
+func AuditDigests(secret []byte) audit.Digests {
+	return audit.Digests{
+		Arguments: func(a pipeline.Arguments) string { return ArgumentsDigest(secret, a) },
+		Result:    func(value, content string) string { return ResultDigest(secret, value, content) },
+	}
 }
 
 // ResultDigest is the digest of a call's result (its value and the content

@@ -20,9 +20,10 @@ var _ sandbox.ProfileChecker = (*Provider)(nil)
 // RuntimeClass that does not exist. Calls of such tools fail
 // (sandbox_unavailable) rather than run with less; the profile's status
 // says so before the first call does. A RuntimeClass the manager may not
-// read (a namespaced install) is not judged.
-func (p *Provider) CheckProfile(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) []string {
-	var reasons []string
+// read (a namespaced install) is not judged. Only a missing RuntimeClass
+// asks to be checked again: the install's configuration does not change
+// under a running manager.
+func (p *Provider) CheckProfile(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) (reasons []string, recheck bool) {
 	if p.Config.EgressService == "" || p.Config.ManagerNamespace == "" {
 		var named []string
 		for _, t := range spec.Tools {
@@ -39,7 +40,8 @@ func (p *Provider) CheckProfile(ctx context.Context, spec *toolgatev1alpha1.Tool
 		err := p.Reader.Get(ctx, client.ObjectKey{Name: *name}, &nodev1.RuntimeClass{})
 		if apierrors.IsNotFound(err) {
 			reasons = append(reasons, fmt.Sprintf("RuntimeClass %s does not exist: no tool pod is created and calls fail (sandbox_unavailable) until it does", *name))
+			recheck = true
 		}
 	}
-	return reasons
+	return reasons, recheck
 }

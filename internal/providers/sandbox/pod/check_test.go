@@ -32,18 +32,18 @@ func TestCheckProfileNamesWhatThisInstallCannotRun(t *testing.T) {
 		Sandbox: toolgatev1alpha1.SandboxPolicy{RuntimeClassName: ptr.To("gvisor")},
 	}
 	p := &Provider{Reader: reader}
-	got := p.CheckProfile(context.Background(), spec)
+	got, _ := p.CheckProfile(context.Background(), spec)
 	if len(got) != 1 || !strings.Contains(got[0], "tools fetch name the hosts") || !strings.Contains(got[0], "--egress-proxy-service") {
 		t.Errorf("no proxy: %q", got)
 	}
 
 	p.Config.EgressService, p.Config.ManagerNamespace = "toolgate-egress", "toolgate-system"
-	if got := p.CheckProfile(context.Background(), spec); len(got) != 0 {
+	if got, _ := p.CheckProfile(context.Background(), spec); len(got) != 0 {
 		t.Errorf("a proxy and an existing RuntimeClass: %q", got)
 	}
 
 	spec.Sandbox.RuntimeClassName = ptr.To("kata")
-	got = p.CheckProfile(context.Background(), spec)
+	got, _ = p.CheckProfile(context.Background(), spec)
 	if len(got) != 1 || !strings.Contains(got[0], "RuntimeClass kata does not exist") {
 		t.Errorf("a missing RuntimeClass: %q", got)
 	}
