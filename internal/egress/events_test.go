@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -10,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 func eventClient(t *testing.T) client.Client {
@@ -132,5 +135,34 @@ func TestTheRecordOfABodysDestinationsIsBounded(t *testing.T) {
 	rec.Flush(context.Background())
 	if n := len(rec.calls); n != 0 {
 		t.Errorf("%d calls kept after their grants expired", n)
+	}
+}
+
+// Events that cannot be written (a namespace being deleted, a missing
+// grant of RBAC) are tried again at each flush, then given up a minute
+// after the call's grant expired: the recorder does not hold them, or log
+// them, for ever.
+func TestEventsThatCannotBeWrittenAreGivenUp(t *testing.T) {
+	refused := 0
+	c := interceptor.NewClient(eventClient(t).(client.WithWatch), interceptor.Funcs{
+		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+			refused++
+			return errors.New("forbidden")
+		},
+	})
+	now := time.Now()
+	rec := &EventRecorder{Client: c, Now: func() time.Time { return now }, Log: logr.Discard()}
+	g := Grant{Namespace: "agents", Call: "c3", CallUID: "uid-3", Tool: "t", PodUID: "p", Expires: now.Add(time.Minute).Unix()}
+	rec.Record(g, VerdictHost, "a.example.test", 443)
+	rec.Flush(context.Background())
+	now = now.Add(90 * time.Second) // past the grant, within the minute after
+	rec.Flush(context.Background())
+	if refused != 2 || len(rec.calls) != 1 {
+		t.Fatalf("%d writes tried, %d calls kept; want 2 and the call kept", refused, len(rec.calls))
+	}
+	now = now.Add(time.Minute)
+	rec.Flush(context.Background())
+	if len(rec.calls) != 0 {
+		t.Errorf("a call whose Events cannot be written is kept %s after its grant", now.Sub(time.Unix(g.Expires, 0)))
 	}
 }

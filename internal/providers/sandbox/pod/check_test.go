@@ -32,7 +32,10 @@ func TestCheckProfileNamesWhatThisInstallCannotRun(t *testing.T) {
 		Sandbox: toolgatev1alpha1.SandboxPolicy{RuntimeClassName: ptr.To("gvisor")},
 	}
 	p := &Provider{Reader: reader}
-	got, _ := p.CheckProfile(context.Background(), spec)
+	got, recheck := p.CheckProfile(context.Background(), spec)
+	if recheck {
+		t.Error("a configuration that cannot change under a running manager asks to be checked again")
+	}
 	if len(got) != 1 || !strings.Contains(got[0], "tools fetch name the hosts") || !strings.Contains(got[0], "--egress-proxy-service") {
 		t.Errorf("no proxy: %q", got)
 	}
@@ -43,8 +46,8 @@ func TestCheckProfileNamesWhatThisInstallCannotRun(t *testing.T) {
 	}
 
 	spec.Sandbox.RuntimeClassName = ptr.To("kata")
-	got, _ = p.CheckProfile(context.Background(), spec)
-	if len(got) != 1 || !strings.Contains(got[0], "RuntimeClass kata does not exist") {
-		t.Errorf("a missing RuntimeClass: %q", got)
+	got, recheck = p.CheckProfile(context.Background(), spec)
+	if len(got) != 1 || !strings.Contains(got[0], "RuntimeClass kata does not exist") || !recheck {
+		t.Errorf("a missing RuntimeClass: %q, checked again %v", got, recheck)
 	}
 }
