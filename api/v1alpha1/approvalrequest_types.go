@@ -10,6 +10,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.sessionRef) == has(oldSelf.sessionRef)",message="sessionRef is immutable",fieldPath=".sessionRef"
 // +kubebuilder:validation:XValidation:rule="has(self.approvers) == has(oldSelf.approvers)",message="approvers is immutable",fieldPath=".approvers"
 // +kubebuilder:validation:XValidation:rule="has(self.notify) == has(oldSelf.notify)",message="notify is immutable",fieldPath=".notify"
+// +kubebuilder:validation:XValidation:rule="has(self.relayApprovalMessages) == has(oldSelf.relayApprovalMessages)",message="relayApprovalMessages is immutable",fieldPath=".relayApprovalMessages"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.approvals) || has(self.approvals)",message="an approval, once recorded, is never changed or removed",fieldPath=".approvals"
 type ApprovalRequestSpec struct {
 	// toolCallRef names the ToolCall the question is about.
@@ -76,6 +77,13 @@ type ApprovalRequestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="notify is immutable"
 	Notify []string `json:"notify,omitempty"`
 
+	// relayApprovalMessages says the approvals' messages (and an Approve
+	// decision's) reach the model with the call's result: write nothing
+	// there the agent should not read.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="relayApprovalMessages is immutable"
+	RelayApprovalMessages bool `json:"relayApprovalMessages,omitempty"`
+
 	// approvals are the approvals recorded so far, one per approver, each
 	// added by its approver (admission checks who): the call is approved
 	// once approvers.required have. An approval is never changed or
@@ -102,7 +110,8 @@ type Approval struct {
 	// +kubebuilder:validation:MaxLength=512
 	User string `json:"user"`
 
-	// message is the approver's note.
+	// message is the approver's note, shown to the model when the request
+	// relays approval messages.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
@@ -122,7 +131,8 @@ type ApprovalDecision struct {
 	// +kubebuilder:validation:MaxLength=512
 	DecidedBy string `json:"decidedBy"`
 
-	// message is the approver's note, shown to the model on Deny.
+	// message is the approver's note, shown to the model on Deny, and on
+	// Approve when the request relays approval messages.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`

@@ -16,14 +16,15 @@ const ConditionReady = "Ready"
 // AdditionalContext is a message delivered to the model after the turn that
 // produced it has committed all of its results.
 type AdditionalContext struct {
-	// source says who attached the context: the tool body (Tool) or a
-	// post-execute rule (Policy).
+	// source says who attached the context: the tool body (Tool), a
+	// post-execute rule (Policy), or the approvers of a call whose profile
+	// relays their messages (Approval).
 	// +required
-	// +kubebuilder:validation:Enum=Tool;Policy
+	// +kubebuilder:validation:Enum=Tool;Policy;Approval
 	Source string `json:"source"`
 
 	// rule is the post-execute rule that attached the context, when source is
-	// Policy.
+	// Policy; the pre-execute rule that asked, when source is Approval.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Rule string `json:"rule,omitempty"`
@@ -41,4 +42,7 @@ const (
 	ContextSourceTool = "Tool"
 	// ContextSourcePolicy marks a context a post-execute rule attached.
 	ContextSourcePolicy = "Policy"
+	// ContextSourceApproval marks the approvers' messages on an approved
+	// call, when its question relayed them.
+	ContextSourceApproval = "Approval"
 )

@@ -788,6 +788,14 @@ type ApprovalSettings struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
 	Notify []string `json:"notify,omitempty"`
 
+	// relayApprovalMessages sends the approvers' messages on an approved
+	// call to the model, as a context of the call's result (after the
+	// tool's deferred contexts, before post-execute rules' contexts). The
+	// question says so, so an approver writes knowing it. A denial's
+	// message always reaches the model, in the failure's content.
+	// +optional
+	RelayApprovalMessages bool `json:"relayApprovalMessages,omitempty"`
+
 	// redactArguments are top-level argument names whose values are replaced
 	// by "[redacted]" in the approver's preview.
 	// +optional

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -48,16 +49,25 @@ expired or cancelled is refused.`,
 			if err != nil {
 				return err
 			}
-			if n, required := ar.ApprovalCount(); required > 1 && ar.Spec.Decision == nil {
-				_, err = fmt.Fprintf(o.Out, "approvalrequest/%s: approved by %s, %d of %d approvals\n", ar.Name, user, n, required)
-				return err
-			}
-			_, err = fmt.Fprintf(o.Out, "approvalrequest/%s: %s by %s\n", ar.Name, action, user)
+			_, err = io.WriteString(o.Out, decidedLine(ar, user, action, message))
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&message, "message", "m", "", "a note for the record (shown to the model on deny)")
+	cmd.Flags().StringVarP(&message, "message", "m", "", "a note for the record (shown to the model on deny, and on approve where the request relays approval messages)")
 	return cmd
+}
+
+// decidedLine says what the command did, and where an approval's message
+// goes to the model, that it does.
+func decidedLine(ar *toolgatev1alpha1.ApprovalRequest, user string, action toolgatev1alpha1.DecisionAction, message string) string {
+	line := fmt.Sprintf("approvalrequest/%s: %s by %s", ar.Name, action, user)
+	if n, required := ar.ApprovalCount(); required > 1 && ar.Spec.Decision == nil {
+		line = fmt.Sprintf("approvalrequest/%s: approved by %s, %d of %d approvals", ar.Name, user, n, required)
+	}
+	if message != "" && action == toolgatev1alpha1.DecisionApprove && ar.Spec.RelayApprovalMessages {
+		line += " (the message reaches the model with the call's result)"
+	}
+	return line + "\n"
 }
 
 // decide sets the request's decision once, reading it again when someone

@@ -137,6 +137,14 @@ func TestApproveAddsOneOfSeveralApprovals(t *testing.T) {
 	if ar.Spec.Decision != nil || len(ar.Spec.Approvals) != 1 || ar.Spec.Approvals[0] != (toolgatev1alpha1.Approval{User: "erin", Message: "fine"}) {
 		t.Fatalf("after one approve: decision %+v, approvals %+v", ar.Spec.Decision, ar.Spec.Approvals)
 	}
+	if got := decidedLine(ar, "erin", toolgatev1alpha1.DecisionApprove, "fine"); got != "approvalrequest/two: approved by erin, 1 of 2 approvals\n" {
+		t.Errorf("approve said %q", got)
+	}
+	relaying := ar.DeepCopy()
+	relaying.Spec.RelayApprovalMessages = true
+	if got := decidedLine(relaying, "erin", toolgatev1alpha1.DecisionApprove, "fine"); !strings.Contains(got, "reaches the model") {
+		t.Errorf("an approval whose message is relayed does not say so: %q", got)
+	}
 	if _, err := decide(ctx, c, "ns", "two", approve, time.Now()); err == nil || !strings.Contains(err.Error(), "already holds your approval") {
 		t.Fatalf("a second approve by the same approver: %v", err)
 	}

@@ -214,6 +214,45 @@ var _ = Describe("a question that needs two approvals", func() {
 	})
 })
 
+var _ = Describe("an approver's message", func() {
+	approveWith := func(ar *toolgatev1alpha1.ApprovalRequest, user, msg string) {
+		GinkgoHelper()
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
+		base := ar.DeepCopy()
+		ar.Spec.Approvals = append(ar.Spec.Approvals, toolgatev1alpha1.Approval{User: user, Message: msg})
+		Expect(k8s.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
+	}
+	run := func(relay bool) (*toolgatev1alpha1.ApprovalRequest, *toolgatev1alpha1.ToolCall) {
+		GinkgoHelper()
+		ns := newNamespace()
+		p := processProfile(ns, shTool("echo", "cat").Obj()).PreRule("ask-two", toolgatev1alpha1.ActionAsk, "")
+		p.Spec.PreExecute[0].Approvers = &toolgatev1alpha1.Approvers{Required: 2, Groups: []string{"reviewers"}}
+		p.Spec.Approval.RelayApprovalMessages = relay
+		setup(p)
+		submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		ar := approvalRequest(ns, "c1")
+		approveWith(ar, "carol", "fine, but only\nthis once")
+		approveWith(ar, "dave", "")
+		return ar, committedCall(ns, "c1")
+	}
+
+	It("reaches the model as an Approval context when the profile relays approval messages, and the question says so", func() {
+		ar, c := run(true)
+		Expect(ar.Spec.RelayApprovalMessages).To(BeTrue(), "the approvers are told their words reach the model")
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(c.Status.Result.Contexts).To(Equal([]toolgatev1alpha1.AdditionalContext{{
+			Source: toolgatev1alpha1.ContextSourceApproval, Rule: "ask-two", Message: "approved by carol: fine, but only this once",
+		}}), "one line per approver who wrote something")
+	})
+
+	It("stays with the approvers when the profile does not relay them", func() {
+		ar, c := run(false)
+		Expect(ar.Spec.RelayApprovalMessages).To(BeFalse())
+		Expect(c.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(c.Status.Result.Contexts).To(BeEmpty())
+	})
+})
+
 var _ = Describe("an ApprovalRequest's Decided condition", func() {
 	var ns string
 	BeforeEach(func() {

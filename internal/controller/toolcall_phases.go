@@ -156,7 +156,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	if t := session.Spec.ApprovalTimeoutSeconds; t != nil {
 		opts.ApprovalTimeout = time.Duration(*t) * time.Second
 	}
-	s.subject.Redact, s.subject.Notify = spec.Approval.RedactArguments, spec.Approval.Notify
+	s.subject.Redact, s.subject.Notify, s.subject.RelayMessages = spec.Approval.RedactArguments, spec.Approval.Notify, spec.Approval.RelayApprovalMessages
 	if a, ok := r.Approvals.Get(string(spec.Approval.Provider)); ok {
 		opts.Approver = approval.For(a, s.subject)
 	}

@@ -136,10 +136,11 @@ func must(t testing.TB, err error) {
 // staticApprover answers every question the same way and counts them.
 type staticApprover struct {
 	answer Answer
+	msg    string
 	asked  atomic.Int32
 }
 
 func (a *staticApprover) Approve(_ context.Context, _ Question) (Answer, string) {
 	a.asked.Add(1)
-	return a.answer, ""
+	return a.answer, a.msg
 }

@@ -46,6 +46,21 @@ func matrix() []matrixCase {
 			return Decision{Action: Ask, Reason: "ask-all", Message: "a person must agree"}
 		}))
 	}
+	askPost := func(fn PostListener) func(h *harness) {
+		return func(h *harness) {
+			h.echo("echo", func(d *Definition) {
+				inner := d.Execute
+				d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
+					e.DeferContext(Context{Message: "from the tool"})
+					return inner(ctx, a, e)
+				}
+			})
+			must(h.t, h.reg.OnPreExecute(h.scope, "ask-all", 0, func(context.Context, Call) Decision {
+				return Decision{Action: Ask, Reason: "ask-all"}
+			}))
+			must(h.t, h.reg.OnPostExecute(h.scope, "p", 0, fn))
+		}
+	}
 	post := func(fn PostListener) func(h *harness) {
 		return func(h *harness) {
 			h.echo("echo", func(d *Definition) {
@@ -133,6 +148,38 @@ func matrix() []matrixCase {
 			opts:    Options{Approver: &staticApprover{answer: AllowedOnce}},
 			outcome: Succeeded, bodies: 1,
 			trace: "Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept " + traceTail + "Succeeded",
+		},
+		{
+			name: "an approval's words come after the tool's contexts and before the rules'", req: hello,
+			setup: askPost(func(Call, PostInput) PostDecision {
+				return PostDecision{Contexts: []string{"from the policy"}}
+			}),
+			opts:    Options{Approver: &staticApprover{answer: AllowedOnce, msg: "approved by alice: read-only please"}},
+			outcome: Succeeded, bodies: 1,
+			trace: "Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Accept " + traceTail + "Succeeded",
+			check: func(t *testing.T, _ *harness, res Result) {
+				want := []Context{{Source: SourceTool, Message: "from the tool"},
+					{Source: SourceApproval, Rule: "ask-all", Message: "approved by alice: read-only please"},
+					{Source: SourcePolicy, Rule: "p", Message: "from the policy"}}
+				if !equalContexts(res.Contexts, want) {
+					t.Errorf("contexts %+v", res.Contexts)
+				}
+			},
+		},
+		{
+			name: "a block drops an approval's words with the tool's contexts", req: hello,
+			setup: askPost(func(Call, PostInput) PostDecision {
+				return PostDecision{Block: true, Contexts: []string{"withheld"}}
+			}),
+			opts:    Options{Approver: &staticApprover{answer: AllowedOnce, msg: "approved by alice"}},
+			outcome: Failed, code: CodePostBlocked, bodies: 1,
+			trace: "Call:Admitted PreExecute:Ask Approval:AllowedOnce Guard:Abstain Dispatch:Dispatched Execute:OK PostExecute:Block " + traceTail + "Failed",
+			check: func(t *testing.T, _ *harness, res Result) {
+				want := []Context{{Source: SourcePolicy, Rule: "p", Message: "withheld"}}
+				if !equalContexts(res.Contexts, want) {
+					t.Errorf("contexts %+v", res.Contexts)
+				}
+			},
 		},
 		{
 			name: "ask and reject runs no body", req: hello, setup: ask,

@@ -43,7 +43,9 @@ type Question struct {
 
 // Approver answers approval questions (the approval seam's contract as the
 // pipeline consumes it). Approve must be idempotent per call token: a driver
-// asks again after a restart or while the answer is pending.
+// asks again after a restart or while the answer is pending. The message
+// of a failing answer is the failure's; of AllowedOnce, words for the
+// model (empty: none), attached to the result as a SourceApproval context.
 type Approver interface {
 	Approve(ctx context.Context, q Question) (Answer, string)
 }

@@ -156,6 +156,12 @@ func (p *Pipeline) approval(ctx context.Context, st *State, snap snapshot) (Prog
 	switch answer {
 	case AllowedOnce:
 		st.record(StageApproval, VerdictAllowedOnce, "", now)
+		if msg != "" {
+			// The approvers' words are the first decision context: they
+			// follow the tool's deferred contexts on an accept and go with
+			// them on a block, like every decision made before the body.
+			st.Decisions, _ = boundContexts(nil, []Context{{Source: SourceApproval, Rule: st.AskReason, Message: msg}})
+		}
 		st.Next = StageGuard
 		return Advanced, 0
 	case AnswerPending:

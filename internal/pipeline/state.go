@@ -103,7 +103,8 @@ type State struct {
 	// post-execute; Failure the settled failure, if any.
 	Body    *Body    `json:"body,omitempty"`
 	Failure *Failure `json:"failure,omitempty"`
-	// Decisions are the contexts attached by post-execute accepts.
+	// Decisions are the contexts decisions attached: the approvers'
+	// message, then post-execute accepts'.
 	Decisions []Context `json:"decisions,omitempty"`
 
 	// Result is the single authoritative result, set at finalize.

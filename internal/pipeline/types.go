@@ -226,9 +226,10 @@ func (e *Exec) DeferContext(c Context) {
 
 // Context is an additional message for the model.
 type Context struct {
-	// Source is SourceTool or SourcePolicy.
+	// Source is SourceTool, SourcePolicy or SourceApproval.
 	Source string `json:"source"`
-	// Rule is the post-execute listener that attached it.
+	// Rule is the post-execute listener that attached it (SourcePolicy),
+	// or the pre-execute rule that asked (SourceApproval).
 	Rule string `json:"rule,omitempty"`
 	// Message is the text.
 	Message string `json:"message"`
@@ -238,6 +239,9 @@ type Context struct {
 const (
 	SourceTool   = "Tool"
 	SourcePolicy = "Policy"
+	// SourceApproval is the approvers' message on an approved call: a
+	// decision context, attached before any post-execute rule's.
+	SourceApproval = "Approval"
 )
 
 // Outcome classifies a result.

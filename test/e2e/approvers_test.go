@@ -104,6 +104,7 @@ spec:
     provider: APIServer
     redactArguments: [note]
     notify: [e2e-cloudevents, e2e-slack, e2e-teams]
+    relayApprovalMessages: true
 `
 
 // Approvers a rule names, counted by the API server's admission and the
@@ -111,7 +112,7 @@ spec:
 // impersonating them with their groups, as the API server would
 // authenticate them).
 var _ = Describe("approvals by a quorum of a group", func() {
-	It("runs a write once two members approved, counts a member once, refuses a non-member, and gives the model a denial's words", func() {
+	It("runs a write once two members approved, counts a member once, refuses a non-member, and gives the model the approvers' and a denial's words", func() {
 		receiver := startNotificationReceiver()
 		ns := newAgentNamespace("quorum")
 		ns.Bind("reviewers", "ClusterRole", "toolgate-approver", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "e2e-reviewers"})
@@ -142,7 +143,7 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		By("the first member's approval is one of two; the same member again is counted once")
 		out, err := plugin("e2e-carol", reviewers, "approve", "write", "-m", "looks right")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(out).To(ContainSubstring("approved by e2e-carol, 1 of 2 approvals"))
+		Expect(out).To(ContainSubstring("approved by e2e-carol, 1 of 2 approvals (the message reaches the model"))
 		_, err = plugin("e2e-carol", reviewers, "approve", "write")
 		Expect(err).To(HaveOccurred(), "a second approval by the same member")
 		out, err = plugin("e2e-dave", reviewers, "pending", "-o", "wide")
@@ -160,6 +161,8 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(out).To(ContainSubstring("2 of 2 approvals"))
 		res := ns.Committed("write").Status.Result
 		Expect(res.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), res.Message)
+		Expect(res.Contexts).To(Equal([]toolgatev1alpha1.AdditionalContext{{Source: toolgatev1alpha1.ContextSourceApproval,
+			Rule: "writes-need-two", Message: "approved by e2e-carol: looks right"}}), "the approvers' words reach the model")
 		ar := &toolgatev1alpha1.ApprovalRequest{}
 		Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "write"}, ar)).To(Succeed())
 		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"context"
 	"fmt"
 	"net/http"
@@ -82,6 +83,7 @@ spec:
       container: {image: toolgate.dev/tools:dev, command: [/bin/sh, -c, 'cat >/dev/null; printf written']}
   preExecute:
     - {name: ask-writes, tools: [write], action: Ask}
+  approval: {relayApprovalMessages: true}
 `)
 		ns.ProfileReady("mcp")
 		// The session is the ServiceAccount's own: it creates it.
@@ -90,7 +92,7 @@ spec:
 		Expect(impersonating(user).Create(ctx, s)).To(Succeed())
 	})
 
-	It("runs one model turn of three calls (two parallel reads, a write approved by a person) and returns them in model order, as the transcript does", func() {
+	It("runs one model turn of four calls (two parallel reads, a write approved by a person, one denied) and returns them in model order, with the approver's words, as the transcript does", func() {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
 		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, nil)
@@ -105,6 +107,7 @@ spec:
 			{Name: "read", Arguments: map[string]any{"n": 1}},
 			{Name: "read", Arguments: map[string]any{"n": 2}},
 			{Name: "write", Arguments: map[string]any{"text": "x"}},
+			{Name: "write", Arguments: map[string]any{"text": "drop the table"}},
 		}
 		type answer struct {
 			index int
@@ -119,11 +122,15 @@ spec:
 				answers <- answer{i, res, err}
 			}()
 		}
-		write := agent.CallName(session, 0, 2)
-		Eventually(func() error {
-			_, err := kubectl(userApprover, "", "toolgate", "approve", write, "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
-			return err
-		}, 2*time.Minute, time.Second).Should(Succeed())
+		decide := func(verb string, index int32, message string) {
+			GinkgoHelper()
+			Eventually(func() error {
+				_, err := kubectl(userApprover, "", "toolgate", verb, agent.CallName(session, 0, index), "-n", ns.Name, "-m", message, "--kubeconfig", kubeconfig(userApprover))
+				return err
+			}, 2*time.Minute, time.Second).Should(Succeed())
+		}
+		decide("approve", 2, "approved for the demo")
+		decide("deny", 3, "not on a Friday")
 
 		var order []string
 		got := map[int]*mcp.CallToolResult{}
@@ -131,9 +138,14 @@ spec:
 			var a answer
 			Eventually(answers, 3*time.Minute).Should(Receive(&a))
 			Expect(a.err).NotTo(HaveOccurred())
-			Expect(a.res.IsError).To(BeFalse(), "%v", a.res.Meta)
+			Expect(a.res.IsError).To(Equal(a.index == 3), "%v", a.res.Meta)
 			got[a.index] = a.res
 		}
+		approved, _ := json.Marshal(got[2].Meta[agent.MetaContexts])
+		Expect(string(approved)).To(And(ContainSubstring(`"source":"Approval"`), ContainSubstring("approved for the demo")), "the approver's words, relayed")
+		denied := got[3].Content[0].(*mcp.TextContent).Text
+		Expect(denied).To(And(HavePrefix("approval_rejected: "), ContainSubstring("not on a Friday")), "the MCP result of a denial")
+		Expect(fmt.Sprint(got[3])).NotTo(ContainSubstring("drop the table"), "the denial never repeats the arguments")
 		for i := range calls {
 			Expect(got[i].Meta).To(HaveKeyWithValue(agent.MetaCommitSequence, BeEquivalentTo(i)), "model order")
 			order = append(order, "toolcall.toolgate.dev/"+agent.CallName(session, 0, int32(i)))

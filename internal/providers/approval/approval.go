@@ -51,6 +51,9 @@ type Subject struct {
 	// Notify names the notification sinks told of the question, beside
 	// the install's default ones.
 	Notify []string
+	// RelayMessages asks that an approval's messages reach the model
+	// (the question says so to its approvers).
+	RelayMessages bool
 }
 
 // QuorumOf is the pipeline's form of a profile's or a question's

@@ -121,7 +121,7 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	if d == nil {
 		if approved(ar) {
 			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
-			return pipeline.AllowedOnce, ""
+			return pipeline.AllowedOnce, relayed(ar)
 		}
 		// Pending: the phase (its creator may have stopped before writing
 		// it; approvers look for Pending) and the approvals counted so far.
@@ -131,7 +131,7 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	switch d.Action {
 	case toolgatev1alpha1.DecisionApprove:
 		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
-		return pipeline.AllowedOnce, ""
+		return pipeline.AllowedOnce, relayed(ar)
 	case toolgatev1alpha1.DecisionDeny:
 		p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalDenied)
 		msg := "denied by " + d.DecidedBy
@@ -142,6 +142,28 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	default:
 		return pipeline.Unavailable, "the decision is not understood"
 	}
+}
+
+// relayed is what the model is told of an approval, when the question
+// said its approvers' messages reach it: one line per approver who wrote
+// one (the requester's entry, which admission refuses, never counts).
+func relayed(ar *toolgatev1alpha1.ApprovalRequest) string {
+	if !ar.Spec.RelayApprovalMessages {
+		return ""
+	}
+	var lines []string
+	say := func(user, msg string) {
+		if msg != "" && user != ar.Spec.Requester {
+			lines = append(lines, "approved by "+user+": "+textutil.OneLine(msg, 1024))
+		}
+	}
+	for _, a := range ar.Spec.Approvals {
+		say(a.User, a.Message)
+	}
+	if d := ar.Spec.Decision; d != nil && d.Action == toolgatev1alpha1.DecisionApprove {
+		say(d.DecidedBy, d.Message)
+	}
+	return strings.Join(lines, "\n")
 }
 
 func approved(ar *toolgatev1alpha1.ApprovalRequest) bool {
@@ -167,15 +189,16 @@ func (p *Provider) question(subj approval.Subject, q pipeline.Question) *toolgat
 			Annotations: map[string]string{toolgatev1alpha1.AnnotationArgumentsDigest: p.digest(q.Call.Args)},
 		},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
-			ToolCallRef:      toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
-			SessionRef:       session,
-			Tool:             q.Call.Tool,
-			ArgumentsPreview: approval.Preview(q.Call.Args, subj.Redact),
-			Reason:           textutil.Truncate(reason, 1024),
-			Requester:        q.Call.Requester,
-			Deadline:         metav1.NewMicroTime(q.Deadline),
-			Approvers:        approval.ApproversOf(q.Quorum),
-			Notify:           slices.Clone(subj.Notify),
+			ToolCallRef:           toolgatev1alpha1.LocalObjectReference{Name: subj.Owner.GetName()},
+			SessionRef:            session,
+			Tool:                  q.Call.Tool,
+			ArgumentsPreview:      approval.Preview(q.Call.Args, subj.Redact),
+			Reason:                textutil.Truncate(reason, 1024),
+			Requester:             q.Call.Requester,
+			Deadline:              metav1.NewMicroTime(q.Deadline),
+			Approvers:             approval.ApproversOf(q.Quorum),
+			Notify:                slices.Clone(subj.Notify),
+			RelayApprovalMessages: subj.RelayMessages,
 		},
 	}
 	ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal] = p.seal(ar)
@@ -283,6 +306,9 @@ func (p *Provider) seal(ar *toolgatev1alpha1.ApprovalRequest) string {
 	}
 	if len(s.Notify) > 0 {
 		parts = append(parts, "notify:"+strings.Join(s.Notify, "\x00"))
+	}
+	if s.RelayApprovalMessages {
+		parts = append(parts, "relay-approval-messages")
 	}
 	return hex.EncodeToString(p.mac("toolgate.dev/question", parts...))
 }
