@@ -42,6 +42,9 @@ type Record struct {
 
 	ArgumentsDigest  string `json:"argumentsDigest,omitempty"`
 	ArgumentsPreview string `json:"argumentsPreview,omitempty"`
+	// DigestKey names the key the record's digests were made under (a
+	// key rotation changes every digest of the same arguments).
+	DigestKey string `json:"digestKey,omitempty"`
 
 	Verdicts []Verdict `json:"verdicts,omitempty"`
 	Approval *Approval `json:"approval,omitempty"`
@@ -138,4 +141,6 @@ func (m Multi) Write(r Record) {
 type Digests struct {
 	Arguments func(pipeline.Arguments) string
 	Result    func(value, content string) string
+	// KeyID names the key both are made under.
+	KeyID string
 }

@@ -13,6 +13,7 @@ import (
 // else may write.
 type CallFacts struct {
 	ArgumentsDigest  string
+	DigestKey        string // the key ID of ArgumentsDigest and ResultDigest
 	ArgumentsPreview string // redacted as the profile redacts an approver's preview
 	ResultDigest     string
 	Profile          string
@@ -26,7 +27,7 @@ func ForCall(tc *toolgatev1alpha1.ToolCall, ar *toolgatev1alpha1.ApprovalRequest
 		ID: string(tc.UID) + "/call", Type: TypeCall, Time: time.Now().UTC(),
 		Namespace: tc.Namespace, Session: tc.Spec.SessionRef.Name, Call: tc.Name, CallUID: string(tc.UID), CallID: tc.Spec.CallID,
 		Turn: tc.Spec.Turn, Index: tc.Spec.Index, Tool: tc.Spec.Tool, Requester: tc.Spec.Requester,
-		ArgumentsDigest: f.ArgumentsDigest, ArgumentsPreview: f.ArgumentsPreview,
+		ArgumentsDigest: f.ArgumentsDigest, ArgumentsPreview: f.ArgumentsPreview, DigestKey: f.DigestKey,
 		ResultDigest: f.ResultDigest, Attempts: tc.Status.Attempt, Pod: tc.Status.Sandbox,
 		Profile: f.Profile, RuntimeClass: f.RuntimeClass,
 	}
@@ -46,10 +47,12 @@ func ForCall(tc *toolgatev1alpha1.ToolCall, ar *toolgatev1alpha1.ApprovalRequest
 }
 
 // ForDecision is the record of an approval question's end: approved,
-// denied, expired or withdrawn.
-func ForDecision(ar *toolgatev1alpha1.ApprovalRequest) Record {
+// denied, expired or withdrawn. Its arguments digest is the question's
+// annotation, made under the key digestKey names.
+func ForDecision(ar *toolgatev1alpha1.ApprovalRequest, digestKey string) Record {
 	r := Record{
-		ID: callUID(ar) + "/decision", Type: TypeDecision, Time: time.Now().UTC(),
+		DigestKey: digestKey,
+		ID:        callUID(ar) + "/decision", Type: TypeDecision, Time: time.Now().UTC(),
 		Namespace: ar.Namespace, Call: ar.Spec.ToolCallRef.Name, CallUID: callUID(ar),
 		Tool: ar.Spec.Tool, Requester: ar.Spec.Requester,
 		ArgumentsDigest:  ar.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest],

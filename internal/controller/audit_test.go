@@ -3,6 +3,8 @@ package controller
 import (
 	"time"
 
+	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +49,7 @@ var _ = Describe("the audit trail", func() {
 		Expect(call.Requester).To(Equal(tc.Spec.Requester))
 		Expect(call.Profile).To(Equal("p"))
 		Expect(call.ArgumentsDigest).To(Equal(digest), "the same digest as the question's")
+		Expect(call.DigestKey).To(Equal(approvalapiserver.KeyID(suiteKey)), "the key the digests were made under, named")
 		Expect(call.ArgumentsPreview).To(ContainSubstring("[redacted]"))
 		Expect(call.Outcome).To(Equal(string(toolgatev1alpha1.OutcomeSucceeded)))
 		Expect(call.ResultDigest).To(HavePrefix("hmac-sha256:"))
@@ -59,6 +62,7 @@ var _ = Describe("the audit trail", func() {
 		Expect(decision.ID).To(Equal(string(tc.UID) + "/decision"))
 		Expect(decision.Approval.Decision.DecidedBy).To(Equal("alice"))
 		Expect(decision.ArgumentsDigest).To(Equal(digest))
+		Expect(decision.DigestKey).To(Equal(call.DigestKey))
 
 		for _, r := range []*audit.Record{call, decision} {
 			Expect(r.ArgumentsPreview).NotTo(ContainSubstring("s3cret-arg"), "a redacted argument")

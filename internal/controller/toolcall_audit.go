@@ -67,6 +67,7 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 		if d := r.AuditDigests.Result; d != nil {
 			f.ResultDigest = d(tc.Status.Result.Value, tc.Status.Result.Content)
 		}
+		f.DigestKey = r.AuditDigests.KeyID
 	}
 	r.Audit.Write(audit.ForCall(tc, ar, f))
 }

@@ -274,12 +274,33 @@ func ArgumentsDigest(secret []byte, args pipeline.Arguments) string {
 }
 
 // AuditDigests are the audit trail's digests under the manager's secret:
-// an argument digest equal to the question's annotation.
+// an argument digest equal to the annotation of a question asked under
+// the same secret.
 func AuditDigests(secret []byte) audit.Digests {
 	return audit.Digests{
 		Arguments: func(a pipeline.Arguments) string { return ArgumentsDigest(secret, a) },
 		Result:    func(value, content string) string { return ResultDigest(secret, value, content) },
+		KeyID:     KeyID(secret),
 	}
+}
+
+// KeyID names a secret without revealing it: which key made a digest, so
+// that a reader of the audit trail compares digests only under one key.
+func KeyID(secret []byte) string {
+	return "key-" + hex.EncodeToString(mac(secret, "toolgate.dev/key-id")[:8])
+}
+
+// sealKeyID is the ID of the key that sealed ar (and made its arguments
+// digest): the current one, or the previous one for a question asked
+// before the last rotation; empty when neither did.
+func (p *Provider) sealKeyID(ar *toolgatev1alpha1.ApprovalRequest) string {
+	seal := ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal]
+	for _, k := range [][]byte{p.Key, p.Previous} {
+		if len(k) > 0 && hmac.Equal([]byte(seal), []byte((&Provider{Key: k}).seal(ar))) {
+			return KeyID(k)
+		}
+	}
+	return ""
 }
 
 // ResultDigest is the digest of a call's result (its value and the content
@@ -395,7 +416,7 @@ func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.Approva
 	if p.Audit != nil && phase != toolgatev1alpha1.ApprovalPending {
 		// The question ended, as written: its record (at least once; a
 		// second writer of the same end writes the same id).
-		p.Audit.Write(audit.ForDecision(ar))
+		p.Audit.Write(audit.ForDecision(ar, p.sealKeyID(ar)))
 	}
 	if typ := notifyType(phase); typ != "" {
 		// The sinks the question was asked with: its end is told where its
