@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,15 +38,17 @@ func init() { metrics.Registry.MustRegister(deliveries, retries) }
 
 // Defaults of a Notifier.
 const (
-	defaultQueue    = 1024
-	defaultWorkers  = 2
+	defaultQueue    = 256 // per sink
 	defaultAttempts = 6
 	defaultBackoff  = time.Second
 	maxBackoff      = time.Minute
 	requestTimeout  = 10 * time.Second
 )
 
-// Notifier delivers events to the configured sinks from a bounded queue.
+// Notifier delivers events to the configured sinks, each from a bounded
+// queue of its own with one worker: a sink that is down or slow delays and
+// drops only its own events, and each sink hears a question's events in
+// the order they happened.
 type Notifier struct {
 	Config Config
 	Log    logr.Logger
@@ -57,18 +60,16 @@ type Notifier struct {
 	Attempts int
 	Backoff  time.Duration
 
-	queue chan delivery
-}
-
-type delivery struct {
-	sink  Sink
-	event Event
+	queues map[string]chan Event
 }
 
 // Notifier is started as a manager Runnable.
 func (n *Notifier) init() {
-	if n.queue == nil {
-		n.queue = make(chan delivery, defaultQueue)
+	if n.queues == nil {
+		n.queues = make(map[string]chan Event, len(n.Config.Sinks))
+		for _, s := range n.Config.Sinks {
+			n.queues[s.Name] = make(chan Event, defaultQueue)
+		}
 	}
 	if n.Client == nil {
 		n.Client = &http.Client{Timeout: requestTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -96,7 +97,7 @@ func (n *Notifier) Notify(e Event, named []string) {
 	}
 	for _, s := range n.Config.For(e.Namespace, named) {
 		select {
-		case n.queue <- delivery{sink: s, event: e}:
+		case n.queues[s.Name] <- e:
 		default:
 			deliveries.WithLabelValues(s.Name, ResultDropped).Inc()
 			n.Log.Info("notification dropped", "sink", s.Name, "type", e.Type)
@@ -104,25 +105,23 @@ func (n *Notifier) Notify(e Event, named []string) {
 	}
 }
 
-// Start runs the workers until ctx ends (a manager Runnable).
+// Start runs one worker per sink until ctx ends (a manager Runnable).
 func (n *Notifier) Start(ctx context.Context) error {
-	done := make(chan struct{})
-	for range defaultWorkers {
-		go func() {
-			defer func() { done <- struct{}{} }()
+	var wg sync.WaitGroup
+	for _, s := range n.Config.Sinks {
+		q := n.queues[s.Name]
+		wg.Go(func() {
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case d := <-n.queue:
-					n.deliver(ctx, d)
+				case e := <-q:
+					n.deliver(ctx, s, e)
 				}
 			}
-		}()
+		})
 	}
-	for range defaultWorkers {
-		<-done
-	}
+	wg.Wait()
 	return nil
 }
 
@@ -131,25 +130,25 @@ func (n *Notifier) Start(ctx context.Context) error {
 func (n *Notifier) NeedLeaderElection() bool { return true }
 
 // deliver sends d, retrying with backoff while the answer may change.
-func (n *Notifier) deliver(ctx context.Context, d delivery) {
-	body, contentType, err := payload(d.sink.Format, d.event)
+func (n *Notifier) deliver(ctx context.Context, sink Sink, e Event) {
+	body, contentType, err := payload(sink.Format, e)
 	if err != nil {
-		deliveries.WithLabelValues(d.sink.Name, ResultFailed).Inc()
+		deliveries.WithLabelValues(sink.Name, ResultFailed).Inc()
 		return
 	}
 	wait := n.Backoff
 	for attempt := 1; ; attempt++ {
-		retry, err := n.send(ctx, d.sink, body, contentType)
+		retry, err := n.send(ctx, sink, body, contentType)
 		if err == nil {
-			deliveries.WithLabelValues(d.sink.Name, ResultDelivered).Inc()
+			deliveries.WithLabelValues(sink.Name, ResultDelivered).Inc()
 			return
 		}
 		if !retry || attempt >= n.Attempts {
-			deliveries.WithLabelValues(d.sink.Name, ResultFailed).Inc()
-			n.Log.Info("notification not delivered", "sink", d.sink.Name, "type", d.event.Type, "attempts", attempt, "error", err.Error())
+			deliveries.WithLabelValues(sink.Name, ResultFailed).Inc()
+			n.Log.Info("notification not delivered", "sink", sink.Name, "type", e.Type, "attempts", attempt, "error", err.Error())
 			return
 		}
-		retries.WithLabelValues(d.sink.Name).Inc()
+		retries.WithLabelValues(sink.Name).Inc()
 		select {
 		case <-ctx.Done():
 			return

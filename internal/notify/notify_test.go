@@ -185,3 +185,34 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestASinkThatHangsDelaysOnlyItself: every sink has its own queue and
+// worker, so one that never answers holds up none of the others, and each
+// hears a question's events in the order they happened.
+func TestASinkThatHangsDelaysOnlyItself(t *testing.T) {
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case <-release:
+		case <-req.Context().Done():
+		}
+	}))
+	t.Cleanup(hanging.Close)
+	t.Cleanup(func() { close(release) })
+	fine := newReceiver(t)
+	n := New(Config{Sinks: []Sink{
+		{Name: "hanging", Format: FormatCloudEvents, URL: hanging.URL, Default: true},
+		{Name: "fine", Format: FormatCloudEvents, URL: fine.URL, Default: true},
+	}}, logr.Discard())
+	start(t, n)
+	kinds := []string{TypeRequested, TypeDecided, TypeRequested, TypeExpired, TypeRequested, TypeCancelled}
+	for _, k := range kinds {
+		n.Notify(EventOf(question(), k, time.Now()), nil)
+	}
+	waitFor(t, func() bool { return len(fine.received()) == len(kinds) })
+	for i, b := range fine.received() {
+		if b["type"] != "dev.toolgate.approval."+kinds[i] {
+			t.Errorf("event %d: %v, want %s", i, b["type"], kinds[i])
+		}
+	}
+}
