@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"time"
 
 	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
@@ -8,10 +9,13 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/audit"
+	"github.com/toolgate/toolgate/internal/pipeline"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
@@ -81,6 +85,32 @@ var _ = Describe("the audit trail", func() {
 		Expect(r.ArgumentsDigest).To(HavePrefix("hmac-sha256:"))
 		Expect(r.ArgumentsPreview).To(BeEmpty())
 		Expect(r.Approval).To(BeNil())
+	})
+
+	It("records a call the cache holds without its bulk by the digests of the call as stored", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
+		args := `{"text":"` + strings.Repeat("b", 4<<10) + `"}`
+		tc := submit(ns, "c1", "echo", args, 0, 0)
+		res := committedCall(ns, "c1").Status.Result
+		Expect(res.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(len(res.Value)).To(BeNumerically(">", strippedAbove))
+
+		// A manager that starts after the call settled writes its record
+		// again (at least once) from its cache, which holds the call
+		// without its arguments.
+		stored := &toolgatev1alpha1.ToolCall{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(tc), stored)).To(Succeed())
+		cached, err := StripCachedCall(stored.DeepCopy())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strippedInCache(cached.(*toolgatev1alpha1.ToolCall))).To(BeTrue())
+		trail := &memoryAudit{}
+		restarted := &ToolCallReconciler{Client: k8s, APIReader: k8s, Clock: clock.RealClock{}, Audit: trail, AuditDigests: approvalapiserver.AuditDigests(suiteKey)}
+		restarted.auditCall(ctx, &callScope{tc: cached.(*toolgatev1alpha1.ToolCall)})
+		Expect(trail.of(tc.UID)).To(HaveLen(1))
+		r := trail.of(tc.UID)[0]
+		Expect(r.ArgumentsDigest).To(Equal(approvalapiserver.ArgumentsDigest(suiteKey, pipeline.ArgumentsOf(args))), "the arguments the cache left out")
+		Expect(r.ResultDigest).To(Equal(approvalapiserver.ResultDigest(suiteKey, res.Value, res.Content)), "the result the cache left out")
 	})
 
 	It("records a denied call's question as it ended, not as the cache last saw it", func() {
