@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -119,7 +120,9 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		ns.Bind("outsider", "ClusterRole", "toolgate-approver", userSubject("e2e-outsider"))
 		ns.Apply(userAdmin, quorumProfile)
 		ns.ProfileReady("e2e-quorum")
-		ns.OpenSession("q", "e2e-quorum")
+		// Retention deletes each call 20 s after its turn is complete: long
+		// enough to read it, and the audit record must outlive it.
+		ns.OpenSession("q", "e2e-quorum", func(s *toolgatev1alpha1.AgentSession) { s.Spec.TTLSecondsAfterCommit = ptr.To[int32](20) })
 		ns.Submit(call{"write", "write_note", `{"note":"two people agree"}`})
 		ns.Submit(call{"refused", "write_note", `{"note":"nobody agrees"}`})
 
@@ -168,12 +171,11 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(ar.Status.Phase).To(Equal(toolgatev1alpha1.ApprovalApproved))
 		Expect(ar.Status.Approvals).To(HaveLen(2))
 
-		By("the audit trail keeps who approved the write after the call is gone")
+		By("the audit trail keeps who approved the write after retention deleted the call")
 		written := ns.Committed("write")
-		Expect(ns.Agent.Delete(ctx, written)).To(Succeed(), "the agent deletes its own call")
 		Eventually(func() bool {
 			return apierrors.IsNotFound(ns.Admin.Get(ctx, client.ObjectKey{Name: "write"}, &toolgatev1alpha1.ToolCall{}))
-		}, 60*time.Second, time.Second).Should(BeTrue())
+		}, 90*time.Second, time.Second).Should(BeTrue(), "retention deletes the call")
 		var record map[string]any
 		Eventually(func() bool {
 			record = auditRecord(string(written.UID) + "/call")
@@ -210,11 +212,12 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		}, 60*time.Second).Should(Succeed())
 		_, err = plugin("e2e-carol", reviewers, "deny", "refused", "-m", "use the staging bucket instead")
 		Expect(err).NotTo(HaveOccurred())
-		res = ns.Committed("refused").Status.Result
+		refused := ns.Committed("refused")
+		res = refused.Status.Result
 		Expect(res.ErrorCode).To(Equal("approval_rejected"))
 		Expect(res.Content).To(ContainSubstring("use the staging bucket instead"))
 		Expect(res.Content).NotTo(ContainSubstring("nobody agrees"), "the model's result never repeats the arguments")
-		Expect(auditRecord(string(ns.Committed("refused").UID)+"/decision")).To(HaveKeyWithValue("approval", HaveKeyWithValue("decision",
+		Expect(auditRecord(string(refused.UID)+"/decision")).To(HaveKeyWithValue("approval", HaveKeyWithValue("decision",
 			And(HaveKeyWithValue("action", "Deny"), HaveKeyWithValue("decidedBy", "e2e-carol")))), "the denial's record")
 	})
 })

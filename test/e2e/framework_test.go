@@ -294,11 +294,14 @@ func newAgentNamespace(prefix string) *agentNamespace {
 }
 
 // OpenSession creates demo-agent's session name on profile, mounting the
-// claim "workspace" (maxParallel 4), and makes it the one Submit's next
+// claim "workspace" (maxParallel 4; opts change the rest), and makes it the one Submit's next
 // turn (the first) goes to.
-func (ns *agentNamespace) OpenSession(name, profile string) {
+func (ns *agentNamespace) OpenSession(name, profile string, opts ...func(*toolgatev1alpha1.AgentSession)) {
 	session := testutil.MakeAgentSession(ns.Name, name, profile).ExistingClaim("workspace").MaxParallel(4).Obj()
 	session.Spec.Owner = userAgent
+	for _, o := range opts {
+		o(session)
+	}
 	ExpectWithOffset(1, ns.Agent.Create(ctx, session)).To(Succeed())
 	ns.Session, ns.turn = name, 0
 }

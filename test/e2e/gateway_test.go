@@ -3,8 +3,8 @@
 package e2e
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
