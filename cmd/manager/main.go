@@ -111,6 +111,10 @@ func main() {
 			os.Exit(2)
 		}
 		notifier = notify.New(c, ctrl.Log.WithName("notify"))
+		if c.HasAudit() {
+			// The log is the record; the webhook a copy sent at most once.
+			auditSink = audit.Tee{auditSink, notifier}
+		}
 	}
 	o := compose.Options{
 		Audit: auditSink, Notifier: notifier,

@@ -99,6 +99,18 @@ type Sink interface {
 	Write(r Record)
 }
 
+// Tee writes each record to every sink it holds (a nil one is skipped).
+type Tee []Sink
+
+// Write writes r to each sink.
+func (t Tee) Write(r Record) {
+	for _, s := range t {
+		if s != nil {
+			s.Write(r)
+		}
+	}
+}
+
 // Lines writes each record as one JSON line to W. A record that cannot be
 // written is logged (never its content) and counted.
 type Lines struct {

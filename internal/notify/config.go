@@ -33,9 +33,12 @@ type Sink struct {
 	URL string `json:"url"`
 	// Default sends it every profile's questions, named or not.
 	Default bool `json:"default,omitempty"`
-	// Namespaces, when set, are the only namespaces whose questions it
-	// receives.
+	// Namespaces, when set, are the only namespaces whose questions (and
+	// audit records) it receives.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// Audit sends it every audit record (docs/operations.md, Audit trail)
+	// as a CloudEvent, beside the manager's audit log; cloudevents only.
+	Audit bool `json:"audit,omitempty"`
 }
 
 // Load reads and checks a configuration file.
@@ -68,11 +71,30 @@ func (c Config) Validate() error {
 		if !slices.Contains([]string{FormatCloudEvents, FormatSlack, FormatTeams}, s.Format) {
 			errs = append(errs, fmt.Errorf("%s: format must be cloudevents, slack or teams, not %q", where, s.Format))
 		}
+		if s.Audit && s.Format != FormatCloudEvents {
+			errs = append(errs, fmt.Errorf("%s: audit: only a cloudevents sink receives audit records", where))
+		}
 		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("%s: url must be an absolute http or https URL", where))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// HasAudit reports whether a sink receives audit records.
+func (c Config) HasAudit() bool {
+	return slices.ContainsFunc(c.Sinks, func(s Sink) bool { return s.Audit })
+}
+
+// auditFor are the sinks an audit record of namespace goes to.
+func (c Config) auditFor(namespace string) []Sink {
+	var out []Sink
+	for _, s := range c.Sinks {
+		if s.Audit && (len(s.Namespaces) == 0 || slices.Contains(s.Namespaces, namespace)) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // For are the sinks an event of namespace goes to: the default ones and

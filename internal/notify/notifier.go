@@ -14,6 +14,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/toolgate/toolgate/internal/audit"
 )
 
 // Results of a delivery, the metric's result label.
@@ -60,15 +62,22 @@ type Notifier struct {
 	Attempts int
 	Backoff  time.Duration
 
-	queues map[string]chan Event
+	queues map[string]chan outgoing
+}
+
+// outgoing is one body to send to a sink; kind names it in logs.
+type outgoing struct {
+	kind        string
+	body        []byte
+	contentType string
 }
 
 // Notifier is started as a manager Runnable.
 func (n *Notifier) init() {
 	if n.queues == nil {
-		n.queues = make(map[string]chan Event, len(n.Config.Sinks))
+		n.queues = make(map[string]chan outgoing, len(n.Config.Sinks))
 		for _, s := range n.Config.Sinks {
-			n.queues[s.Name] = make(chan Event, defaultQueue)
+			n.queues[s.Name] = make(chan outgoing, defaultQueue)
 		}
 	}
 	if n.Client == nil {
@@ -96,12 +105,34 @@ func (n *Notifier) Notify(e Event, named []string) {
 		return
 	}
 	for _, s := range n.Config.For(e.Namespace, named) {
-		select {
-		case n.queues[s.Name] <- e:
-		default:
-			deliveries.WithLabelValues(s.Name, ResultDropped).Inc()
-			n.Log.Info("notification dropped", "sink", s.Name, "type", e.Type)
-		}
+		body, contentType, err := payload(s.Format, e)
+		n.enqueue(s, outgoing{kind: e.Type, body: body, contentType: contentType}, err)
+	}
+}
+
+// Write sends the audit record r to the sinks that receive audit records,
+// as a CloudEvent (audit.Sink). It never blocks: the manager's audit log,
+// not the webhook, is the record that is written at least once.
+func (n *Notifier) Write(r audit.Record) {
+	if n == nil {
+		return
+	}
+	for _, s := range n.Config.auditFor(r.Namespace) {
+		body, err := auditPayload(r)
+		n.enqueue(s, outgoing{kind: "audit." + r.Type, body: body, contentType: contentTypeCloudEvents}, err)
+	}
+}
+
+func (n *Notifier) enqueue(s Sink, o outgoing, err error) {
+	if err != nil {
+		deliveries.WithLabelValues(s.Name, ResultFailed).Inc()
+		return
+	}
+	select {
+	case n.queues[s.Name] <- o:
+	default:
+		deliveries.WithLabelValues(s.Name, ResultDropped).Inc()
+		n.Log.Info("notification dropped", "sink", s.Name, "type", o.kind)
 	}
 }
 
@@ -115,8 +146,8 @@ func (n *Notifier) Start(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					return
-				case e := <-q:
-					n.deliver(ctx, s, e)
+				case o := <-q:
+					n.deliver(ctx, s, o)
 				}
 			}
 		})
@@ -130,22 +161,17 @@ func (n *Notifier) Start(ctx context.Context) error {
 func (n *Notifier) NeedLeaderElection() bool { return true }
 
 // deliver sends d, retrying with backoff while the answer may change.
-func (n *Notifier) deliver(ctx context.Context, sink Sink, e Event) {
-	body, contentType, err := payload(sink.Format, e)
-	if err != nil {
-		deliveries.WithLabelValues(sink.Name, ResultFailed).Inc()
-		return
-	}
+func (n *Notifier) deliver(ctx context.Context, sink Sink, o outgoing) {
 	wait := n.Backoff
 	for attempt := 1; ; attempt++ {
-		retry, err := n.send(ctx, sink, body, contentType)
+		retry, err := n.send(ctx, sink, o.body, o.contentType)
 		if err == nil {
 			deliveries.WithLabelValues(sink.Name, ResultDelivered).Inc()
 			return
 		}
 		if !retry || attempt >= n.Attempts {
 			deliveries.WithLabelValues(sink.Name, ResultFailed).Inc()
-			n.Log.Info("notification not delivered", "sink", sink.Name, "type", e.Type, "attempts", attempt, "error", err.Error())
+			n.Log.Info("notification not delivered", "sink", sink.Name, "type", o.kind, "attempts", attempt, "error", err.Error())
 			return
 		}
 		retries.WithLabelValues(sink.Name).Inc()

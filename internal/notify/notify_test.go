@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/audit"
 )
 
 // receiver is a local HTTP server that keeps what it is sent, answering
@@ -166,9 +167,11 @@ func TestConfigIsChecked(t *testing.T) {
 		{Name: "Bad_Name", Format: FormatSlack, URL: "https://example.test/x"},
 		{Name: "a", Format: "email", URL: "https://example.test/x"},
 		{Name: "a", Format: FormatSlack, URL: "ftp://example.test/x"},
+		{Name: "b", Format: FormatTeams, URL: "https://example.test/x", Audit: true},
 	}}
 	err := bad.Validate()
-	for _, want := range []string{"sinks[0] (Bad_Name): name", "format must be cloudevents, slack or teams", "name used twice", "url must be an absolute http or https URL"} {
+	for _, want := range []string{"sinks[0] (Bad_Name): name", "format must be cloudevents, slack or teams", "name used twice", "url must be an absolute http or https URL",
+		"sinks[3] (b): audit: only a cloudevents sink receives audit records"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
@@ -214,5 +217,44 @@ func TestASinkThatHangsDelaysOnlyItself(t *testing.T) {
 		if b["type"] != "dev.toolgate.approval."+kinds[i] {
 			t.Errorf("event %d: %v, want %s", i, b["type"], kinds[i])
 		}
+	}
+}
+
+// TestAuditSinksReceiveEveryRecordAsACloudEvent: a sink marked audit
+// receives each audit record of the namespaces it admits, as a CloudEvent
+// whose id is the record's; other sinks receive none, and a record is not
+// a notification.
+func TestAuditSinksReceiveEveryRecordAsACloudEvent(t *testing.T) {
+	all, agents, other := newReceiver(t), newReceiver(t), newReceiver(t)
+	n := New(Config{Sinks: []Sink{
+		{Name: "all", Format: FormatCloudEvents, URL: all.URL, Audit: true},
+		{Name: "agents", Format: FormatCloudEvents, URL: agents.URL, Audit: true, Namespaces: []string{"agents"}},
+		{Name: "other", Format: FormatCloudEvents, URL: other.URL, Default: true},
+	}}, logr.Discard())
+	if !n.Config.HasAudit() {
+		t.Fatal("HasAudit is false")
+	}
+	start(t, n)
+	var sink audit.Sink = audit.Tee{nil, n}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	sink.Write(audit.Record{ID: "u-1/call", Type: audit.TypeCall, Time: at, Namespace: "agents", Call: "write-1", Tool: "write_file",
+		ArgumentsDigest: "hmac-sha256:ab", Outcome: "Succeeded"})
+	sink.Write(audit.Record{ID: "u-2/decision", Type: audit.TypeDecision, Time: at, Namespace: "elsewhere", Call: "read-1"})
+	waitFor(t, func() bool { return len(all.received()) == 2 && len(agents.received()) == 1 })
+	got := all.received()[0]
+	data, _ := got["data"].(map[string]any)
+	if got["specversion"] != "1.0" || got["id"] != "u-1/call" || got["type"] != "dev.toolgate.audit.call" || got["subject"] != "toolcalls/write-1" ||
+		data["kind"] != audit.Kind || data["argumentsDigest"] != "hmac-sha256:ab" || data["outcome"] != "Succeeded" {
+		t.Errorf("audit event %v", got)
+	}
+	if all.received()[1]["type"] != "dev.toolgate.audit.decision" || agents.received()[0]["id"] != "u-1/call" {
+		t.Errorf("events %v, %v", all.received(), agents.received())
+	}
+	if all.types[0] != "application/cloudevents+json" {
+		t.Errorf("content type %q", all.types[0])
+	}
+	time.Sleep(100 * time.Millisecond)
+	if len(other.received()) != 0 {
+		t.Errorf("a sink that is not an audit sink received %v", other.received())
 	}
 }

@@ -3,6 +3,8 @@ package notify
 import (
 	"encoding/json"
 	"strings"
+
+	"github.com/toolgate/toolgate/internal/audit"
 )
 
 // cloudEventType names each event type in CloudEvents' reverse-DNS form.
@@ -11,6 +13,25 @@ var cloudEventType = map[string]string{
 	TypeDecided:   "dev.toolgate.approval.decided",
 	TypeExpired:   "dev.toolgate.approval.expired",
 	TypeCancelled: "dev.toolgate.approval.cancelled",
+}
+
+const contentTypeCloudEvents = "application/cloudevents+json"
+
+// auditPayload is the CloudEvent of an audit record: its id is the
+// record's (stable, so a receiver drops a record written twice).
+func auditPayload(r audit.Record) ([]byte, error) {
+	r.Kind = audit.Kind
+	subject := "toolcalls/" + r.Call
+	return json.Marshal(map[string]any{
+		"specversion":     "1.0",
+		"id":              r.ID,
+		"source":          "toolgate.dev/namespaces/" + r.Namespace,
+		"type":            "dev.toolgate.audit." + r.Type,
+		"subject":         subject,
+		"time":            r.Time,
+		"datacontenttype": "application/json",
+		"data":            r,
+	})
 }
 
 // payload is the body and content type of e for format.
@@ -27,7 +48,7 @@ func payload(format string, e Event) ([]byte, string, error) {
 			"datacontenttype": "application/json",
 			"data":            e,
 		})
-		return b, "application/cloudevents+json", err
+		return b, contentTypeCloudEvents, err
 	case FormatSlack:
 		text := e.summary() + "\n" + strings.Join(e.details(), "\n")
 		b, err := json.Marshal(map[string]any{

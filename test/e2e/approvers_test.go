@@ -38,6 +38,9 @@ func auditRecord(id string) map[string]any {
 	return nil
 }
 
+// notifications is the suite's receiver of the e2e sinks.
+var notifications *notificationReceiver
+
 // notificationReceiver is the e2e sinks' receiver (hack/local-values.yaml,
 // config/local): on the node's loopback, which the manager reaches from
 // the host's network. It keeps every body by path.
@@ -114,7 +117,7 @@ spec:
 // authenticate them).
 var _ = Describe("approvals by a quorum of a group", func() {
 	It("runs a write once two members approved, counts a member once, refuses a non-member, and gives the model the approvers' and a denial's words", func() {
-		receiver := startNotificationReceiver()
+		receiver := notifications
 		ns := newAgentNamespace("quorum")
 		ns.Bind("reviewers", "ClusterRole", "toolgate-approver", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "e2e-reviewers"})
 		ns.Bind("outsider", "ClusterRole", "toolgate-approver", userSubject("e2e-outsider"))
@@ -188,11 +191,28 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		Expect(fmt.Sprint(record["approval"])).To(And(ContainSubstring("e2e-carol"), ContainSubstring("e2e-dave"), ContainSubstring("looks right")))
 		Expect(record).To(HaveKeyWithValue("argumentsPreview", `{"note":"[redacted]"}`), "the approver's redacted preview")
 		Expect(fmt.Sprint(record)).NotTo(ContainSubstring("two people agree"), "no redacted argument in the trail")
+		var sent map[string]any
+		Eventually(func() map[string]any {
+			for _, b := range receiver.bodies("audit") {
+				if b["id"] == string(written.UID)+"/call" {
+					sent = b
+				}
+			}
+			return sent
+		}, 60*time.Second, time.Second).ShouldNot(BeNil(), "the record sent to the install's audit webhook")
+		Expect(sent).To(And(HaveKeyWithValue("type", "dev.toolgate.audit.call"), HaveKeyWithValue("specversion", "1.0")))
+		Expect(sent["data"]).To(And(HaveKeyWithValue("kind", "toolgate.dev/audit/v1"), HaveKeyWithValue("argumentsDigest", record["argumentsDigest"]),
+			HaveKeyWithValue("outcome", "Succeeded")), "the same record as the log's")
 
 		By("each sink the profile names heard that the write waited and was decided, in its own format")
 		Eventually(func() []string { return receiver.kinds("cloudevents", "write") }, 60*time.Second).Should(Equal(
 			[]string{"dev.toolgate.approval.requested", "dev.toolgate.approval.decided"}))
-		ce := receiver.bodies("cloudevents")[0]
+		var ce map[string]any
+		for _, b := range receiver.bodies("cloudevents") {
+			if b["subject"] == "approvalrequests/write" && ce == nil {
+				ce = b
+			}
+		}
 		Expect(ce).To(HaveKeyWithValue("specversion", "1.0"))
 		Expect(ce["data"]).To(And(HaveKeyWithValue("requester", userAgent), HaveKeyWithValue("session", "q"),
 			HaveKeyWithValue("argumentsPreview", `{"note":"[redacted]"}`)))

@@ -154,6 +154,8 @@ var _ = BeforeSuite(func() {
 	clientset, err = kubernetes.NewForConfig(restConfig(userAdmin))
 	Expect(err).NotTo(HaveOccurred())
 	mustKubectl(userAdmin, "", "-n", systemNamespace, "rollout", "status", "deployment/toolgate-controller-manager", "--timeout=120s")
+	// For the whole suite: the install's audit sink hears every call.
+	notifications = startNotificationReceiver()
 })
 
 // Every namespace a spec made is gone at the end: deleting one stops and
