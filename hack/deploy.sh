@@ -14,8 +14,9 @@ case "${TOOLGATE_INSTALL:-kustomize}" in
     ;;
   chart)
     helm=$("$root/hack/build-helm.sh" | tail -1)
-    # The manager uses the host's network there, which Pod Security
-    # "restricted" forbids (as config/local does).
+    # The e2e suite's MCP gateway (config/local-gateway) uses the host's
+    # network there, which Pod Security "restricted" forbids (as
+    # config/local labels it).
     kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
     kubectl label namespace toolgate-system pod-security.kubernetes.io/enforce=privileged --overwrite >/dev/null
     "$helm" upgrade --install toolgate "$root/charts/toolgate" --kubeconfig "$KUBECONFIG_ADMIN" \

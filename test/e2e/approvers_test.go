@@ -42,8 +42,8 @@ func auditRecord(id string) map[string]any {
 var notifications *notificationReceiver
 
 // notificationReceiver is the e2e sinks' receiver (hack/local-values.yaml,
-// config/local): on the node's loopback, which the manager reaches from
-// the host's network. It keeps every body by path.
+// config/local): on the bridge's host address, which the manager's pods
+// reach. It keeps every body by path.
 type notificationReceiver struct {
 	mu     sync.Mutex
 	byPath map[string][]map[string]any
@@ -51,7 +51,7 @@ type notificationReceiver struct {
 
 func startNotificationReceiver() *notificationReceiver {
 	r := &notificationReceiver{byPath: map[string][]map[string]any{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:18089")
+	ln, err := net.Listen("tcp", "10.244.0.254:18089")
 	Expect(err).NotTo(HaveOccurred(), "the e2e notification sinks' port")
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var body map[string]any
