@@ -45,6 +45,7 @@ func (r *AgentSessionReconciler) patchSchedule(ctx context.Context, cached *tool
 		edit(&c.Status.Schedule)
 	}
 	if err := patch(ctx, r.Client, c, cached, true, true); err != nil {
+		countWriteError("agentsession", err)
 		return nil, err
 	}
 	statusWrites.WithLabelValues("agentsession").Inc()

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -41,10 +42,42 @@ var (
 		Namespace: "toolgate", Subsystem: "toolcall", Name: "status_writes_total",
 		Help: "ToolCall status writes, by the controller that made them (API cost per call).",
 	}, []string{"controller"})
+	statusWriteErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "toolgate", Subsystem: "toolcall", Name: "status_write_errors_total",
+		Help: "ToolCall status writes that failed, by controller and reason: conflict (retried), refused (the API server rejected the write: validation, admission, size, permission), unavailable (anything else).",
+	}, []string{"controller", "reason"})
+)
+
+// Reasons of a failed status write (statusWriteErrors).
+const (
+	writeConflict    = "conflict"
+	writeRefused     = "refused"
+	writeUnavailable = "unavailable"
 )
 
 func init() {
-	metrics.Registry.MustRegister(callsSettled, callDuration, stageBoundaries, stageSeconds, approvalWait, statusWrites)
+	metrics.Registry.MustRegister(callsSettled, callDuration, stageBoundaries, stageSeconds, approvalWait, statusWrites, statusWriteErrors)
+	// Every series an alert reads exists from the start, at zero, so that
+	// rate() sees the first failure.
+	for _, c := range []string{"toolcall", "agentsession"} {
+		statusWrites.WithLabelValues(c)
+		for _, r := range []string{writeConflict, writeRefused, writeUnavailable} {
+			statusWriteErrors.WithLabelValues(c, r)
+		}
+	}
+}
+
+// countWriteError counts a failed status write of controller by why it
+// failed.
+func countWriteError(controller string, err error) {
+	reason := writeUnavailable
+	switch {
+	case apierrors.IsConflict(err):
+		reason = writeConflict
+	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsUnauthorized(err):
+		reason = writeRefused
+	}
+	statusWriteErrors.WithLabelValues(controller, reason).Inc()
 }
 
 // toolLabel is the tool label of a call's metrics: its tool once the

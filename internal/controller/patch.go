@@ -55,6 +55,9 @@ func patch(ctx context.Context, c client.Client, obj, base client.Object, status
 // not be changed.
 func (r *ToolCallReconciler) patchCall(ctx context.Context, tc, base *toolgatev1alpha1.ToolCall, status bool) (*toolgatev1alpha1.ToolCall, error) {
 	if err := patch(ctx, r.Client, tc, base, status, true); err != nil {
+		if status {
+			countWriteError("toolcall", err)
+		}
 		return nil, err
 	}
 	written := tc.DeepCopy()

@@ -132,7 +132,6 @@ func TestServiceMonitor(t *testing.T) {
 
 // chartOnly are the chart's objects config/ has no counterpart of.
 var chartOnly = map[string]bool{
-	"Service toolgate-system/toolgate-controller-manager-metrics":     true,
 	"PodDisruptionBudget toolgate-system/toolgate-controller-manager": true,
 	"ServiceMonitor toolgate-system/toolgate-controller-manager":      true,
 }

@@ -10,8 +10,8 @@
 // config/local and config/default with config/gateway, rendered by
 // kubectl kustomize, object by object (kind, namespace, name). Both sides
 // must hold the same objects, except the Namespace (Helm installs into a
-// namespace it does not own), the chart's metrics Service, ServiceMonitor
-// and PodDisruptionBudget (config/ has none) and the gateway's impersonator
+// namespace it does not own), the chart's ServiceMonitor and
+// PodDisruptionBudget (config/ has none) and the gateway's impersonator
 // RoleBindings, one per gateway.impersonateNamespaces (config/gateway
 // leaves them to kubectl; they are checked to bind that role to the
 // gateway in exactly those namespaces, and no ClusterRoleBinding to bind
