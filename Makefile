@@ -32,6 +32,7 @@ manifests: ## Generate CRDs and RBAC (and the namespaced install's Roles from th
 	go run ./hack/namespacedroles
 	go run ./hack/chartsync
 	go run ./hack/apiref
+	go run ./hack/dashboard
 
 .PHONY: fmt
 fmt: ## Run gofmt.
@@ -62,6 +63,7 @@ helm: ## Build helm from source into the cache (once; hack/build-helm.sh).
 	hack/build-helm.sh
 
 HELM_CHECK_VALUES := --set rbac.scope=namespaced --set 'rbac.watchNamespaces={agents,team-b}' --set metrics.serviceMonitor.enabled=true \
+  --set metrics.prometheusRule.enabled=true \
   --set gateway.enabled=true --set 'gateway.impersonateNamespaces={agents}'
 
 .PHONY: helm-check
@@ -73,8 +75,12 @@ helm-check: helm ## helm lint and helm template charts/toolgate in both scopes (
 	  $$h template toolgate charts/toolgate --namespace toolgate-system $(HELM_CHECK_VALUES) \
 	    --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy >/dev/null
 
+.PHONY: promtool
+promtool: ## Build promtool from source into the cache (once; hack/build-promtool.sh).
+	hack/build-promtool.sh
+
 .PHONY: test
-test: envtest-bins helm ## Run every test: unit and envtest (real kube-apiserver).
+test: envtest-bins helm promtool ## Run every test: unit and envtest (real kube-apiserver), and promtool on the alerts.
 	go test ./... -count=1 -v
 
 ##@ Local cluster and demo

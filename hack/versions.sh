@@ -19,3 +19,6 @@ CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
 KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.1.0}
 node_bin_dir() { echo "$(k8s_cache_root)/node/containerd-$CONTAINERD_VERSION-gvisor-$GVISOR_VERSION-kube-router-$KUBE_ROUTER_VERSION"; }
+# promtool (Prometheus' rule checker and tester) builds from source as a Go
+# module (hack/build-promtool.sh); v0.X.Y is Prometheus 3.X.Y.
+PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}

@@ -134,6 +134,8 @@ func TestServiceMonitor(t *testing.T) {
 var chartOnly = map[string]bool{
 	"PodDisruptionBudget toolgate-system/toolgate-controller-manager": true,
 	"ServiceMonitor toolgate-system/toolgate-controller-manager":      true,
+	"PrometheusRule toolgate-system/toolgate":                         true,
+	"ConfigMap toolgate-system/toolgate-dashboard":                    true,
 }
 
 func compare(t *testing.T, config, chart []*unstructured.Unstructured) {
