@@ -51,6 +51,10 @@ const (
 	// AnnotationArgumentsDigest is the digest of the arguments an
 	// ApprovalRequest shows, so that a person approves exactly those.
 	AnnotationArgumentsDigest = "toolgate.dev/arguments-digest"
+	// AnnotationTraceparent is the W3C trace context of the agent's request
+	// that made a ToolCall: the call's trace joins the agent's
+	// (docs/operations.md, Tracing). The MCP gateway and pkg/agent set it.
+	AnnotationTraceparent = "toolgate.dev/traceparent"
 	// AnnotationQuestionSeal is a MAC, under a key only the manager holds,
 	// of everything an ApprovalRequest asks (call, session, tool,
 	// arguments preview and digest, reason, requester, deadline): only a

@@ -2,6 +2,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/notify"
+	"github.com/toolgate/toolgate/internal/tracing"
 )
 
 func main() {
@@ -174,8 +176,16 @@ func main() {
 	if len(o.WatchNamespaces) > 0 {
 		watching = strings.Join(o.WatchNamespaces, ",")
 	}
-	log.Info("manager starting", "namespaces", watching)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	// Traces from the standard OTEL_* environment (off without an endpoint).
+	shutdownTracing, err := tracing.Setup(context.Background(), "toolgate-manager", log.WithName("tracing"))
+	if err != nil {
+		log.Error(err, "invalid environment", "variable", "OTEL_EXPORTER_OTLP_PROTOCOL")
+		os.Exit(2)
+	}
+	log.Info("manager starting", "namespaces", watching, "tracing", tracing.Active())
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	_ = shutdownTracing(context.Background())
+	if err != nil {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)
 	}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolgate/toolgate/internal/gateway"
+	"github.com/toolgate/toolgate/internal/tracing"
 )
 
 // shutdownGrace bounds how long in-flight requests may finish at exit.
@@ -48,6 +49,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// Traces from the standard OTEL_* environment (off without an endpoint).
+	shutdownTracing, err := tracing.Setup(ctx, "toolgate-gateway", log.WithName("tracing"))
+	if err != nil {
+		log.Error(err, "tracing not set up")
+		os.Exit(2)
+	}
+	defer func() { _ = shutdownTracing(context.Background()) }()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw, err := gateway.Build(ctx, ctrl.GetConfigOrDie(), audience, reviewTTL, gateway.Options{

@@ -93,7 +93,9 @@ func (g *Gateway) call(ctx context.Context, c *caller, r *mcp.CallToolRequest) (
 		return g.answer(start, label, refusal(codes.UnknownTool, unknownTool(name))), nil
 	}
 
-	tc, res := g.submit(ctx, c, session, pos, name, args)
+	traceparent, end := callSpan(ctx, r, c, label)
+	defer end()
+	tc, res := g.submit(ctx, c, session, pos, name, args, traceparent)
 	if res != nil {
 		return g.answer(start, label, res), nil
 	}
@@ -268,7 +270,7 @@ func metaInt(m mcp.Meta, key string, lo, hi int64) (int64, bool, error) {
 // submit creates the call as the caller, or finds the one a previous
 // attempt of the same request created. A non-nil result answers the request
 // instead (nothing to wait for).
-func (g *Gateway) submit(ctx context.Context, c *caller, s *toolgatev1alpha1.AgentSession, pos position, tool, args string) (*toolgatev1alpha1.ToolCall, *mcp.CallToolResult) {
+func (g *Gateway) submit(ctx context.Context, c *caller, s *toolgatev1alpha1.AgentSession, pos position, tool, args, traceparent string) (*toolgatev1alpha1.ToolCall, *mcp.CallToolResult) {
 	turn := pos.turn
 	if pos.auto {
 		turn = agent.StartTurn(s)
@@ -276,6 +278,9 @@ func (g *Gateway) submit(ctx context.Context, c *caller, s *toolgatev1alpha1.Age
 	for range maxTurnProbes {
 		place := agent.Place{Turn: turn, Index: pos.index, TurnSize: pos.turnSize, CallID: pos.callID}
 		tc := agent.NewCall(c.namespace, c.session, place, tool, args, c.user)
+		if traceparent != "" {
+			tc.Annotations = map[string]string{toolgatev1alpha1.AnnotationTraceparent: traceparent}
+		}
 		// A transient error is sent again; the same request again (a
 		// retry, or a client attaching after a timeout) finds its call,
 		// and a create that landed before its error is the same call too.

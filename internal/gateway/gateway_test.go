@@ -1,6 +1,10 @@
 package gateway_test
 
 import (
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -8,6 +12,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/tracing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
@@ -163,6 +169,41 @@ var _ = Describe("the MCP gateway", func() {
 		Expect(tc.Spec.Arguments).To(MatchJSON(`{"text":"hello"}`))
 		Expect(tc.Status.Phase).To(Equal(toolgatev1alpha1.PhaseCommitted))
 		Expect(calls(ns)).To(Equal(1))
+	})
+
+	It("hands the agent's trace context to the call: _meta.traceparent as is, and, with tracing on, under the gateway's span", func() {
+		cs := connect(ns, tok, nil)
+		const agentTP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		callWith := func(meta mcp.Meta) *toolgatev1alpha1.ToolCall {
+			GinkgoHelper()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "traced"}, Meta: meta})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.IsError).To(BeFalse(), text(res))
+			name, _ := res.Meta[agent.MetaToolCall].(string)
+			tc := &toolgatev1alpha1.ToolCall{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tc)).To(Succeed())
+			return tc
+		}
+		Expect(callWith(mcp.Meta{"traceparent": agentTP}).Annotations).To(HaveKeyWithValue(toolgatev1alpha1.AnnotationTraceparent, agentTP))
+		Expect(callWith(mcp.Meta{"traceparent": "not a trace"}).Annotations).NotTo(HaveKey(toolgatev1alpha1.AnnotationTraceparent), "a malformed one is dropped")
+
+		rec := tracetest.NewSpanRecorder()
+		prev := otel.GetTracerProvider()
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+		tracing.SetActive(true)
+		DeferCleanup(func() { otel.SetTracerProvider(prev); tracing.SetActive(false) })
+		tc := callWith(mcp.Meta{"traceparent": agentTP})
+		sc := tracing.Parse(tc.Annotations[toolgatev1alpha1.AnnotationTraceparent])
+		Expect(sc.TraceID().String()).To(Equal("0af7651916cd43dd8448eb211c80319c"), "the agent's trace")
+		var gw sdktrace.ReadOnlySpan
+		for _, s := range rec.Ended() {
+			if s.Name() == "mcp tools/call" && s.SpanContext().TraceID() == sc.TraceID() {
+				gw = s
+			}
+		}
+		Expect(gw).NotTo(BeNil(), "the gateway's span")
+		Expect(gw.SpanContext().SpanID()).To(Equal(sc.SpanID()), "the call's parent is the gateway's span")
+		Expect(gw.Parent().SpanID().String()).To(Equal("b7ad6b7169203331"), "under the agent's")
 	})
 
 	It("answers a denial as isError with the stable code, and an unlisted tool exactly as an unknown one", func() {

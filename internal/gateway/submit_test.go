@@ -58,7 +58,7 @@ func TestSubmitRetriesATransientCreate(t *testing.T) {
 				},
 			}).Build()
 			g := &Gateway{}
-			tc, refused := g.submit(context.Background(), &caller{user: "agent", namespace: "ns", session: "s", client: c}, session, tt.pos, "read", `{"n":1}`)
+			tc, refused := g.submit(context.Background(), &caller{user: "agent", namespace: "ns", session: "s", client: c}, session, tt.pos, "read", `{"n":1}`, "")
 			if refused != nil {
 				t.Fatalf("refused: %+v", refused.Content)
 			}

@@ -203,6 +203,7 @@ func (s *Session) create(ctx context.Context, turn int64, index int32, calls []C
 	call := calls[index]
 	place := Place{Turn: turn, Index: index, TurnSize: int32(len(calls)), CallID: call.CallID}
 	tc := NewCall(s.Namespace, s.Name, place, call.Tool, string(call.Arguments), s.c.user)
+	WithTrace(ctx, tc)
 	// A create the API server answered with a transient error is sent
 	// again; if an earlier attempt landed, the call found is compared like
 	// one a resumed SubmitAt finds, so a retry never claims a second turn.

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"context"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -79,6 +83,20 @@ func NewCall(namespace, session string, place Place, tool, args, requester strin
 			Turn:       place.Turn, Index: place.Index, TurnSize: place.TurnSize,
 			CallID: place.CallID, Tool: tool, Arguments: args, Requester: requester,
 		},
+	}
+}
+
+// WithTrace gives tc the W3C trace context of ctx's span, if it has one
+// (an agent traced with OpenTelemetry): the call's spans join the agent's
+// trace.
+func WithTrace(ctx context.Context, tc *toolgatev1alpha1.ToolCall) {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if tp := carrier["traceparent"]; tp != "" {
+		if tc.Annotations == nil {
+			tc.Annotations = map[string]string{}
+		}
+		tc.Annotations[toolgatev1alpha1.AnnotationTraceparent] = tp
 	}
 }
 

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/tracing"
+)
+
+// callTrace is the call's trace (internal/tracing): under the agent's
+// span when the call carries its traceparent.
+func callTrace(tc *toolgatev1alpha1.ToolCall) tracing.Call {
+	return tracing.CallOf(string(tc.UID), tc.Annotations[tracing.AnnotationTraceparent])
+}
+
+// traceBoundaries writes a span per boundary this reconcile crossed, from
+// the boundary before it, and the call's root span when the boundary is
+// its durable result: from the manager admitting the call (its first
+// boundary; the API server keeps the creation time to the second) to the
+// result. Identities and codes, never arguments or content.
+func traceBoundaries(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, before int) {
+	recs := st.Records
+	if !tracing.Active() || before >= len(recs) {
+		return
+	}
+	c := callTrace(tc)
+	for i := max(before, 1); i < len(recs); i++ {
+		rec := recs[i]
+		start := earlier(recs[i-1].Time, rec.Time)
+		c.Boundary(string(rec.Stage), start, rec.Time,
+			attribute.String("toolgate.stage", string(rec.Stage)), attribute.String("toolgate.verdict", rec.Verdict),
+			attribute.String("toolgate.reason", rec.Reason))
+		if rec.Stage == pipeline.StageResult {
+			c.Settled(earlier(recs[0].Time, rec.Time), rec.Time, callAttributes(tc, st, rec.Verdict)...)
+		}
+	}
+}
+
+// callAttributes are the root span's: who, what, where, how it ended.
+func callAttributes(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, outcome string) []attribute.KeyValue {
+	code := ""
+	if st.Result != nil {
+		code = string(st.Result.Code)
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("k8s.namespace.name", tc.Namespace), attribute.String("toolgate.session", tc.Spec.SessionRef.Name),
+		attribute.String("toolgate.call", tc.Name), attribute.String("toolgate.call_uid", string(tc.UID)),
+		attribute.String("toolgate.call_id", tc.Spec.CallID), attribute.String("toolgate.tool", toolLabel(tc)),
+		attribute.Int64("toolgate.turn", tc.Spec.Turn), attribute.Int("toolgate.index", int(tc.Spec.Index)),
+		attribute.String("toolgate.requester", tc.Spec.Requester), attribute.String("toolgate.outcome", outcome),
+		attribute.String("toolgate.code", orNone(code)), attribute.Int("toolgate.attempts", st.Attempt),
+	}
+	if st.Sandbox != "" {
+		attrs = append(attrs, attribute.String("toolgate.pod", st.Sandbox))
+	}
+	return attrs
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
