@@ -75,6 +75,10 @@ helm-check: helm ## helm lint and helm template charts/toolgate in both scopes (
 	  $$h template toolgate charts/toolgate --namespace toolgate-system $(HELM_CHECK_VALUES) \
 	    --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy >/dev/null
 
+.PHONY: jaeger
+jaeger: ## Build Jaeger (the e2e suite's OTLP receiver) from source into the cache (once; hack/build-jaeger.sh).
+	hack/build-jaeger.sh
+
 .PHONY: promtool
 promtool: ## Build promtool from source into the cache (once; hack/build-promtool.sh).
 	hack/build-promtool.sh
@@ -87,6 +91,7 @@ test: envtest-bins helm promtool ## Run every test: unit and envtest (real kube-
 
 .PHONY: test-e2e
 test-e2e: ## Run the e2e suite and the short chaos run on the local cluster (real pods), then remove the cluster.
+	hack/build-jaeger.sh
 	hack/cluster-up.sh
 	hack/images.sh
 	hack/deploy.sh

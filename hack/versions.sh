@@ -22,3 +22,6 @@ node_bin_dir() { echo "$(k8s_cache_root)/node/containerd-$CONTAINERD_VERSION-gvi
 # promtool (Prometheus' rule checker and tester) builds from source as a Go
 # module (hack/build-promtool.sh); v0.X.Y is Prometheus 3.X.Y.
 PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
+# Jaeger (v2, an OpenTelemetry Collector distribution): the e2e suite's
+# OTLP receiver and trace store, built from source (hack/build-jaeger.sh).
+JAEGER_VERSION=${JAEGER_VERSION:-v1.75.0}

@@ -154,8 +154,10 @@ var _ = BeforeSuite(func() {
 	clientset, err = kubernetes.NewForConfig(restConfig(userAdmin))
 	Expect(err).NotTo(HaveOccurred())
 	mustKubectl(userAdmin, "", "-n", systemNamespace, "rollout", "status", "deployment/toolgate-controller-manager", "--timeout=120s")
-	// For the whole suite: the install's audit sink hears every call.
+	// For the whole suite: the install's audit sink hears every call, and
+	// its manager and gateway export every call's trace.
 	notifications = startNotificationReceiver()
+	startJaeger()
 })
 
 // Every namespace a spec made is gone at the end: deleting one stops and

@@ -154,6 +154,51 @@ spec:
 		Expect(strings.Fields(transcript)).To(Equal(order))
 	})
 
+	It("exports one trace per call, under the agent's span: the gateway's request, the call, and a span per boundary, with no argument text", func() {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, nil)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
+			Endpoint:   fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session),
+			HTTPClient: &http.Client{Transport: bearerToken(token)},
+		}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = cs.Close() }()
+		traceID := fmt.Sprintf("%016x%016x", time.Now().UnixNano(), GinkgoRandomSeed())
+		const agentSpan = "a1b2c3d4e5f60718"
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"secret": "trace-argument-marker"},
+			Meta: mcp.Meta{"traceparent": traceparent(traceID, agentSpan)}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.IsError).To(BeFalse())
+
+		var spans []jaegerSpan
+		var services map[string]string
+		byName := map[string]jaegerSpan{}
+		Eventually(func() []string {
+			spans, services = jaegerTrace(traceID)
+			var names []string
+			for _, s := range spans {
+				byName[s.OperationName] = s
+				names = append(names, s.OperationName)
+			}
+			return names
+		}, 60*time.Second, time.Second).Should(ContainElements("mcp tools/call", "toolgate call", "toolgate PreExecute", "toolgate Dispatch",
+			"toolgate Execute", "toolgate PostExecute", "toolgate Result"), "the call's spans in Jaeger")
+		gw, root := byName["mcp tools/call"], byName["toolgate call"]
+		Expect(gw.parent()).To(Equal(agentSpan), "the gateway's span is the agent's span's child")
+		Expect(services[gw.ProcessID]).To(Equal("toolgate-gateway"))
+		Expect(root.parent()).To(Equal(gw.SpanID), "the call is the gateway request's child")
+		Expect(services[root.ProcessID]).To(Equal("toolgate-manager"))
+		for _, s := range spans {
+			if strings.HasPrefix(s.OperationName, "toolgate ") && s.OperationName != "toolgate call" {
+				Expect(s.parent()).To(Equal(root.SpanID), s.OperationName)
+			}
+			raw, _ := json.Marshal(s.Tags)
+			Expect(string(raw)).NotTo(ContainSubstring("trace-argument-marker"), s.OperationName)
+		}
+		Expect(fmt.Sprint(root.Tags)).To(And(ContainSubstring("toolgate.tool"), ContainSubstring("Succeeded")))
+	})
+
 	It("answers 401 without a token for its audience, and creates nothing", func() {
 		calls := func() []string {
 			list := &toolgatev1alpha1.ToolCallList{}

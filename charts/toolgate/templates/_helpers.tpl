@@ -85,3 +85,20 @@ its namespace (values.schema.json requires it, and only for it). */}}
     {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The OpenTelemetry environment of the manager and the gateway (tracing):
+nothing without an endpoint, which leaves tracing off.
+*/}}
+{{- define "toolgate.tracingEnv" -}}
+{{- with .Values.tracing.endpoint }}
+- {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ . | quote }}}
+- {name: OTEL_EXPORTER_OTLP_PROTOCOL, value: {{ $.Values.tracing.protocol | quote }}}
+{{- with $.Values.tracing.sampler }}
+- {name: OTEL_TRACES_SAMPLER, value: {{ . | quote }}}
+{{- end }}
+{{- with $.Values.tracing.samplerArg }}
+- {name: OTEL_TRACES_SAMPLER_ARG, value: {{ . | quote }}}
+{{- end }}
+{{- end }}
+{{- end }}
