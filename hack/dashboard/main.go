@@ -39,8 +39,12 @@ func single(title, description, unit string, q *prometheus.DataqueryBuilder) *st
 	return stat.NewPanelBuilder().Title(title).Description(description).Unit(unit).Datasource(ds).Height(4).Span(4).WithTarget(q)
 }
 
-func build() (dashboard.Dashboard, error) {
-	b := dashboard.NewDashboardBuilder("toolgate").
+// build is the dashboard in Grafana's classic JSON model, which every
+// Grafana imports and its provisioning sidecar reads (the v2 schema needs
+// Grafana 12 with its feature flag).
+func build() (dashboard.Dashboard, error) { //nolint:staticcheck // the classic model, on purpose (above)
+	newDashboard := dashboard.NewDashboardBuilder //nolint:staticcheck // the classic model, on purpose (above)
+	b := newDashboard("toolgate").
 		Uid("toolgate").
 		Tags([]string{"toolgate"}).
 		Description("Tool calls through toolgate's pipeline: outcomes, where time goes, approvals, tool pods, the manager. Metrics: docs/operations.md.").
