@@ -13,22 +13,4 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/versions.sh
 source "$root/hack/versions.sh"
 
-bin="$(k8s_cache_root)/jaeger-$JAEGER_VERSION"
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-
-echo "building jaeger $JAEGER_VERSION (cached in $bin)" >&2
-export GOFLAGS=-mod=mod
-export CGO_ENABLED=0
-m="$(k8s_cache_root)/build/jaeger-$JAEGER_VERSION"
-mkdir -p "$m"
-(
-  cd "$m"
-  [ -f go.mod ] || go mod init toolgate.dev/jaegerbuild >/dev/null 2>&1
-  go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION" >/dev/null
-  go build -trimpath -ldflags "-s -w" -o "$bin.tmp" github.com/jaegertracing/jaeger/cmd/jaeger
-  mv "$bin.tmp" "$bin"
-)
-echo "$bin"
+cached_go_build jaeger "$JAEGER_VERSION" github.com/jaegertracing/jaeger/cmd/jaeger

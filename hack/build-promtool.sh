@@ -11,16 +11,4 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/versions.sh
 source "$root/hack/versions.sh"
 
-bin="$(k8s_cache_root)/promtool-$PROMETHEUS_VERSION"
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-
-echo "building promtool $PROMETHEUS_VERSION (cached in $bin)" >&2
-export CGO_ENABLED=0
-mkdir -p "$(k8s_cache_root)"
-GOBIN="$(k8s_cache_root)/build/promtool-$PROMETHEUS_VERSION" \
-  go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
-mv "$(k8s_cache_root)/build/promtool-$PROMETHEUS_VERSION/promtool" "$bin"
-echo "$bin"
+cached_go_build promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool

@@ -25,3 +25,30 @@ PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
 # Jaeger (v2, an OpenTelemetry Collector distribution): the e2e suite's
 # OTLP receiver and trace store, built from source (hack/build-jaeger.sh).
 JAEGER_VERSION=${JAEGER_VERSION:-v1.75.0}
+
+# cached_go_build NAME VERSION PACKAGE [LDFLAGS]: builds the Go program
+# PACKAGE at its module's VERSION, through the module proxy, into the
+# cache as NAME-VERSION, once (a binary that exists is never rebuilt), in a
+# module of its own so that its dependencies never touch toolgate's. It
+# prints the binary's path on its last line.
+cached_go_build() {
+  local name=$1 version=$2 pkg=$3 ldflags=${4:-}
+  local bin m
+  bin="$(k8s_cache_root)/$name-$version"
+  if [ -x "$bin" ]; then
+    echo "$bin"
+    return 0
+  fi
+  echo "building $name $version (cached in $bin)" >&2
+  m="$(k8s_cache_root)/build/$name-$version"
+  mkdir -p "$m"
+  (
+    cd "$m"
+    export GOFLAGS=-mod=mod CGO_ENABLED=0
+    [ -f go.mod ] || go mod init "toolgate.dev/${name}build" >/dev/null 2>&1
+    go get -tool "$pkg@$version" >/dev/null
+    go build -trimpath -ldflags "-s -w $ldflags" -o "$bin.tmp" "$pkg"
+    mv "$bin.tmp" "$bin"
+  )
+  echo "$bin"
+}

@@ -46,7 +46,9 @@ func matrix() []matrixCase {
 			return Decision{Action: Ask, Reason: "ask-all", Message: "a person must agree"}
 		}))
 	}
-	askPost := func(fn PostListener) func(h *harness) {
+	// postWith: an echo that defers a context, the pre-execute rules of
+	// pre, and the post-execute listener fn.
+	postWith := func(pre func(h *harness), fn PostListener) func(h *harness) {
 		return func(h *harness) {
 			h.echo("echo", func(d *Definition) {
 				inner := d.Execute
@@ -55,25 +57,18 @@ func matrix() []matrixCase {
 					return inner(ctx, a, e)
 				}
 			})
+			pre(h)
+			must(h.t, h.reg.OnPostExecute(h.scope, "p", 0, fn))
+		}
+	}
+	askPost := func(fn PostListener) func(h *harness) {
+		return postWith(func(h *harness) {
 			must(h.t, h.reg.OnPreExecute(h.scope, "ask-all", 0, func(context.Context, Call) Decision {
 				return Decision{Action: Ask, Reason: "ask-all"}
 			}))
-			must(h.t, h.reg.OnPostExecute(h.scope, "p", 0, fn))
-		}
+		}, fn)
 	}
-	post := func(fn PostListener) func(h *harness) {
-		return func(h *harness) {
-			h.echo("echo", func(d *Definition) {
-				inner := d.Execute
-				d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
-					e.DeferContext(Context{Message: "from the tool"})
-					return inner(ctx, a, e)
-				}
-			})
-			h.allowAll()
-			must(h.t, h.reg.OnPostExecute(h.scope, "p", 0, fn))
-		}
-	}
+	post := func(fn PostListener) func(h *harness) { return postWith(func(h *harness) { h.allowAll() }, fn) }
 	cases := []matrixCase{
 		{
 			name: "allow runs the body once and succeeds", req: hello,

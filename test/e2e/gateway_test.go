@@ -92,16 +92,24 @@ spec:
 		Expect(impersonating(user).Create(ctx, s)).To(Succeed())
 	})
 
-	It("runs one model turn of four calls (two parallel reads, a write approved by a person, one denied) and returns them in model order, with the approver's words, as the transcript does", func() {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
+	// connect opens an MCP session to the gateway as the ServiceAccount,
+	// closed when the spec ends.
+	connect := func(ctx context.Context) *mcp.ClientSession {
+		GinkgoHelper()
 		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, nil)
 		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 			Endpoint:   fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session),
 			HTTPClient: &http.Client{Transport: bearerToken(token)},
 		}, nil)
 		Expect(err).NotTo(HaveOccurred())
-		defer func() { _ = cs.Close() }()
+		DeferCleanup(func() { _ = cs.Close() })
+		return cs
+	}
+
+	It("runs one model turn of four calls (two parallel reads, a write approved by a person, one denied) and returns them in model order, with the approver's words, as the transcript does", func() {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		cs := connect(ctx)
 
 		calls := []*mcp.CallToolParams{
 			{Name: "read", Arguments: map[string]any{"n": 1}},
@@ -157,13 +165,7 @@ spec:
 	It("exports one trace per call, under the agent's span: the gateway's request, the call, and a span per boundary, with no argument text", func() {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
-		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, nil)
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
-			Endpoint:   fmt.Sprintf("%s/mcp/%s/%s", gatewayURL, ns.Name, session),
-			HTTPClient: &http.Client{Transport: bearerToken(token)},
-		}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		defer func() { _ = cs.Close() }()
+		cs := connect(ctx)
 		traceID := fmt.Sprintf("%016x%016x", time.Now().UnixNano(), GinkgoRandomSeed())
 		const agentSpan = "a1b2c3d4e5f60718"
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"secret": "trace-argument-marker"},
