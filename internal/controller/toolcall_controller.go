@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -158,6 +159,9 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
+	// Every log line of the call names who asked for what, in which
+	// session (identities, never arguments or content).
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("session", tc.Spec.SessionRef.Name, "tool", toolLabel(tc), "requester", tc.Spec.Requester))
 	s := r.scopeOf(tc)
 	var phases []callPhase
 	if !s.wasSettled {

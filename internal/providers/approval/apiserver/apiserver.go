@@ -166,6 +166,18 @@ func relayed(ar *toolgatev1alpha1.ApprovalRequest) string {
 	return strings.Join(lines, "\n")
 }
 
+// answeredBy are the people who approved or decided ar, in order.
+func answeredBy(ar *toolgatev1alpha1.ApprovalRequest) []string {
+	var names []string
+	for _, a := range ar.Spec.Approvals {
+		names = append(names, a.User)
+	}
+	if d := ar.Spec.Decision; d != nil && !slices.Contains(names, d.DecidedBy) {
+		names = append(names, d.DecidedBy)
+	}
+	return names
+}
+
 func approved(ar *toolgatev1alpha1.ApprovalRequest) bool {
 	n, required := ar.ApprovalCount()
 	return n >= required
@@ -412,6 +424,10 @@ func (p *Provider) setPhaseErr(ctx context.Context, ar *toolgatev1alpha1.Approva
 		// Written again from a cache that had not seen the first write:
 		// told once per process (at least once across processes).
 		return nil
+	}
+	if phase != toolgatev1alpha1.ApprovalPending {
+		// Who answered, for an operator (identities, never arguments).
+		log.FromContext(ctx).Info("approval question ended", "request", ar.Name, "phase", string(phase), "approvers", answeredBy(ar))
 	}
 	if p.Audit != nil && phase != toolgatev1alpha1.ApprovalPending {
 		// The question ended, as written: its record (at least once; a

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -210,5 +212,43 @@ func TestAQuestionLeftWithoutAPhaseIsPending(t *testing.T) {
 	}
 	if got.Status.Phase != toolgatev1alpha1.ApprovalPending {
 		t.Fatalf("phase %q, want Pending", got.Status.Phase)
+	}
+}
+
+// TestAnEndedQuestionIsLoggedWithWhoAnswered: the manager's log says who
+// approved or denied, never the arguments.
+func TestAnEndedQuestionIsLoggedWithWhoAnswered(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { logs.WriteString(args + "\n") }, funcr.Options{}))
+	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "u1"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&toolgatev1alpha1.ApprovalRequest{}).Build()
+	p := New(c, clocktesting.NewFakePassiveClock(time.Now()), testKey)
+	subj := approval.Subject{Owner: call}
+	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{"text":"log-argument-marker"}`), Requester: "agent"},
+		Reason: "ask-all", Deadline: time.Now().Add(time.Hour)}
+	if answer, _ := p.Approve(ctx, subj, q); answer != pipeline.AnswerPending {
+		t.Fatalf("answer %v", answer)
+	}
+	ar := &toolgatev1alpha1.ApprovalRequest{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "c1"}, ar); err != nil {
+		t.Fatal(err)
+	}
+	ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "carol"}
+	if err := c.Update(ctx, ar); err != nil {
+		t.Fatal(err)
+	}
+	if answer, _ := p.Approve(ctx, subj, q); answer != pipeline.Rejected {
+		t.Fatalf("answer %v", answer)
+	}
+	if !strings.Contains(logs.String(), `"msg"="approval question ended"`) || !strings.Contains(logs.String(), `"approvers"=["carol"]`) ||
+		!strings.Contains(logs.String(), `"phase"="Denied"`) {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "log-argument-marker") {
+		t.Errorf("the arguments in the log:\n%s", logs.String())
 	}
 }
