@@ -131,7 +131,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	opts := pipeline.Options{Clock: r.Clock, PollInterval: r.PollInterval}
 	s.subject = subjectOf(tc)
 	s.runner.job = sandbox.Job{
-		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID,
+		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID, Traceparent: tc.Annotations[toolgatev1alpha1.AnnotationTraceparent],
 		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), SessionUID: session.UID, ClaimName: session.Status.WorkspaceClaimName},
 		WarmPods:  warmPods(session),
 	}

@@ -397,7 +397,7 @@ func (s *Server) accept(ctx context.Context, req *Request) error {
 			b.Reset()
 			_ = WriteFrame(&b, s.frameKey, h, stdout, stderr)
 		}
-		summary, _ := json.Marshal(Header{ExitCode: h.ExitCode, Signal: h.Signal, StdoutBytes: len(stdout), StderrBytes: len(stderr), Truncated: h.Truncated, BodyMillis: h.BodyMillis})
+		summary, _ := json.Marshal(Header{ExitCode: h.ExitCode, Signal: h.Signal, StdoutBytes: len(stdout), StderrBytes: len(stderr), Truncated: h.Truncated, BodyMillis: h.BodyMillis, BodyStartedUnixMicros: h.BodyStartedUnixMicros, BodyMicros: h.BodyMicros})
 		s.mu.Lock()
 		s.frame, s.summary, s.state = []byte(b.String()), summary, StateDone
 		s.mu.Unlock()

@@ -282,9 +282,14 @@ func (c *tapConn) Read(p []byte) (int, error) {
 // is collected, one beyond it is stopped and says timeout.
 func TestBudgetCountsFromTheBodyStart(t *testing.T) {
 	ws := t.TempDir()
+	before := time.Now()
 	h, out, _ := Execute(context.Background(), Spec{Workspace: ws, TimeoutMillis: 2000, Argv: []string{"/bin/sh", "-c", "sleep 0.2; echo ok"}}, nil, time.Second)
 	if h.Code != "" || string(out) != "ok\n" || h.BodyMillis < 200 {
 		t.Fatalf("within budget: %+v %q", h, out)
+	}
+	// When the body started and how long it ran, for its span.
+	if began := time.UnixMicro(h.BodyStartedUnixMicros); began.Before(before.Truncate(time.Microsecond)) || began.After(time.Now()) || h.BodyMicros < 200_000 {
+		t.Errorf("body timing: started %v (execute at %v), %d µs", began, before, h.BodyMicros)
 	}
 	start := time.Now()
 	h, _, _ = Execute(context.Background(), Spec{Workspace: ws, TimeoutMillis: 300, Argv: []string{"/bin/sh", "-c", "trap '' TERM; sleep 30"}}, nil, 200*time.Millisecond)

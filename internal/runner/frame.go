@@ -40,6 +40,11 @@ type Header struct {
 	// moment it started the body: the tool's timeout is judged by it, never
 	// by when a manager next looked.
 	BodyMillis int64 `json:"bodyMillis,omitempty"`
+	// BodyStartedUnixMicros is when the body started, by the pod's clock
+	// (the node's), and BodyMicros how long it ran: the body's span in the
+	// call's trace.
+	BodyStartedUnixMicros int64 `json:"bodyStartedUnixMicros,omitempty"`
+	BodyMicros            int64 `json:"bodyMicros,omitempty"`
 }
 
 // Result is a verified frame.

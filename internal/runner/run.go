@@ -153,7 +153,9 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	}
 	// No process the tool started outlives it.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts), BodyMillis: time.Since(started).Milliseconds()}
+	ran := time.Since(started)
+	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts), BodyMillis: ran.Milliseconds(),
+		BodyStartedUnixMicros: started.UnixMicro(), BodyMicros: ran.Microseconds()}
 	switch {
 	case timedOut:
 		h.Code = codes.Timeout

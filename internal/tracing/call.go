@@ -76,6 +76,9 @@ var active atomic.Bool
 // Boundary writes the span of one pipeline boundary: from start (the
 // previous boundary) to end (this one), a child of the call's root.
 func (c Call) Boundary(stage string, start, end time.Time, attrs ...attribute.KeyValue) {
+	if !active.Load() {
+		return
+	}
 	ctx := trace.ContextWithRemoteSpanContext(context.Background(), c.Root)
 	_, span := otel.Tracer(tracerName).Start(ctx, "toolgate "+stage, trace.WithTimestamp(start), trace.WithAttributes(attrs...))
 	span.End(trace.WithTimestamp(end))
@@ -84,6 +87,9 @@ func (c Call) Boundary(stage string, start, end time.Time, attrs ...attribute.Ke
 // Settled writes the call's root span, from its creation to its result,
 // with the ID its boundary spans name as their parent.
 func (c Call) Settled(start, end time.Time, attrs ...attribute.KeyValue) {
+	if !active.Load() {
+		return
+	}
 	ctx := context.Background()
 	if c.Parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, c.Parent)
@@ -91,4 +97,10 @@ func (c Call) Settled(start, end time.Time, attrs ...attribute.KeyValue) {
 	ctx = context.WithValue(ctx, forcedKey{}, forced{trace: c.Root.TraceID(), span: c.Root.SpanID()})
 	_, span := otel.Tracer(tracerName).Start(ctx, "toolgate call", trace.WithTimestamp(start), trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindServer))
 	span.End(trace.WithTimestamp(end))
+}
+
+// Body writes the span of the body as the sandbox measured it (the pod's
+// clock), a child of the call's root.
+func (c Call) Body(start, end time.Time, attrs ...attribute.KeyValue) {
+	c.Boundary("body", start, end, attrs...)
 }

@@ -34,6 +34,9 @@ type Job struct {
 	Owner types.NamespacedName
 	// OwnerUID is the ToolCall's UID (for owner references).
 	OwnerUID types.UID
+	// Traceparent is the call's trace context annotation: a provider that
+	// knows when the body ran adds its span to the call's trace.
+	Traceparent string
 	// Tool is the definition to run.
 	Tool *toolgatev1alpha1.ToolDefinition
 	// Arguments is the call's JSON text.

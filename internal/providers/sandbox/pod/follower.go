@@ -223,6 +223,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 		switch {
 		case err == nil:
 			f.res = res
+			traceBody(job, pod, res)
 			return
 		case errors.Is(err, runner.ErrRefused) && late && !handed:
 			f.err = notReady()

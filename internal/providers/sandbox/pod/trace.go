@@ -1,0 +1,25 @@
+package pod
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
+	"github.com/toolgate/toolgate/internal/tracing"
+)
+
+// traceBody adds the body's span to the call's trace, as the runner timed
+// it in the pod (its node's clock): where the Execute boundary's time went
+// between the hand-over, the body and the result's way back.
+func traceBody(job sandbox.Job, pod *corev1.Pod, res *runner.Result) {
+	if !tracing.Active() || res.BodyStartedUnixMicros == 0 {
+		return
+	}
+	start := time.UnixMicro(res.BodyStartedUnixMicros)
+	tracing.CallOf(string(job.OwnerUID), job.Traceparent).Body(start, start.Add(time.Duration(res.BodyMicros)*time.Microsecond),
+		attribute.String("toolgate.pod", pod.Name), attribute.String("k8s.node.name", pod.Spec.NodeName),
+		attribute.Int("toolgate.attempt", job.Attempt), attribute.Int("toolgate.exit_code", res.ExitCode))
+}

@@ -1,0 +1,50 @@
+package pod
+
+import (
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
+	"github.com/toolgate/toolgate/internal/tracing"
+)
+
+// TestTheBodyIsASpanOfTheCall: the runner's timing of the body becomes a
+// span of the call's trace, under its root, as the runner measured it.
+func TestTheBodyIsASpanOfTheCall(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithIDGenerator(tracing.IDGenerator())))
+	tracing.SetActive(true)
+	t.Cleanup(func() { otel.SetTracerProvider(prev); tracing.SetActive(false) })
+
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	job := sandbox.Job{OwnerUID: "uid-1", Traceparent: tp, Attempt: 1}
+	started := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
+	res := &runner.Result{Header: runner.Header{BodyStartedUnixMicros: started.UnixMicro(), BodyMicros: 42_000}}
+	traceBody(job, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Spec: corev1.PodSpec{NodeName: "n1"}}, res)
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	s := spans[0]
+	root := tracing.CallOf("uid-1", tp).Root
+	if s.Name() != "toolgate body" || s.Parent().SpanID() != root.SpanID() || s.SpanContext().TraceID() != root.TraceID() {
+		t.Errorf("span %q parent %v trace %v", s.Name(), s.Parent().SpanID(), s.SpanContext().TraceID())
+	}
+	if !s.StartTime().Equal(started) || s.EndTime().Sub(s.StartTime()) != 42*time.Millisecond {
+		t.Errorf("span %v–%v", s.StartTime(), s.EndTime())
+	}
+
+	// A runner of a release that does not time the body adds nothing.
+	traceBody(job, &corev1.Pod{}, &runner.Result{})
+	if len(rec.Ended()) != 1 {
+		t.Error("a span without the runner's timing")
+	}
+}
