@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	corev1 "k8s.io/api/core/v1"
 
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/runner"
 	"github.com/toolgate/toolgate/internal/tracing"
@@ -19,7 +20,17 @@ func traceBody(job sandbox.Job, pod *corev1.Pod, res *runner.Result) {
 		return
 	}
 	start := time.UnixMicro(res.BodyStartedUnixMicros)
-	tracing.CallOf(string(job.OwnerUID), job.Traceparent).Body(start, start.Add(time.Duration(res.BodyMicros)*time.Microsecond),
-		attribute.String("toolgate.pod", pod.Name), attribute.String("k8s.node.name", pod.Spec.NodeName),
-		attribute.Int("toolgate.attempt", job.Attempt), attribute.Int("toolgate.exit_code", res.ExitCode))
+	call := tracing.CallOf(string(job.OwnerUID), job.Traceparent)
+	where := []attribute.KeyValue{attribute.String("toolgate.pod", pod.Name), attribute.String("k8s.node.name", pod.Spec.NodeName),
+		attribute.Int("toolgate.attempt", job.Attempt)}
+	if !job.Dispatched.IsZero() && job.Dispatched.Before(start) {
+		// From the dispatch to the body's start: a warm pod claimed, or a
+		// pod started cold, and the call handed over.
+		kind := "cold"
+		if pod.Annotations[toolgatev1alpha1.AnnotationClaimed] != "" {
+			kind = "warm"
+		}
+		call.Boundary("sandbox start", job.Dispatched, start, append(where, attribute.String("toolgate.pod_kind", kind))...)
+	}
+	call.Body(start, start.Add(time.Duration(res.BodyMicros)*time.Microsecond), append(where, attribute.Int("toolgate.exit_code", res.ExitCode))...)
 }

@@ -1,6 +1,8 @@
 package pod
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/runner"
 	"github.com/toolgate/toolgate/internal/tracing"
@@ -25,15 +28,20 @@ func TestTheBodyIsASpanOfTheCall(t *testing.T) {
 	t.Cleanup(func() { otel.SetTracerProvider(prev); tracing.SetActive(false) })
 
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	job := sandbox.Job{OwnerUID: "uid-1", Traceparent: tp, Attempt: 1}
 	started := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
+	job := sandbox.Job{OwnerUID: "uid-1", Traceparent: tp, Attempt: 1, Dispatched: started.Add(-30 * time.Millisecond)}
 	res := &runner.Result{Header: runner.Header{BodyStartedUnixMicros: started.UnixMicro(), BodyMicros: 42_000}}
-	traceBody(job, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Spec: corev1.PodSpec{NodeName: "n1"}}, res)
+	warm := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Annotations: map[string]string{toolgatev1alpha1.AnnotationClaimed: "c1"}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	traceBody(job, warm, res)
 	spans := rec.Ended()
-	if len(spans) != 1 {
+	if len(spans) != 2 {
 		t.Fatalf("%d spans", len(spans))
 	}
-	s := spans[0]
+	claim, s := spans[0], spans[1]
+	if claim.Name() != "toolgate sandbox start" || !claim.StartTime().Equal(job.Dispatched) || !claim.EndTime().Equal(started) ||
+		!strings.Contains(fmt.Sprint(claim.Attributes()), "warm") {
+		t.Errorf("sandbox span %q %v–%v %v", claim.Name(), claim.StartTime(), claim.EndTime(), claim.Attributes())
+	}
 	root := tracing.CallOf("uid-1", tp).Root
 	if s.Name() != "toolgate body" || s.Parent().SpanID() != root.SpanID() || s.SpanContext().TraceID() != root.TraceID() {
 		t.Errorf("span %q parent %v trace %v", s.Name(), s.Parent().SpanID(), s.SpanContext().TraceID())
@@ -44,7 +52,7 @@ func TestTheBodyIsASpanOfTheCall(t *testing.T) {
 
 	// A runner of a release that does not time the body adds nothing.
 	traceBody(job, &corev1.Pod{}, &runner.Result{})
-	if len(rec.Ended()) != 1 {
+	if len(rec.Ended()) != 2 {
 		t.Error("a span without the runner's timing")
 	}
 }
