@@ -199,7 +199,7 @@ func askedApproval(tc *toolgatev1alpha1.ToolCall) bool {
 // state's records (precise times; the status keeps whole seconds).
 func (r *ToolCallReconciler) observeStages(s *callScope, before int) {
 	recs := s.st.Records
-	traceBoundaries(s.tc, s.st, before)
+	r.traceBoundaries(s.tc, s.st, before)
 	for i := min(before, len(recs)); i < len(recs); i++ {
 		rec := recs[i]
 		stageBoundaries.WithLabelValues(string(rec.Stage), rec.Verdict).Inc()

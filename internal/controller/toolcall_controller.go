@@ -68,6 +68,9 @@ type ToolCallReconciler struct {
 	// announced remembers the settled calls whose Event and metrics this
 	// process emitted (or found emitted); an entry goes with its call.
 	announced sync.Map // types.NamespacedName -> types.UID
+	// resultAt remembers, while tracing, when this process saw a call's
+	// durable result, to the microsecond: the start of its commit span.
+	resultAt sync.Map // types.NamespacedName -> time.Time
 	// audited remembers the settled calls whose audit record this process
 	// wrote (or left to a predecessor); an entry goes with its call.
 	audited sync.Map // types.NamespacedName -> types.UID
@@ -142,6 +145,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.announced.Delete(req.NamespacedName)
+			r.resultAt.Delete(req.NamespacedName)
 			r.audited.Delete(req.NamespacedName)
 			r.prepared.Delete(req.NamespacedName)
 			r.own.forget(req.NamespacedName)

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
@@ -42,6 +43,9 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		return fmt.Errorf("writing the call's status: %w", err)
 	}
 	r.observeStages(s, before)
+	if s.base.Status.Phase != toolgatev1alpha1.PhaseCommitted && written.Status.Phase == toolgatev1alpha1.PhaseCommitted {
+		r.traceCommit(written)
+	}
 	moved, settledNow := planMoved(s.base, written), s.base.Status.Result == nil && written.Status.Result != nil
 	s.base = written // read only, as ownWrites keeps it
 	s.runner.record(tc.UID, s.st.Attempt, written.Status.Sandbox)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -21,7 +22,7 @@ func callTrace(tc *toolgatev1alpha1.ToolCall) tracing.Call {
 // its durable result: from the manager admitting the call (its first
 // boundary; the API server keeps the creation time to the second) to the
 // result. Identities and codes, never arguments or content.
-func traceBoundaries(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, before int) {
+func (r *ToolCallReconciler) traceBoundaries(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, before int) {
 	recs := st.Records
 	if !tracing.Active() || before >= len(recs) {
 		return
@@ -35,6 +36,7 @@ func traceBoundaries(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, before i
 			attribute.String("toolgate.reason", rec.Reason))
 		if rec.Stage == pipeline.StageResult {
 			c.Settled(earlier(recs[0].Time, rec.Time), rec.Time, callAttributes(tc, st, rec.Verdict)...)
+			r.resultAt.Store(client.ObjectKeyFromObject(tc), rec.Time)
 		}
 	}
 }
@@ -64,4 +66,27 @@ func earlier(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// traceCommit writes the span of the call's commit to its session's log:
+// from its durable result (as this process saw it, to the microsecond, or
+// as stored, to the second) to the write that made it Committed, which
+// waits for the calls before it in model order.
+func (r *ToolCallReconciler) traceCommit(tc *toolgatev1alpha1.ToolCall) {
+	if !tracing.Active() {
+		return
+	}
+	key := client.ObjectKeyFromObject(tc)
+	start := r.Clock.Now()
+	if at, ok := r.resultAt.LoadAndDelete(key); ok {
+		start = at.(time.Time)
+	} else if res := tc.Status.Result; res != nil {
+		start = res.SettledAt.Time
+	}
+	end := r.Clock.Now()
+	attrs := []attribute.KeyValue{attribute.String("toolgate.stage", "Commit")}
+	if seq := tc.Status.Schedule.CommitSequence; seq != nil {
+		attrs = append(attrs, attribute.Int64("toolgate.commit_sequence", *seq))
+	}
+	callTrace(tc).Boundary("commit", earlier(start, end), end, attrs...)
 }

@@ -45,7 +45,7 @@ var _ = Describe("a call's trace", func() {
 				names = append(names, s.Name())
 			}
 			return names
-		}).Should(ContainElements("toolgate call", "toolgate PreExecute", "toolgate Dispatch", "toolgate Execute", "toolgate PostExecute", "toolgate Result"))
+		}).Should(ContainElements("toolgate call", "toolgate PreExecute", "toolgate Dispatch", "toolgate Execute", "toolgate PostExecute", "toolgate Result", "toolgate commit"))
 		var root sdktrace.ReadOnlySpan
 		for _, s := range ours() {
 			if s.Name() == "toolgate call" {
