@@ -2,11 +2,13 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
@@ -21,24 +23,49 @@ var (
 // approvalCollector reports the questions waiting, read from the cache at
 // each scrape: a gauge nobody has to keep in step with the questions.
 type approvalCollector struct {
+	mu     sync.Mutex
 	reader client.Reader
 	clock  clock.PassiveClock
 }
 
-func (c approvalCollector) Describe(ch chan<- *prometheus.Desc) {
+// approvalGauges is the registry's one approval collector; each Setup
+// points it at its manager's cache (a manager set up again, as the tests
+// do, must not leave the registry reading a stopped one).
+var (
+	approvalGauges     = &approvalCollector{}
+	registerApprovals  sync.Once
+	registerApprovalsE error
+)
+
+// useApprovalGauges registers the collector once and reads reader from now on.
+func useApprovalGauges(reader client.Reader, clk clock.PassiveClock) error {
+	approvalGauges.mu.Lock()
+	approvalGauges.reader, approvalGauges.clock = reader, clk
+	approvalGauges.mu.Unlock()
+	registerApprovals.Do(func() { registerApprovalsE = metrics.Registry.Register(approvalGauges) })
+	return registerApprovalsE
+}
+
+func (c *approvalCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- pendingDesc
 	ch <- oldestDesc
 }
 
-func (c approvalCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *approvalCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	reader, clk := c.reader, c.clock
+	c.mu.Unlock()
+	if reader == nil {
+		return
+	}
 	// A scrape never waits long on a cache that is not synced yet.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	list := &toolgatev1alpha1.ApprovalRequestList{}
-	if err := c.reader.List(ctx, list); err != nil {
+	if err := reader.List(ctx, list); err != nil {
 		return
 	}
-	now := c.clock.Now()
+	now := clk.Now()
 	pending, oldest := map[string]int{}, map[string]time.Duration{}
 	for i := range list.Items {
 		ar := &list.Items[i]

@@ -1,18 +1,15 @@
 package controller
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/toolgate/toolgate/internal/audit"
@@ -81,11 +78,8 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	}
 	// Every replica reports the questions waiting (its cache's view): an
 	// alert takes the max over them.
-	if err := metrics.Registry.Register(approvalCollector{reader: mgr.GetClient(), clock: cfg.Clock}); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if !errors.As(err, &already) {
-			return fmt.Errorf("approval metrics: %w", err)
-		}
+	if err := useApprovalGauges(mgr.GetClient(), cfg.Clock); err != nil {
+		return fmt.Errorf("approval metrics: %w", err)
 	}
 	return nil
 }
