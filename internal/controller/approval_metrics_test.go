@@ -3,7 +3,6 @@ package controller
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
@@ -11,19 +10,8 @@ import (
 // gauge is the value of the gathered metric name with label namespace=ns,
 // and whether it is there.
 func gauge(name, ns string) (float64, bool) {
-	families, err := metrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "namespace" && l.GetValue() == ns {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
+	for _, m := range gathered(name, "namespace", ns) {
+		return m.GetGauge().GetValue(), true
 	}
 	return 0, false
 }

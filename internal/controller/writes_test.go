@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	dto "github.com/prometheus/client_model/go"
+
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
@@ -199,22 +201,31 @@ func reconcileCount(name string) float64 {
 // controllerCounter sums a controller-runtime counter of the named
 // controller.
 func controllerCounter(metric, name string) float64 {
+	total := 0.0
+	for _, m := range gathered(metric, "controller", name) {
+		total += m.GetCounter().GetValue()
+	}
+	return total
+}
+
+// gathered are the registry's series of metric whose label is value.
+func gathered(metric, label, value string) []*dto.Metric {
 	families, err := metrics.Registry.Gather()
 	Expect(err).NotTo(HaveOccurred())
-	total := 0.0
+	var out []*dto.Metric
 	for _, f := range families {
 		if f.GetName() != metric {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == name {
-					total += m.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					out = append(out, m)
 				}
 			}
 		}
 	}
-	return total
+	return out
 }
 
 var _ = Describe("a call denied in the middle of a turn", func() {

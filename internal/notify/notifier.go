@@ -117,8 +117,13 @@ func (n *Notifier) Write(r audit.Record) {
 	if n == nil {
 		return
 	}
-	for _, s := range n.Config.auditFor(r.Namespace) {
-		body, err := auditPayload(r)
+	sinks := n.Config.auditFor(r.Namespace)
+	if len(sinks) == 0 {
+		return
+	}
+	// One body for every sink: the record is the same.
+	body, err := auditPayload(r)
+	for _, s := range sinks {
 		n.enqueue(s, outgoing{kind: "audit." + r.Type, body: body, contentType: contentTypeCloudEvents}, err)
 	}
 }
