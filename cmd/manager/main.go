@@ -40,6 +40,7 @@ func main() {
 		workspaceDir                   string
 		runnerImage                    string
 		netpolicy                      bool
+		runnerImageVolume              bool
 		processBox                     bool
 		namespace                      string
 		egressService, egressKeySecret string
@@ -67,6 +68,7 @@ func main() {
 	flag.StringVar(&workspaceDir, "process-workspace-dir", filepath.Join(os.TempDir(), "toolgate-workspaces"),
 		"Where the Process sandbox provider (development only, not isolating) keeps session workspaces.")
 	flag.StringVar(&runnerImage, "runner-image", "", "Image holding /toolgate-runner; enables the Pod sandbox provider.")
+	flag.BoolVar(&runnerImageVolume, "runner-image-volume", false, "Mount the runner image into container tools' pods as an image volume instead of copying the runner with an init container (every node needs image volumes: Kubernetes 1.35 and containerd 2.1 or CRI-O 1.31).")
 	flag.BoolVar(&netpolicy, "network-policy-enforced", false, "Declare that the cluster's CNI enforces NetworkPolicy (sandbox enforcement is reported as partial otherwise).")
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace (default $POD_NAMESPACE): where the pod sandbox's channel key Secret lives.")
 	flag.StringVar(&keySecret, "channel-key-secret", "toolgate-channel-key", "Secret (in --namespace) holding the key with which the manager hands calls to tool pods; created on first start.")
@@ -122,7 +124,7 @@ func main() {
 		Audit: auditSink, Notifier: notifier,
 		Approvals:      approvals,
 		ProcessSandbox: processBox, ProcessWorkspaceDir: workspaceDir, ProcessSubCalls: true,
-		RunnerImage: runnerImage, NetworkPolicyEnforced: netpolicy,
+		RunnerImage: runnerImage, RunnerImageVolume: runnerImageVolume, NetworkPolicyEnforced: netpolicy,
 		Namespace: namespace, ChannelKeySecret: keySecret, ManagerLabels: managerLabels, WatchNamespaces: watchNamespaces,
 		EgressService: egressService, EgressKeySecret: egressKeySecret,
 		DefaultRetention: retention,

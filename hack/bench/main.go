@@ -47,17 +47,21 @@ func main() {
 	ns := flag.String("namespace", "bench", "namespace to use (created)")
 	pvDir := flag.String("pv-dir", "/var/tmp/toolgate-cluster/pv/bench", "host directory of the built-in tool's workspace volume (hostPath, single node)")
 	gvisor := flag.Bool("gvisor", true, "also measure every kind under the RuntimeClass gvisor")
+	only := flag.String("only", "", "measure only the kinds whose session name contains this (cold, own-runner, builtin, warm); bare pods are always measured")
+	flag.DurationVar(&settle, "settle", time.Second, "before each measured call or pod: wait until no pod of the namespace is terminating, then this long (an agent's calls come seconds apart; a node still stopping the last pod, or starting the warm pool's replacement, is not what one call costs)")
+	otlp := flag.String("otlp", "10.244.0.254:4317", "address to receive the manager's spans on (OTLP/gRPC; the local install exports there), for the warm call's hops; empty: none")
 	flag.Parse()
 	if !*gvisor {
 		kinds = slices.DeleteFunc(kinds, func(k kind) bool { return k.runtimeClass != "" })
 	}
-	if err := run(*kubeconfig, *ns, *pvDir, *n); err != nil {
+	kinds = slices.DeleteFunc(kinds, func(k kind) bool { return !strings.Contains(k.session, *only) })
+	if err := run(*kubeconfig, *ns, *pvDir, *otlp, *n); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, ns, pvDir string, n int) error {
+func run(kubeconfig, ns, pvDir, otlp string, n int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -77,6 +81,14 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 	if err := setup(ctx, c, ns, pvDir); err != nil {
 		return err
 	}
+	var received *spans
+	if otlp != "" {
+		if received, err = receiveSpans(otlp); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: no hop profile of warm calls: %v\n", err)
+		} else {
+			defer received.stop()
+		}
+	}
 	// One unmeasured round warms every path (image and informer caches,
 	// and the warm session's first pool).
 	runtimes := runtimeClasses()
@@ -86,7 +98,7 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 		}
 	}
 	for _, k := range kinds {
-		if _, _, err := toolCall(ctx, c, ns, k, 0, nil); err != nil {
+		if _, err := toolCall(ctx, c, ns, k, 0, nil); err != nil {
 			return err
 		}
 	}
@@ -94,9 +106,13 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 	pods := map[string][]time.Duration{}
 	took := make([][]time.Duration, len(kinds))
 	steps := make([]map[string][]time.Duration, len(kinds))
+	calls := make([][]measured, len(kinds))
 	served := map[string]string{}
 	for i := 1; i <= n; i++ {
 		for _, rc := range runtimes {
+			if err := quiet(ctx, c, ns); err != nil {
+				return err
+			}
 			d, err := barePod(ctx, c, cs, ns, rc, i)
 			if err != nil {
 				return err
@@ -111,15 +127,19 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 			} else if steps[j] == nil {
 				steps[j] = map[string][]time.Duration{}
 			}
-			d, uid, err := toolCall(ctx, c, ns, k, i, steps[j])
+			if err := quiet(ctx, c, ns); err != nil {
+				return err
+			}
+			m, err := toolCall(ctx, c, ns, k, i, steps[j])
 			if err != nil {
 				return err
 			}
-			if prev, dup := served[uid]; dup {
-				return fmt.Errorf("pod %s served two calls (%s and %s %d)", uid, prev, k.session, i)
+			if prev, dup := served[m.pod]; dup {
+				return fmt.Errorf("pod %s served two calls (%s and %s %d)", m.pod, prev, k.session, i)
 			}
-			served[uid] = fmt.Sprintf("%s %d", k.session, i)
-			took[j] = append(took[j], d)
+			served[m.pod] = fmt.Sprintf("%s %d", k.session, i)
+			took[j] = append(took[j], m.took)
+			calls[j] = append(calls[j], m)
 		}
 	}
 	fmt.Printf("n=%d sequential (after one unmeasured warm-up of each), same command (/bin/echo), same restricted pod settings\n", n)
@@ -154,6 +174,30 @@ func run(kubeconfig, ns, pvDir string, n int) error {
 			fmt.Println(line)
 		}
 	}
+	if received != nil {
+		printWarmHops(received, calls)
+	}
+	return nil
+}
+
+// settle is how long the node rests before each measurement (-settle).
+var settle time.Duration
+
+// quiet waits until no pod of the namespace is being deleted, then settle.
+func quiet(ctx context.Context, c client.Client, ns string) error {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		list := &corev1.PodList{}
+		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pods of namespace %s still terminating after two minutes", ns)
+		}
+	}
+	time.Sleep(settle)
 	return nil
 }
 
@@ -430,7 +474,7 @@ func barePod(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, n
 // toolCall submits one call to session and times it to its commit; it
 // returns the UID of the pod that served it, and adds to steps (when not
 // nil) when each step of its pod and call was first seen.
-func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int, steps map[string][]time.Duration) (time.Duration, string, error) {
+func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int, steps map[string][]time.Duration) (measured, error) {
 	name := fmt.Sprintf("call-%d-%d", time.Now().UnixNano(), i)
 	tc := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: toolgatev1alpha1.ToolCallSpec{
 		SessionRef: toolgatev1alpha1.LocalObjectReference{Name: k.session}, Turn: int64(i), CallID: name, Tool: k.tool,
@@ -438,17 +482,17 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 	}}
 	pw, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelCall: name})
 	if err != nil {
-		return 0, "", err
+		return measured{}, err
 	}
 	defer pw.Stop()
 	w, err := c.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(ns))
 	if err != nil {
-		return 0, "", err
+		return measured{}, err
 	}
 	defer w.Stop()
 	start := time.Now()
 	if err := c.Create(ctx, tc); err != nil {
-		return 0, "", err
+		return measured{}, err
 	}
 	// Each step's first sighting, from the watches (milliseconds, where
 	// the objects' own times have whole seconds).
@@ -463,7 +507,7 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return 0, "", fmt.Errorf("call %s: the watch ended", name)
+				return measured{}, fmt.Errorf("call %s: the watch ended", name)
 			}
 			t, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
 			if !isCall || t.Name != name {
@@ -474,11 +518,11 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 				continue
 			}
 			if t.Status.Result.Outcome != toolgatev1alpha1.OutcomeSucceeded {
-				return 0, "", fmt.Errorf("call %s: %s %s", name, t.Status.Result.ErrorCode, t.Status.Result.Message)
+				return measured{}, fmt.Errorf("call %s: %s %s", name, t.Status.Result.ErrorCode, t.Status.Result.Message)
 			}
 			d := time.Since(start)
 			if uid == "" {
-				return 0, "", fmt.Errorf("call %s: no pod of it was seen", name)
+				return measured{}, fmt.Errorf("call %s: no pod of it was seen", name)
 			}
 			stamp("committed", true)
 			if steps != nil {
@@ -486,10 +530,10 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 					steps[k] = append(steps[k], v)
 				}
 			}
-			return d, uid, nil
+			return measured{took: d, pod: uid, call: string(tc.UID), start: start}, nil
 		case ev, ok := <-pw.ResultChan():
 			if !ok {
-				return 0, "", fmt.Errorf("call %s: the pod watch ended", name)
+				return measured{}, fmt.Errorf("call %s: the pod watch ended", name)
 			}
 			p, isPod := ev.Object.(*corev1.Pod)
 			if !isPod {

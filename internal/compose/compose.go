@@ -45,7 +45,10 @@ type Options struct {
 	ProcessWorkspaceDir string
 	ProcessSubCalls     bool
 	// RunnerImage, when set, mounts the Pod sandbox provider.
-	RunnerImage           string
+	RunnerImage string
+	// RunnerImageVolume mounts the runner image into container tools'
+	// pods as an image volume instead of an init container (pod.Config).
+	RunnerImageVolume     bool
 	NetworkPolicyEnforced bool
 	// The pod sandbox's channel key lives in Secret Namespace/ChannelKeySecret;
 	// ManagerLabels select the manager's pods (the only ingress tool pods
@@ -199,7 +202,7 @@ func podProvider(mgr ctrl.Manager, o Options, key pod.ChannelKeys, wake *control
 	provider := &pod.Provider{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key.Current, Previous: key.Previous, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
 		SubCalls: controller.SubCalls(mgr.GetClient(), mgr.GetAPIReader()),
-		Config:   pod.Config{RunnerImage: o.RunnerImage, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels, EgressService: o.EgressService},
+		Config:   pod.Config{RunnerImage: o.RunnerImage, RunnerImageVolume: o.RunnerImageVolume, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels, EgressService: o.EgressService},
 	}
 	// A tool pod's change wakes its follower: a cold pod is handed its
 	// call as soon as its runner runs.

@@ -199,12 +199,13 @@ func askedApproval(tc *toolgatev1alpha1.ToolCall) bool {
 // state's records (precise times; the status keeps whole seconds).
 func (r *ToolCallReconciler) observeStages(s *callScope, before int) {
 	recs := s.st.Records
-	r.traceBoundaries(s.tc, s.st, before)
+	times := r.stamps.of(s.tc, recs)
+	r.traceBoundaries(s.tc, s.st, times, before)
 	for i := min(before, len(recs)); i < len(recs); i++ {
 		rec := recs[i]
 		stageBoundaries.WithLabelValues(string(rec.Stage), rec.Verdict).Inc()
-		if i > 0 && !rec.Time.Before(recs[i-1].Time) {
-			stageSeconds.WithLabelValues(string(rec.Stage)).Observe(rec.Time.Sub(recs[i-1].Time).Seconds())
+		if i > 0 && !times[i].Before(times[i-1]) {
+			stageSeconds.WithLabelValues(string(rec.Stage)).Observe(times[i].Sub(times[i-1]).Seconds())
 		}
 		if rec.Stage == pipeline.StageApproval && !s.st.AskedAt.IsZero() {
 			approvalWait.WithLabelValues(rec.Verdict).Observe(rec.Time.Sub(s.st.AskedAt).Seconds())

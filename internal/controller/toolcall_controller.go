@@ -71,6 +71,9 @@ type ToolCallReconciler struct {
 	// resultAt remembers, while tracing, when this process saw a call's
 	// durable result, to the microsecond: the start of its commit span.
 	resultAt sync.Map // types.NamespacedName -> time.Time
+	// stamps keeps the times of a call's boundaries to the microsecond
+	// while it runs here (the status keeps whole seconds).
+	stamps stamps
 	// audited remembers the settled calls whose audit record this process
 	// wrote (or left to a predecessor); an entry goes with its call.
 	audited sync.Map // types.NamespacedName -> types.UID
@@ -146,6 +149,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if apierrors.IsNotFound(err) {
 			r.announced.Delete(req.NamespacedName)
 			r.resultAt.Delete(req.NamespacedName)
+			r.stamps.forget(req.NamespacedName)
 			r.audited.Delete(req.NamespacedName)
 			r.prepared.Delete(req.NamespacedName)
 			r.own.forget(req.NamespacedName)

@@ -28,6 +28,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	if equality.Semantic.DeepEqual(s.base.Status, tc.Status) {
 		return nil // nothing new: no API write
 	}
+	started := r.Clock.Now()
 	written, err := r.patchCall(ctx, tc, s.base, true)
 	if err != nil && s.base.Status.Result == nil && tc.Status.Result != nil && refusedForGood(err) {
 		log.FromContext(ctx).Info("result refused by the API server", "call", tc.Name, "code", pipeline.CodeResultRejected)
@@ -42,6 +43,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	if err != nil {
 		return fmt.Errorf("writing the call's status: %w", err)
 	}
+	traceWrite(written, s.st, started, r.Clock.Now())
 	r.observeStages(s, before)
 	if s.base.Status.Phase != toolgatev1alpha1.PhaseCommitted && written.Status.Phase == toolgatev1alpha1.PhaseCommitted {
 		r.traceCommit(written)

@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -22,23 +24,32 @@ func callTrace(tc *toolgatev1alpha1.ToolCall) tracing.Call {
 // its durable result: from the manager admitting the call (its first
 // boundary; the API server keeps the creation time to the second) to the
 // result. Identities and codes, never arguments or content.
-func (r *ToolCallReconciler) traceBoundaries(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, before int) {
+func (r *ToolCallReconciler) traceBoundaries(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, times []time.Time, before int) {
 	recs := st.Records
 	if !tracing.Active() || before >= len(recs) {
 		return
 	}
 	c := callTrace(tc)
 	for i := max(before, 1); i < len(recs); i++ {
-		rec := recs[i]
-		start := earlier(recs[i-1].Time, rec.Time)
-		c.Boundary(string(rec.Stage), start, rec.Time,
+		rec, at := recs[i], times[i]
+		c.Boundary(string(rec.Stage), earlier(times[i-1], at), at,
 			attribute.String("toolgate.stage", string(rec.Stage)), attribute.String("toolgate.verdict", rec.Verdict),
 			attribute.String("toolgate.reason", rec.Reason))
 		if rec.Stage == pipeline.StageResult {
-			c.Settled(earlier(recs[0].Time, rec.Time), rec.Time, callAttributes(tc, st, rec.Verdict)...)
-			r.resultAt.Store(client.ObjectKeyFromObject(tc), rec.Time)
+			c.Settled(earlier(times[0], at), at, callAttributes(tc, st, rec.Verdict)...)
+			r.resultAt.Store(client.ObjectKeyFromObject(tc), at)
 		}
 	}
+}
+
+// traceWrite writes the span of one status write that made boundaries
+// durable: how long the API server took, named by the last boundary.
+func traceWrite(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, start, end time.Time) {
+	if !tracing.Active() || len(st.Records) == 0 {
+		return
+	}
+	callTrace(tc).Boundary("status write", start, end,
+		attribute.String("toolgate.stage", string(st.Records[len(st.Records)-1].Stage)), attribute.String("toolgate.phase", string(tc.Status.Phase)))
 }
 
 // callAttributes are the root span's: who, what, where, how it ended.
@@ -90,3 +101,37 @@ func (r *ToolCallReconciler) traceCommit(tc *toolgatev1alpha1.ToolCall) {
 	}
 	callTrace(tc).Boundary("commit", earlier(start, end), end, attrs...)
 }
+
+// stamps keeps, per call, the times of its boundaries to the microsecond
+// where this process crossed them: a call's status keeps whole seconds, so
+// a state rebuilt from it in a later reconcile (after the body, say) would
+// give its spans and stage durations whole-second starts.
+type stamps struct{ m sync.Map } // types.NamespacedName -> stamped
+
+type stamped struct {
+	uid   types.UID
+	times []time.Time
+}
+
+// of returns the times of recs, the call's records: each as this process
+// first saw it where the record holds that time cut to the second. It
+// remembers them for the call's next write.
+func (s *stamps) of(tc *toolgatev1alpha1.ToolCall, recs []pipeline.Record) []time.Time {
+	key := client.ObjectKeyFromObject(tc)
+	var prev []time.Time
+	if v, ok := s.m.Load(key); ok && v.(stamped).uid == tc.UID {
+		prev = v.(stamped).times
+	}
+	times := make([]time.Time, len(recs))
+	for i, rec := range recs {
+		times[i] = rec.Time
+		if i < len(prev) && rec.Time.Equal(prev[i].Truncate(time.Second)) {
+			times[i] = prev[i]
+		}
+	}
+	s.m.Store(key, stamped{uid: tc.UID, times: times})
+	return times
+}
+
+// forget drops a call's times (it settled, or is gone).
+func (s *stamps) forget(key types.NamespacedName) { s.m.Delete(key) }

@@ -45,13 +45,26 @@ var _ = Describe("a call's trace", func() {
 				names = append(names, s.Name())
 			}
 			return names
-		}).Should(ContainElements("toolgate call", "toolgate PreExecute", "toolgate Dispatch", "toolgate Execute", "toolgate PostExecute", "toolgate Result", "toolgate commit"))
+		}).Should(ContainElements("toolgate call", "toolgate PreExecute", "toolgate Dispatch", "toolgate Execute", "toolgate PostExecute", "toolgate Result", "toolgate commit", "toolgate status write"))
 		var root sdktrace.ReadOnlySpan
+		byName := map[string]sdktrace.ReadOnlySpan{}
+		var writes []string
 		for _, s := range ours() {
+			byName[s.Name()] = s
 			if s.Name() == "toolgate call" {
 				root = s
 			}
+			if s.Name() == "toolgate status write" {
+				writes = append(writes, fmt.Sprint(s.Attributes()))
+			}
 		}
+		// The boundary before the body and the result are each made
+		// durable by a write of their own.
+		Expect(writes).To(ContainElements(ContainSubstring("Dispatch"), ContainSubstring("Result")))
+		// The body ends in a later reconcile, which rebuilds the call from
+		// its status (whole seconds): its span still starts where the
+		// Dispatch boundary's ended, to the microsecond.
+		Expect(byName["toolgate Execute"].StartTime()).To(Equal(byName["toolgate Dispatch"].EndTime()))
 		Expect(root.Parent().SpanID().String()).To(Equal("b7ad6b7169203331"), "the agent's span")
 		for _, s := range ours() {
 			if s != root {

@@ -80,14 +80,15 @@ func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
 	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1),
 		recorded: !job.Records || job.Recorded == pod.Name}
 	p.followers[job.Key] = f
-	go p.follow(f, job)
+	go p.follow(f, job, pod.DeepCopy())
 	return f
 }
 
 // follow hands the call to the pod's runner once it listens, or collects
 // the call handed over before (by this process or a previous one), until
-// the frame arrives or the pod can no longer give one.
-func (p *Provider) follow(f *follower, job sandbox.Job) {
+// the frame arrives or the pod can no longer give one. first is the pod as
+// its adopter just read or wrote it: the first look, without a read.
+func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 	defer func() {
 		close(f.done)
 		if p.Notify != nil {
@@ -127,8 +128,9 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			"the tool's pod was ready in time, but no manager handed it the call while its deadline left the body its timeout; the body never started")
 	}
 	for {
-		pod := &corev1.Pod{}
-		if err := p.Reader.Get(ctx, f.pod, pod); err != nil {
+		pod := first
+		first = nil
+		if err := p.look(ctx, f, &pod); err != nil {
 			if apierrors.IsNotFound(err) {
 				f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is gone")
 				return
@@ -247,6 +249,16 @@ func (p *Provider) follow(f *follower, job sandbox.Job) {
 			wait(min(maxPoll, startingPoll))
 		}
 	}
+}
+
+// look reads the follower's pod into *pod, unless *pod is already the
+// first look adopt gave.
+func (p *Provider) look(ctx context.Context, f *follower, pod **corev1.Pod) error {
+	if *pod != nil {
+		return nil
+	}
+	*pod = &corev1.Pod{}
+	return p.Reader.Get(ctx, f.pod, *pod)
 }
 
 // Poll bounds of a follower: the first wait, the longest, the first once

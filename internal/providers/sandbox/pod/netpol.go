@@ -100,8 +100,15 @@ func (p *Provider) ensurePolicy(ctx context.Context, want *networkingv1.NetworkP
 	unavailable := func(format string, args ...any) error {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf("NetworkPolicy %s ", name)+fmt.Sprintf(format, args...))
 	}
+	// From the cache, which a change or a deletion reaches within
+	// milliseconds (a read of the API server would be stale as soon, and
+	// cost a round trip before every dispatch); one the cache has not
+	// seen yet is confirmed by the API server before it is created.
 	got := &networkingv1.NetworkPolicy{}
-	err := p.Reader.Get(ctx, client.ObjectKeyFromObject(want), got)
+	err := p.Client.Get(ctx, client.ObjectKeyFromObject(want), got)
+	if apierrors.IsNotFound(err) {
+		err = p.Reader.Get(ctx, client.ObjectKeyFromObject(want), got)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		err := p.Client.Create(ctx, want)

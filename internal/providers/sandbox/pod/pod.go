@@ -63,7 +63,7 @@ type Provider struct {
 	followers map[string]*follower
 	// prepared names the pod Prepare made or claimed for an attempt not
 	// followed yet: Release finds it even before the cache shows it.
-	prepared map[string]types.NamespacedName
+	prepared map[string]*corev1.Pod
 	// remade are the attempts whose unsealed pod (never handed anything)
 	// this process deleted: their pod is made again even once the
 	// pipeline resumes them, since nothing of theirs ever ran.
@@ -112,7 +112,10 @@ func (p *Provider) Where(key string) string {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.prepared[key].Name // prepared, not followed yet
+	if pod := p.prepared[key]; pod != nil {
+		return pod.Name // prepared, not followed yet
+	}
+	return ""
 }
 
 var _ sandbox.Recorder = (*Provider)(nil)
@@ -126,7 +129,7 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	// exactly what cancellation needs.
 	api := context.WithoutCancel(ctx)
 	f := p.follower(job.Key)
-	pod, err := p.find(api, job, f)
+	pod, err := p.find(api, p.Reader, job, f)
 	switch {
 	case apierrors.IsNotFound(err):
 		switch {
@@ -351,7 +354,13 @@ func (p *Provider) Prepare(ctx context.Context, job sandbox.Job) error {
 	if p.follower(job.Key) != nil {
 		return nil
 	}
-	if _, err := p.find(api, job, nil); !apierrors.IsNotFound(err) {
+	defer tracePrepare(p, job, time.Now())
+	// From the cache: the attempt's own pod is there unless a manager
+	// that stopped made it a moment ago. A pod the cache has not seen yet
+	// is never handed anything (only the pod the boundary names is), and
+	// goes with the call (Release); reading the API server instead put two
+	// round trips before every dispatch.
+	if _, err := p.find(api, p.Client, job, nil); !apierrors.IsNotFound(err) {
 		return err // there already, or unknown: Run decides
 	}
 	if err := p.start(api, job, false, false); !errors.Is(err, sandbox.ErrPending) {
@@ -364,14 +373,20 @@ func (p *Provider) Prepare(ctx context.Context, job sandbox.Job) error {
 // pod of its deterministic name, else one of its own under another name (a
 // warm pod it claimed, or one made beside a pod someone else made under
 // its name), found after a restart. NotFound when it has none; someone
-// else's pod under its name when that is all there is.
-func (p *Provider) find(ctx context.Context, job sandbox.Job, f *follower) (*corev1.Pod, error) {
+// else's pod under its name when that is all there is. It reads from the
+// API server or the cache.
+func (p *Provider) find(ctx context.Context, from client.Reader, job sandbox.Job, f *follower) (*corev1.Pod, error) {
 	key := p.podKey(job)
 	if f != nil {
 		key = f.pod // a claimed warm pod has a name of its own
+	} else if pod := p.preparedPod(job.Key); pod != nil {
+		// Made or claimed by this process a moment ago, before the
+		// boundary naming it: as fresh as a read, and one round trip
+		// less on the way to the body.
+		return pod, nil
 	}
 	pod := &corev1.Pod{}
-	err := p.Reader.Get(ctx, key, pod)
+	err := from.Get(ctx, key, pod)
 	switch {
 	case f != nil:
 		return pod, err
@@ -380,7 +395,7 @@ func (p *Provider) find(ctx context.Context, job sandbox.Job, f *follower) (*cor
 	case err != nil && !apierrors.IsNotFound(err):
 		return nil, err
 	}
-	claimed, cerr := p.claimed(ctx, job)
+	claimed, cerr := p.claimed(ctx, from, job)
 	switch {
 	case cerr != nil:
 		return nil, cerr // transient; asked again
@@ -390,6 +405,17 @@ func (p *Provider) find(ctx context.Context, job sandbox.Job, f *follower) (*cor
 		return pod, nil // someone else's: Run decides
 	}
 	return nil, err
+}
+
+// preparedPod is a copy of the pod Prepare made or claimed for the
+// attempt with key, as the API server answered that write; nil if none.
+func (p *Provider) preparedPod(key string) *corev1.Pod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pod := p.prepared[key]; pod != nil {
+		return pod.DeepCopy()
+	}
+	return nil
 }
 
 // podKey is the attempt's deterministic pod name.
@@ -421,14 +447,16 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bo
 		return err
 	}
 	template := templateOf(pod)
-	defer p.replenish(job, template)
 	if warm := p.claim(ctx, job, template); warm != nil {
 		warmClaims.WithLabelValues("hit").Inc()
 		p.made(job, warm, follow)
+		p.replenishAfter(job, template)
 		return sandbox.ErrPending
 	} else if job.WarmPods > 0 {
 		warmClaims.WithLabelValues("miss").Inc()
 	}
+	// A pool without a pod to give is filled at once.
+	defer p.replenish(job, template)
 	pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
 	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
 	if beside {
@@ -460,9 +488,9 @@ func (p *Provider) made(job sandbox.Job, pod *corev1.Pod, follow bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.prepared == nil {
-		p.prepared = map[string]types.NamespacedName{}
+		p.prepared = map[string]*corev1.Pod{}
 	}
-	p.prepared[job.Key] = client.ObjectKeyFromObject(pod)
+	p.prepared[job.Key] = pod
 }
 
 func (p *Provider) now() time.Time {
@@ -517,6 +545,7 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 		}
 	}
 	if left == 0 {
+		p.refillNow(func(key string) bool { return sandbox.OfCall(key, uid) })
 		p.mu.Lock()
 		for key := range p.followers {
 			if sandbox.OfCall(key, uid) {
@@ -545,7 +574,7 @@ func (p *Provider) podsOf(uid types.UID) []types.NamespacedName {
 	}
 	for key, pod := range p.prepared {
 		if sandbox.OfCall(key, uid) {
-			keys = append(keys, pod)
+			keys = append(keys, client.ObjectKeyFromObject(pod))
 		}
 	}
 	return keys
@@ -565,6 +594,7 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 		// call's next reconcile releases what a failure leaves.
 		p.deleteExactly(ctx, f.pod, f.uid, "settled")
 	}
+	p.refillNow(func(k string) bool { return k == key })
 }
 
 // deleteExactly deletes the pod key names at once if it is still the one

@@ -93,7 +93,7 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
 			t.Fatalf("start beside: %v", err)
 		}
-		own, err := p.claimed(ctx, j)
+		own, err := p.claimed(ctx, p.Reader, j)
 		must(t, err)
 		if own == nil || own.Name == pod.Name {
 			t.Fatal("the attempt has no pod of its own beside the squatter's")

@@ -179,6 +179,12 @@ type Config struct {
 	RunnerImage string
 	// ImagePullPolicy of tool and runner images.
 	ImagePullPolicy corev1.PullPolicy
+	// RunnerImageVolume mounts RunnerImage into a container tool's pod as
+	// an image volume, where the runner is run from, instead of copying it
+	// in with an init container: one container start less. It needs image
+	// volumes on every node tool pods may land on (Kubernetes 1.35, or the
+	// ImageVolume feature gate, and containerd 2.1 or CRI-O 1.31).
+	RunnerImageVolume bool
 	// StartTimeout bounds the time from dispatch until the pod's runner is
 	// handed the call (zero: DefaultStartTimeout).
 	StartTimeout time.Duration
@@ -241,12 +247,21 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 	}
 	// A built-in tool runs in the runner image, which holds the runner, and
 	// a tool image may hold it too (runnerPath); any other image gets it
+	// from the runner image mounted as a volume where the nodes can, else
 	// from an init container (a container start more).
 	entrypoint := runnerInImage
 	var inject []corev1.Container
 	switch {
 	case tool.Container != nil && tool.Container.RunnerPath != "":
 		entrypoint = tool.Container.RunnerPath
+	case tool.Container != nil && cfg.RunnerImageVolume:
+		// The runner image's files, read-only, from the node's image store:
+		// the runner runs from where the image holds it.
+		entrypoint = path.Join(runnerDir, runnerInImage)
+		mounts = append(mounts, corev1.VolumeMount{Name: "runner", MountPath: runnerDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "runner", VolumeSource: corev1.VolumeSource{
+			Image: &corev1.ImageVolumeSource{Reference: cfg.RunnerImage, PullPolicy: cfg.ImagePullPolicy},
+		}})
 	case tool.Container != nil:
 		entrypoint = path.Join(runnerDir, "toolgate-runner")
 		mounts = append(mounts, corev1.VolumeMount{Name: "runner", MountPath: runnerDir, ReadOnly: true})

@@ -400,3 +400,56 @@ func dump(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestTheRunnerComesFromAnImageVolumeWhereTheNodesMountOne: with image
+// volumes, a container tool's pod runs the runner from the runner image
+// mounted read-only, pulled as the tool images are, and has no init
+// container; built-in tools and images that carry the runner are as
+// before.
+func TestTheRunnerComesFromAnImageVolumeWhereTheNodesMountOne(t *testing.T) {
+	cfg := testConfig
+	cfg.RunnerImageVolume = true
+	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	job.Tool = &toolgatev1alpha1.ToolDefinition{Name: "wc", TimeoutSeconds: 20,
+		Container: &toolgatev1alpha1.ContainerRuntime{Image: "tools:1", Command: []string{"/bin/wc"}}}
+	pod, err := BuildPod(cfg, job, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pod.Spec
+	tool := s.Containers[0]
+	if len(s.InitContainers) != 0 || tool.Image != "tools:1" || strings.Join(tool.Command, " ") != "/toolgate/bin/toolgate-runner serve" {
+		t.Fatalf("init containers %d, image %s, command %v", len(s.InitContainers), tool.Image, tool.Command)
+	}
+	var volume *corev1.Volume
+	for i := range s.Volumes {
+		if s.Volumes[i].Name == "runner" {
+			volume = &s.Volumes[i]
+		}
+	}
+	if volume == nil || volume.Image == nil || volume.Image.Reference != cfg.RunnerImage || volume.Image.PullPolicy != cfg.ImagePullPolicy || volume.EmptyDir != nil {
+		t.Fatalf("runner volume %+v, want the image %s pulled %s", volume, cfg.RunnerImage, cfg.ImagePullPolicy)
+	}
+	mounted := false
+	for _, m := range tool.VolumeMounts {
+		mounted = mounted || (m.Name == "runner" && m.MountPath == "/toolgate/bin" && m.ReadOnly)
+	}
+	if !mounted {
+		t.Fatalf("mounts %+v: the runner image is not mounted read-only at /toolgate/bin", tool.VolumeMounts)
+	}
+	for _, other := range []*toolgatev1alpha1.ToolDefinition{
+		{Name: "read", TimeoutSeconds: 20, Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}},
+		{Name: "wc", TimeoutSeconds: 20, Container: &toolgatev1alpha1.ContainerRuntime{Image: "tools:1", Command: []string{"/bin/wc"}, RunnerPath: "/r"}},
+	} {
+		job.Tool = other
+		pod, err := BuildPod(cfg, job, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == "runner" {
+				t.Errorf("%s: a runner volume where the image holds the runner", other.Name)
+			}
+		}
+	}
+}

@@ -34,3 +34,20 @@ func traceBody(job sandbox.Job, pod *corev1.Pod, res *runner.Result) {
 	}
 	call.Body(start, start.Add(time.Duration(res.BodyMicros)*time.Microsecond), append(where, attribute.Int("toolgate.exit_code", res.ExitCode))...)
 }
+
+// tracePrepare adds the span of the attempt's sandbox preparation, from
+// start to now: its pod found, claimed warm or created, before its
+// dispatch boundary is written.
+func tracePrepare(p *Provider, job sandbox.Job, start time.Time) {
+	if !tracing.Active() {
+		return
+	}
+	p.mu.Lock()
+	pod, ok := p.prepared[job.Key]
+	p.mu.Unlock()
+	attrs := []attribute.KeyValue{attribute.Int("toolgate.attempt", job.Attempt), attribute.Bool("toolgate.prepared", ok)}
+	if ok {
+		attrs = append(attrs, attribute.String("toolgate.pod", pod.Name))
+	}
+	tracing.CallOf(string(job.OwnerUID), job.Traceparent).Boundary("sandbox prepare", start, time.Now(), attrs...)
+}

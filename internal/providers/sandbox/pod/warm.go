@@ -52,8 +52,11 @@ type pool struct {
 }
 
 type pools struct {
-	mu      sync.Mutex
-	byKey   map[string]*pool
+	mu    sync.Mutex
+	byKey map[string]*pool
+	// refills are the replacements of claimed warm pods not started yet,
+	// by the claiming attempt's key (replenishAfter).
+	refills map[string]*refill
 	started bool
 	stopped bool
 	stop    chan struct{}
@@ -123,20 +126,23 @@ func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) 
 }
 
 // claimed finds the pod an attempt claimed (by this process or a previous
-// one), or nil.
-func (p *Provider) claimed(ctx context.Context, job sandbox.Job) (*corev1.Pod, error) {
+// one), or nil; the one the call's status names where it names one (a
+// manager that stopped between a claim and its boundary may have left
+// another, which is never handed anything).
+func (p *Provider) claimed(ctx context.Context, from client.Reader, job sandbox.Job) (*corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := p.Reader.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
+	if err := from.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
 		toolgatev1alpha1.LabelCallUID: string(job.OwnerUID), toolgatev1alpha1.LabelAttempt: fmt.Sprint(job.Attempt),
 	}); err != nil {
 		return nil, err
 	}
+	var found *corev1.Pod
 	for i := range list.Items {
-		if p.ours(&list.Items[i], callOwner(job)) {
-			return &list.Items[i], nil
+		if pod := &list.Items[i]; p.ours(pod, callOwner(job)) && (found == nil || pod.Name == job.Recorded) {
+			found = pod
 		}
 	}
-	return nil, nil
+	return found, nil
 }
 
 // callOwner and sessionOwner are the owner references toolgate writes on
@@ -152,6 +158,58 @@ func sessionOwner(job sandbox.Job) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: job.Workspace.Session.Name, UID: job.Workspace.SessionUID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// refillDelay is how long the replacement of a claimed warm pod waits
+// for its call to settle before it starts anyway.
+const refillDelay = time.Second
+
+// refill is a replacement put off (replenishAfter).
+type refill struct {
+	job      sandbox.Job
+	template string
+	timer    *time.Timer
+}
+
+// replenishAfter replenishes the job's pool once its call settles
+// (Discard, Release) or after refillDelay, whichever comes first: a pod
+// starting on the node (its sandbox, network rules and containers) takes
+// the CPU a warm call's own few milliseconds need on a small node, and a
+// replacement is rarely needed before the call that emptied the pool
+// ends.
+func (p *Provider) replenishAfter(job sandbox.Job, template string) {
+	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
+		return
+	}
+	p.warm.mu.Lock()
+	defer p.warm.mu.Unlock()
+	if p.warm.refills == nil {
+		p.warm.refills = map[string]*refill{}
+	}
+	if _, ok := p.warm.refills[job.Key]; ok || p.warm.stopped {
+		return
+	}
+	r := &refill{job: job, template: template}
+	r.timer = time.AfterFunc(refillDelay, func() { p.refillNow(func(key string) bool { return key == job.Key }) })
+	p.warm.refills[job.Key] = r
+}
+
+// refillNow starts the replacements put off for the attempts whose key
+// matches, if they have not started yet.
+func (p *Provider) refillNow(matches func(key string) bool) {
+	p.warm.mu.Lock()
+	var due []*refill
+	for key, r := range p.warm.refills {
+		if matches(key) {
+			r.timer.Stop()
+			delete(p.warm.refills, key)
+			due = append(due, r)
+		}
+	}
+	p.warm.mu.Unlock()
+	for _, r := range due {
+		p.replenish(r.job, r.template)
 	}
 }
 
@@ -359,6 +417,10 @@ func (p *Provider) Stop(ctx context.Context) error {
 		p.warm.started = false
 	}
 	p.warm.stopped = true
+	for key, r := range p.warm.refills {
+		r.timer.Stop()
+		delete(p.warm.refills, key)
+	}
 	done := p.warm.done
 	p.warm.mu.Unlock()
 	gone := make(chan struct{})
