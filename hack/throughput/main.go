@@ -55,6 +55,8 @@ func main() {
 	verbose := flag.Bool("v", false, "the log has the manager's V(1) messages too (admissions, expiries)")
 	restarts := flag.Int("restarts", 0, "the sustained run restarts the manager this many times, evenly through the run (a crash: the process sandbox's bodies die with it)")
 	ttl := flag.Int("ttl", -1, "the sustained run's sessions delete committed calls this many seconds after their turn completes (spec.ttlSecondsAfterCommit; -1: keep them)")
+	curveFlag := flag.String("curve", "1,10,100,1000", "session counts of the scale curve (empty: none)")
+	turnsFlag := flag.String("turns", "1,10,50,100", "turn sizes whose session object is measured (empty: none)")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the manager and the bench; not the API server's) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -83,7 +85,15 @@ func main() {
 		level = zapcore.DebugLevel
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logTo), zap.Level(level)))
-	if err := run(*oneSession, *sessions, *long, *workers, *ttl, *restarts); err != nil {
+	curve, err := counts(*curveFlag)
+	if err == nil {
+		turnSizes, err = counts(*turnsFlag)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "throughput:", err)
+		os.Exit(2)
+	}
+	if err := run(*oneSession, *sessions, *long, *workers, *ttl, *restarts, curve); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
@@ -111,7 +121,10 @@ type bench struct {
 	restartWith func() error
 }
 
-func run(oneSession, sessions, long, workers, ttl, restarts int) error {
+// turnSizes are the turns whose session object is measured (-turns).
+var turnSizes []int
+
+func run(oneSession, sessions, long, workers, ttl, restarts int, curve []int) error {
 	env, err := testenv.Start()
 	if err != nil {
 		return err
@@ -223,6 +236,16 @@ func run(oneSession, sessions, long, workers, ttl, restarts int) error {
 	fmt.Printf("makespan: one turn of 50 calls of 200 ms at maxParallel 10: %.2f s (ideal 1.00 s; ratio %.2f)\n", took.Seconds(), took.Seconds())
 	if err := b.hops(10); err != nil {
 		return err
+	}
+	if len(curve) > 0 {
+		if err := b.curve(curve, limit); err != nil {
+			return err
+		}
+	}
+	if len(turnSizes) > 0 {
+		if err := b.turnSizes(turnSizes); err != nil {
+			return err
+		}
 	}
 
 	if long > 0 {
