@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/tracing"
@@ -64,7 +66,7 @@ func printWarmHops(received *spans, calls [][]measured) {
 			continue
 		}
 		byHop := make([][]time.Duration, len(warmHops))
-		var whole []time.Duration
+		var whole, slowest []time.Duration
 		missing := 0
 		for _, m := range calls[j] {
 			trace := tracing.CallOf(m.call, "").Root.TraceID().String()
@@ -77,6 +79,14 @@ func printWarmHops(received *spans, calls [][]measured) {
 			for i, h := range hops {
 				byHop[i] = append(byHop[i], h)
 			}
+			if len(whole) == 0 || m.took > slices.Max(whole) {
+				slowest = hops
+				if os.Getenv("BENCH_SPANS") != "" {
+					for _, sp := range ss {
+						fmt.Printf("    %-28s %8.1f → %8.1f ms %v\n", sp.name, ms(sp.start.Sub(m.start)), ms(sp.end.Sub(m.start)), sp.attrs["toolgate.stage"]+sp.attrs["toolgate.claimed"])
+					}
+				}
+			}
 			whole = append(whole, m.took)
 		}
 		fmt.Printf("where a warm call's time goes%s (%d calls; the manager's and the runner's spans, one clock):\n", under(k.runtimeClass), len(whole))
@@ -84,7 +94,7 @@ func printWarmHops(received *spans, calls [][]measured) {
 			fmt.Printf("  (%d calls without all their spans: left out)\n", missing)
 		}
 		for i, name := range warmHops {
-			fmt.Printf("  %-40s p50 %7.1f ms   p95 %7.1f ms\n", name, ms(pct(byHop[i], 50)), ms(pct(byHop[i], 95)))
+			fmt.Printf("  %-40s p50 %7.1f ms   p95 %7.1f ms   slowest call %7.1f ms\n", name, ms(pct(byHop[i], 50)), ms(pct(byHop[i], 95)), ms(slowest[i]))
 		}
 		fmt.Printf("  %-40s p50 %7.1f ms   p95 %7.1f ms   (target p50 ≤ %.0f ms, p95 ≤ %.0f ms: %s)\n", "whole call", ms(pct(whole, 50)), ms(pct(whole, 95)),
 			ms(warmTargetP50), ms(warmTargetP95), verdict(pct(whole, 50) <= warmTargetP50 && pct(whole, 95) <= warmTargetP95))

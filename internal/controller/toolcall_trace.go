@@ -115,7 +115,7 @@ type stamped struct {
 
 // of returns the times of recs, the call's records: each as this process
 // first saw it where the record holds that time cut to the second. It
-// remembers them for the call's next write.
+// remembers them for the call's next write, until its result.
 func (s *stamps) of(tc *toolgatev1alpha1.ToolCall, recs []pipeline.Record) []time.Time {
 	key := client.ObjectKeyFromObject(tc)
 	var prev []time.Time
@@ -129,7 +129,11 @@ func (s *stamps) of(tc *toolgatev1alpha1.ToolCall, recs []pipeline.Record) []tim
 			times[i] = prev[i]
 		}
 	}
-	s.m.Store(key, stamped{uid: tc.UID, times: times})
+	if tc.Status.Result == nil {
+		s.m.Store(key, stamped{uid: tc.UID, times: times})
+	} else {
+		s.m.Delete(key) // nothing follows a result
+	}
 	return times
 }
 
