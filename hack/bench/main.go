@@ -446,7 +446,7 @@ func barePod(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, n
 	if runtimeClass != "" {
 		pod.Spec.RuntimeClassName = ptr.To(runtimeClass)
 	}
-	w, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
+	w, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": name})
 	if err != nil {
 		return 0, err
 	}
@@ -485,7 +485,9 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 		return measured{}, err
 	}
 	defer pw.Stop()
-	w, err := c.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(ns))
+	// This call only: a watch of the namespace would first replay every
+	// call of the earlier rounds, and time that.
+	w, err := c.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": name})
 	if err != nil {
 		return measured{}, err
 	}
@@ -530,6 +532,9 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 					steps[k] = append(steps[k], v)
 				}
 			}
+			// Gone once measured, as retention would: the namespace stays
+			// the same size round after round.
+			_ = c.Delete(ctx, tc)
 			return measured{took: d, pod: uid, call: string(tc.UID), start: start}, nil
 		case ev, ok := <-pw.ResultChan():
 			if !ok {

@@ -405,6 +405,13 @@ func (p *Provider) find(ctx context.Context, from client.Reader, job sandbox.Job
 		return pod, nil
 	}
 	pod := &corev1.Pod{}
+	if f != nil && p.Client.Get(ctx, key, pod) == nil && pod.UID == f.uid && p.ours(pod, callOwner(job)) {
+		// The cache shows the followed pod as the call's own: as good as
+		// a read (the pod's events reconcile the call again), and a round
+		// trip less between a body's end and its result.
+		return pod, nil
+	}
+	pod = &corev1.Pod{}
 	err := from.Get(ctx, key, pod)
 	switch {
 	case f != nil:
