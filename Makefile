@@ -113,14 +113,14 @@ chaos: ## Faults on the local cluster under load (at least 200 calls, 20 manager
 	rc=0; go run ./hack/chaos $(CHAOS_ARGS) || rc=$$?; hack/cluster-down.sh; exit $$rc
 
 .PHONY: bench
-bench: ## On the local cluster, N sequential calls of each kind (cold with the runner injected, in the image, built-in; warm) against N bare pods: p50/p95, ratios, distinct pods, where a cold call's time goes.
+bench: ## On the local cluster, N sequential calls of each kind (cold with the runner injected, in the image, built-in; warm) against N bare pods: p50/p95, ratios, distinct pods, where a cold call's time goes, a warm call's hops (from the manager's spans) against its targets.
 	hack/cluster-up.sh
 	hack/images.sh
 	hack/deploy.sh
 	go run ./hack/bench -kubeconfig $${TOOLGATE_CLUSTER_DIR:-/var/tmp/toolgate-cluster}/kubeconfig/admin.kubeconfig -n $${N:-20}
 
 .PHONY: throughput
-throughput: envtest-bins ## Throughput against the API server's write limit on envtest (limit, calls/s for one session and many, writes per call, 50-call makespan, the hops that bound one session); LONG=10000 adds a sustained run with memory figures, TTL=0 with retention.
+throughput: envtest-bins ## Throughput against the API server's write limit on envtest (limit, calls/s for one session and many, writes per call, 50-call makespan, the hops that bound one session, the scale curve over 1 to 1,000 sessions, a session's size as its turn grows); LONG=10000 adds a sustained run with memory figures, TTL=0 with retention.
 	go run ./hack/throughput -long $${LONG:-0} -ttl $${TTL:--1}
 
 .PHONY: demo
