@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -81,11 +80,6 @@ func printWarmHops(received *spans, calls [][]measured) {
 			}
 			if len(whole) == 0 || m.took > slices.Max(whole) {
 				slowest = hops
-				if os.Getenv("BENCH_SPANS") != "" {
-					for _, sp := range ss {
-						fmt.Printf("    %-28s %8.1f → %8.1f ms %v\n", sp.name, ms(sp.start.Sub(m.start)), ms(sp.end.Sub(m.start)), sp.attrs["toolgate.stage"]+sp.attrs["toolgate.claimed"])
-					}
-				}
 			}
 			whole = append(whole, m.took)
 		}

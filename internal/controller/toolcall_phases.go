@@ -305,7 +305,6 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
 	r.prepared.Delete(client.ObjectKeyFromObject(s.tc))
-	r.stamps.forget(client.ObjectKeyFromObject(s.tc))
 	r.announceDurable(ctx, s.tc)
 	for a := 1; a <= s.st.Attempt; a++ {
 		r.live.Delete(attemptKey{s.tc.UID, a})

@@ -137,5 +137,5 @@ func (s *stamps) of(tc *toolgatev1alpha1.ToolCall, recs []pipeline.Record) []tim
 	return times
 }
 
-// forget drops a call's times (it settled, or is gone).
+// forget drops a call's times (it is gone; a result drops them in of).
 func (s *stamps) forget(key types.NamespacedName) { s.m.Delete(key) }

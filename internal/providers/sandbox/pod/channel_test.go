@@ -384,22 +384,8 @@ func (n *network) dial(ctx context.Context, addr string) (net.Conn, error) {
 func TestWarmPods(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace(t, c, "warm-", nil)}}
-	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "s"},
-		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
-	must(t, c.Create(ctx, session))
-	var calls []*toolgatev1alpha1.ToolCall
-	for i := range 3 {
-		calls = append(calls, callIn(t, c, ns.Name, fmt.Sprintf("call-%d", i), fmt.Sprintf(`{"n":%d}`, i)))
-	}
-	job := func(i int) sandbox.Job {
-		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
-		j.Owner = client.ObjectKeyFromObject(calls[i])
-		j.OwnerUID, j.Attempt, j.Key = calls[i].UID, 1, sandbox.Key(calls[i].UID, 1)
-		j.Arguments, j.Dispatched, j.WarmPods = calls[i].Spec.Arguments, time.Now(), 1
-		j.Workspace.Session, j.Workspace.SessionUID = client.ObjectKeyFromObject(session), session.UID
-		return j
-	}
+	nsName, session, calls, job := warmSession(t, c, "warm-", 3)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}
 	warmPods := func() []corev1.Pod {
 		list := &corev1.PodList{}
 		must(t, c.List(ctx, list, client.InNamespace(ns.Name), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
@@ -764,4 +750,96 @@ func TestChannelKeyRotation(t *testing.T) {
 	if n := k.runs.Load(); n != 1 {
 		t.Fatalf("the body ran %d times", n)
 	}
+}
+
+// TestAPreparedPodIsHandedOverWithoutReadingItAgain: the pod Prepare made
+// for an attempt is followed from the answer its creation gave, neither
+// read by Run nor first read by its follower (reads of the API server
+// between the dispatch boundary and the body were the warm path's largest
+// cost).
+func TestAPreparedPodIsHandedOverWithoutReadingItAgain(t *testing.T) {
+	_, p, _, reads, j, _ := slowFollower(t)
+	ctx := context.Background()
+	must(t, p.Prepare(ctx, j))
+	j.Records, j.Recorded = true, p.Where(j.Key)
+	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("run: %v", err)
+	}
+	if p.follower(j.Key) == nil {
+		t.Fatal("the prepared pod is not followed")
+	}
+	if n := reads.gets.Load(); n != 0 {
+		t.Fatalf("the prepared pod was read %d times on its way to the hand-over", n)
+	}
+}
+
+// TestAClaimedWarmPodIsReplacedOnceItsCallSettles: the replacement of a
+// claimed warm pod does not start beside the call (its start takes the
+// node's CPU from the call), but once the call's pod is discarded.
+func TestAClaimedWarmPodIsReplacedOnceItsCallSettles(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns, _, _, job := warmSession(t, c, "refill-", 2)
+	warm := func() []corev1.Pod {
+		list := &corev1.PodList{}
+		must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
+		return list.Items
+	}
+	p := newProvider()
+	p.refillAfter = time.Hour
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	// A cold call fills the pool at once.
+	if _, err := p.Run(ctx, job(0)); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	var first corev1.Pod
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if w := warm(); len(w) == 1 {
+			first = w[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no warm pod after a cold call")
+		}
+	}
+	startKubeletAt(t, c, &first, "10.0.2.1")
+	// The next call claims it: no replacement while the call runs.
+	must(t, p.Prepare(ctx, job(1)))
+	if got := p.Where(job(1).Key); got != first.Name {
+		t.Fatalf("prepared %q, want the warm pod %s", got, first.Name)
+	}
+	p.warm.fills.Wait()
+	if w := warm(); len(w) != 0 {
+		t.Fatalf("%d warm pods beside the call that claimed the pool's", len(w))
+	}
+	p.Discard(ctx, job(1).Key)
+	for deadline := time.Now().Add(20 * time.Second); len(warm()) != 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no replacement once the call settled")
+		}
+	}
+}
+
+// warmSession creates, in a new namespace, a session and n calls; job(i)
+// is the first attempt of call i in the session, which keeps one warm pod.
+func warmSession(t *testing.T, c client.Client, prefix string, n int) (string, *toolgatev1alpha1.AgentSession, []*toolgatev1alpha1.ToolCall, func(int) sandbox.Job) {
+	t.Helper()
+	ctx := context.Background()
+	ns := namespace(t, c, prefix, nil)
+	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"},
+		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
+	must(t, c.Create(ctx, session))
+	var calls []*toolgatev1alpha1.ToolCall
+	for i := range n {
+		calls = append(calls, callIn(t, c, ns, fmt.Sprintf("call-%d", i), fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	job := func(i int) sandbox.Job {
+		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+		j.Owner = client.ObjectKeyFromObject(calls[i])
+		j.OwnerUID, j.Attempt, j.Key = calls[i].UID, 1, sandbox.Key(calls[i].UID, 1)
+		j.Arguments, j.Dispatched, j.WarmPods = calls[i].Spec.Arguments, time.Now(), 1
+		j.Workspace.Session, j.Workspace.SessionUID = client.ObjectKeyFromObject(session), session.UID
+		return j
+	}
+	return ns, session, calls, job
 }

@@ -128,9 +128,13 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 			"the tool's pod was ready in time, but no manager handed it the call while its deadline left the body its timeout; the body never started")
 	}
 	for {
-		pod := first
+		pod, err := first, error(nil)
 		first = nil
-		if err := p.look(ctx, f, &pod); err != nil {
+		if pod == nil { // looks after the first read the pod
+			pod = &corev1.Pod{}
+			err = p.Reader.Get(ctx, f.pod, pod)
+		}
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is gone")
 				return
@@ -249,16 +253,6 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 			wait(min(maxPoll, startingPoll))
 		}
 	}
-}
-
-// look reads the follower's pod into *pod, unless *pod is already the
-// first look adopt gave.
-func (p *Provider) look(ctx context.Context, f *follower, pod **corev1.Pod) error {
-	if *pod != nil {
-		return nil
-	}
-	*pod = &corev1.Pod{}
-	return p.Reader.Get(ctx, f.pod, *pod)
 }
 
 // Poll bounds of a follower: the first wait, the longest, the first once

@@ -42,12 +42,10 @@ func tracePrepare(p *Provider, job sandbox.Job, start time.Time) {
 	if !tracing.Active() {
 		return
 	}
-	p.mu.Lock()
-	pod, ok := p.prepared[job.Key]
-	p.mu.Unlock()
-	attrs := []attribute.KeyValue{attribute.Int("toolgate.attempt", job.Attempt), attribute.Bool("toolgate.prepared", ok)}
-	if ok {
-		attrs = append(attrs, attribute.String("toolgate.pod", pod.Name))
+	where := p.Where(job.Key)
+	attrs := []attribute.KeyValue{attribute.Int("toolgate.attempt", job.Attempt), attribute.Bool("toolgate.prepared", where != "")}
+	if where != "" {
+		attrs = append(attrs, attribute.String("toolgate.pod", where))
 	}
 	tracing.CallOf(string(job.OwnerUID), job.Traceparent).Boundary("sandbox prepare", start, time.Now(), attrs...)
 }

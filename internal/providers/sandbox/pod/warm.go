@@ -191,7 +191,11 @@ func (p *Provider) replenishAfter(job sandbox.Job, template string) {
 		return
 	}
 	r := &refill{job: job, template: template}
-	r.timer = time.AfterFunc(refillDelay, func() { p.refillNow(func(key string) bool { return key == job.Key }) })
+	delay := refillDelay
+	if p.refillAfter > 0 {
+		delay = p.refillAfter
+	}
+	r.timer = time.AfterFunc(delay, func() { p.refillNow(func(key string) bool { return key == job.Key }) })
 	p.warm.refills[job.Key] = r
 }
 

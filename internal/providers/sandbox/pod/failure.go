@@ -1,0 +1,79 @@
+package pod
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/textutil"
+)
+
+// What a tool pod that can no longer produce a frame says about why.
+
+// stopped reports whether nothing of a pod being deleted runs any more:
+// it was never bound to a node, or its kubelet reports every container
+// ended. Such a pod is as good as gone to a call waiting for its work to
+// stop, though a finalizer (anyone who may update pods can add one) may
+// keep its object for ever.
+func stopped(pod *corev1.Pod) bool {
+	return !pod.DeletionTimestamp.IsZero() && (pod.Spec.NodeName == "" || final(pod))
+}
+
+// failureOf maps a pod that can no longer produce a frame to a stable code.
+func failureOf(pod *corev1.Pod) error {
+	switch pod.Status.Reason {
+	case "Evicted":
+		return pipeline.Fail(pipeline.CodeSandboxEvicted, "the node evicted the tool's pod")
+	case "DeadlineExceeded":
+		return pipeline.Fail(pipeline.CodeTimeout, "the tool's pod exceeded its active deadline")
+	}
+	if pod.Status.Phase == corev1.PodFailed && pod.Status.Reason != "" && !anyStarted(pod) {
+		// Refused by its kubelet at admission (OutOfmemory, OutOfcpu, a
+		// node shutting down, ...): nothing of it ever ran.
+		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the node refused the tool's pod ("+pod.Status.Reason+": "+
+			textutil.OneLine(pod.Status.Message, 300)+"); the body never started")
+	}
+	for _, cs := range allStatuses(pod) {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError":
+				return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot start: "+w.Reason)
+			}
+		}
+		if t := cs.State.Terminated; t != nil {
+			switch t.Reason {
+			case "OOMKilled":
+				return pipeline.Fail(pipeline.CodeSandboxOOMKilled, "the tool exceeded its memory limit")
+			case "StartError", "ContainerCannotRun":
+				// For instance a runnerPath the tool image does not hold.
+				return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's container could not start: "+textutil.OneLine(t.Message, 300))
+			}
+		}
+	}
+	// The API server or a kubelet says why it is stopping the pod (the
+	// eviction API, preemption, a tainted or lost node, node pressure).
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue {
+			return pipeline.Fail(pipeline.CodeSandboxEvicted, "the cluster stopped the tool's pod ("+cond.Reason+"): "+textutil.OneLine(cond.Message, 300))
+		}
+	}
+	if !pod.DeletionTimestamp.IsZero() {
+		return pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is being deleted")
+	}
+	return nil
+}
+
+// anyStarted tells whether a container of the pod (an init container
+// included) ever started.
+func anyStarted(pod *corev1.Pod) bool {
+	for _, cs := range allStatuses(pod) {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// allStatuses are the statuses of the pod's init containers and containers.
+func allStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
+	return append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+}
