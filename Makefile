@@ -99,6 +99,10 @@ test-e2e: ## Run the e2e suite and the short chaos run on the local cluster (rea
 	  go run ./hack/chaos -short || rc=$$?; \
 	  hack/cluster-down.sh; exit $$rc
 
+.PHONY: test-e2e-nodes
+test-e2e-nodes: ## Run the e2e suite and the short chaos run on a local cluster of two nodes (its node specs drain and lose the second while calls run there), then remove the cluster.
+	TOOLGATE_NODES=2 $(MAKE) test-e2e
+
 .PHONY: test-quickstart
 test-quickstart: ## Run docs/quickstart.md as written on the local cluster (helm install, an upgrade, helm uninstall leaves nothing), then remove the cluster.
 	hack/cluster-up.sh

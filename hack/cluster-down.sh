@@ -7,8 +7,8 @@ source "$root/hack/cluster-env.sh"
 D=$CLUSTER_DIR
 [ -d "$D" ] || exit 0
 echo "cluster-down: before: $(pgrep -fc -- "$D") processes, $(grep -c " $D" /proc/mounts) mounts, bridge tgbr0 $(ip link show tgbr0 >/dev/null 2>&1 && echo present || echo absent)"
-stop() {
-  local f="$D/pids/$1"
+stop() { # name [pid directory]
+  local f="${2:-$D/pids}/$1"
   [ -f "$f" ] || return
   local pid
   pid=$(cat "$f")
@@ -20,6 +20,23 @@ stop() {
   rm -f "$f"
 }
 stop toolgate-manager
+# The nodes beyond the first (hack/node-up.sh): their processes, then
+# their namespaces, which take their links, routes, firewall rules and
+# kube-router's chains with them.
+for N in "$D"/nodes/node*; do
+  [ -d "$N" ] || continue
+  n=${N##*node}
+  "$root/hack/node-down.sh" "$n" 2>/dev/null
+  ip netns del "$(node_netns "$n")" 2>/dev/null
+  while iptables -t nat -D PREROUTING -i "tgn$n" -d 10.244.0.254 -p tcp --dport 6443 -j DNAT --to-destination 127.0.0.1:6443 2>/dev/null; do :; done
+  while iptables -t mangle -D PREROUTING -i "tgn$n" ! -d 10.244.0.0/16 -j DROP 2>/dev/null; do :; done
+  # Its cgroups, deepest first, once their processes are gone.
+  for c in /sys/fs/cgroup/*/toolgate-node"$n"; do
+    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+done
+ip route del unreachable 10.244.0.0/16 2>/dev/null
+[ -f "$D/ip_forward" ] && sysctl -qw "net.ipv4.ip_forward=$(cat "$D/ip_forward")"
 stop kube-router
 # Its iptables chains and ipsets go with it (kube-router's own
 # --cleanup-config leaves them on this iptables).
@@ -57,6 +74,10 @@ left=$(
   pgrep -af -- "$D" | grep -v "cluster-down" | sed 's/^/process: /'
   grep " $D" /proc/mounts | sed 's/^/mount: /'
   ip link show tgbr0 >/dev/null 2>&1 && echo "bridge: tgbr0"
+  ip netns list 2>/dev/null | grep -o '^toolgate-node[0-9]*' | sed 's/^/network namespace: /'
+  ip -o link show 2>/dev/null | grep -o ' tgn[0-9]*[@:]' | sed 's/^ /link: /; s/[@:]$//'
+  ls -d /sys/fs/cgroup/*/toolgate-node* 2>/dev/null | sed 's/^/cgroup: /'
+  ip route show 10.244.0.0/16 2>/dev/null | sed 's/^/route: /'
   iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null && echo "iptables: the INPUT rule of tgbr0"
   iptables -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP 2>/dev/null && echo "iptables: the FORWARD rule of unsynced pods"
   iptables -t nat -C PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport 6443 -j DNAT --to-destination 127.0.0.1:6443 2>/dev/null && echo "iptables: the API server DNAT of tgbr0"

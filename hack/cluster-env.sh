@@ -13,3 +13,30 @@ kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 NODE_BIN=$(node_bin_dir)
 export PATH="$NODE_BIN:$PATH"
 ctr_() { "$NODE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
+# Nodes beyond the first (hack/node-up.sh N): each in a network namespace
+# of its own, named by its address.
+TOOLGATE_NODES=${TOOLGATE_NODES:-1}
+node_netns() { echo "toolgate-node$1"; }
+node_name() { echo "10.245.$1.2"; }
+node_dir() { echo "$CLUSTER_DIR/nodes/node$1"; }
+node_pod_range() { echo "10.244.$(($1 - 1)).0/24"; }
+# node_cni_conf RANGE GATEWAY [IPAM_DIR]: a node's pod network, a bridge
+# with the node's range; the other nodes' pods are reached through the
+# gateway (the bridge's address on the node), which the host routes. Each
+# node keeps its own address leases.
+node_cni_conf() {
+  local data=""
+  [ -z "${3:-}" ] || data=" \"dataDir\": \"$3\","
+  cat <<CNI
+{
+  "cniVersion": "1.0.0",
+  "name": "toolgate",
+  "plugins": [
+    {"type": "bridge", "bridge": "tgbr0", "isGateway": false, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$1", "rangeEnd": "${1%.0/24}.250"}]],$data
+              "routes": [{"dst": "10.244.0.0/16", "gw": "$2"}]}},
+    {"type": "loopback"}
+  ]
+}
+CNI
+}

@@ -13,7 +13,12 @@ log() { echo "cluster-up: $*" >&2; }
 running() { [ -f "$D/pids/$1" ] && kill -0 "$(cat "$D/pids/$1")" 2>/dev/null; }
 all_running=1
 for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-router; do running "$n" || all_running=0; done
+# The nodes beyond the first: TOOLGATE_NODES=2 (hack/node-up.sh).
+more_nodes() {
+  for i in $(seq 2 "$TOOLGATE_NODES"); do "$root/hack/node-up.sh" "$i"; done
+}
 if [ "$all_running" = 1 ] && kubectl get node localhost >/dev/null 2>&1; then
+  more_nodes
   log "already running ($D)"
   exit 0
 fi
@@ -139,17 +144,7 @@ start kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$D/kubeconfig/scheduler.kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port 10259
 
 # --- containerd and CNI ------------------------------------------------------
-cat >"$D/cni/net.d/10-toolgate.conflist" <<'CNI'
-{
-  "cniVersion": "1.0.0",
-  "name": "toolgate",
-  "plugins": [
-    {"type": "bridge", "bridge": "tgbr0", "isGateway": false, "ipMasq": false,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24", "rangeEnd": "10.244.0.250"}]]}},
-    {"type": "loopback"}
-  ]
-}
-CNI
+node_cni_conf 10.244.0.0/24 10.244.0.254 >"$D/cni/net.d/10-toolgate.conflist"
 # The host (the manager, on the host network) reaches tool pods to hand
 # them their calls: the bridge gets a host address outside the pods'
 # range. Pods get no route out and cannot open connections to the host:
@@ -296,4 +291,5 @@ wait_for kube-router iptables -n -L KUBE-ROUTER-FORWARD
 # yet, and is dropped (TCP tries again once it is).
 iptables -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP 2>/dev/null ||
   iptables -A FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP
+more_nodes
 log "ready: export KUBECONFIG=$KUBECONFIG_ADMIN"

@@ -13,6 +13,10 @@ CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/kubectl-toolgat
 # The e2e suite's stand-in for an external HTTPS API goes in the tools image.
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/standin-api ./test/standin-api
 go run ./hack/images -dockerfile Dockerfile -bin _output/bin -out _output/images -tools-extra /bin/standin-api=_output/bin/standin-api
-for f in _output/images/*.tar; do
-  ctr_ images import "$f" >/dev/null
+# Into every node's containerd (hack/node-up.sh adds nodes).
+for sock in "$CONTAINERD_SOCK" "$CLUSTER_DIR"/nodes/node*/containerd/containerd.sock; do
+  [ -S "$sock" ] || continue
+  for f in _output/images/*.tar; do
+    "$NODE_BIN/ctr" --address "$sock" -n k8s.io images import "$f" >/dev/null
+  done
 done

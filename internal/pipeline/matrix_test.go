@@ -478,6 +478,49 @@ func matrix() []matrixCase {
 			trace: traceHead + "Execute:Retry Dispatch:Dispatched Execute:Retry Dispatch:Dispatched Execute:OK PostExecute:Accept " + traceTail + "Succeeded",
 		},
 		{
+			name: "an idempotent body whose pod the cluster took away (a node drained or lost) is dispatched again, with no retry budget of its own", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", func(d *Definition) {
+					d.Idempotent = true
+					inner := d.Execute
+					d.Execute = func(ctx context.Context, a Arguments, e *Exec) (any, error) {
+						v, _ := inner(ctx, a, e)
+						if e.Attempt < 2 {
+							return nil, Fail(CodeSandboxEvicted, "the cluster stopped the tool's pod (DeletionByTaintManager)")
+						}
+						return v, nil
+					}
+				})
+				h.allowAll()
+			},
+			outcome: Succeeded, bodies: 2,
+			trace: traceHead + "Execute:Retry Dispatch:Dispatched Execute:OK PostExecute:Accept " + traceTail + "Succeeded",
+		},
+		{
+			name: "an idempotent body evicted every time settles evicted once the bound of lost attempts is spent", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", func(d *Definition) {
+					d.Idempotent = true
+					failing(Fail(CodeSandboxEvicted, "the node evicted the tool's pod"))(d)
+				})
+				h.allowAll()
+			},
+			outcome: Failed, code: CodeSandboxEvicted, bodies: maxInterruptedAttempts,
+			trace: traceHead + "Execute:Retry Dispatch:Dispatched Execute:Retry Dispatch:Dispatched Execute:Error " + traceTail + "Failed",
+		},
+		{
+			name: "a body not declared idempotent whose pod the cluster took away settles evicted, never run twice", req: hello,
+			setup: func(h *harness) {
+				h.echo("echo", func(d *Definition) {
+					d.MaxAttempts = 3
+					failing(Fail(CodeSandboxEvicted, "the cluster stopped the tool's pod (EvictionByEvictionAPI)"))(d)
+				})
+				h.allowAll()
+			},
+			outcome: Failed, code: CodeSandboxEvicted, bodies: 1,
+			trace: traceHead + "Execute:Error " + traceTail + "Failed",
+		},
+		{
 			name: "a body not declared idempotent is never retried", req: hello,
 			setup: func(h *harness) {
 				h.echo("echo", func(d *Definition) {

@@ -310,6 +310,15 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 		st.Next = StageDispatch
 		return Advanced, 0
 	}
+	if fail.Code == CodeSandboxEvicted && def.Idempotent && st.Attempt < max(def.MaxAttempts, maxInterruptedAttempts) {
+		// The cluster took the pod away (a node drained or lost,
+		// preemption, node pressure): no fault of the body's, whose work
+		// is lost as with a manager gone (interrupted), so an idempotent
+		// one is dispatched again within the same bound, on another pod.
+		st.record(StageExecute, VerdictRetry, string(fail.Code), now)
+		st.Next = StageDispatch
+		return Advanced, 0
+	}
 	st.record(StageExecute, VerdictError, string(fail.Code), now)
 	st.settle(fail.Code, fail.Message)
 	return Advanced, 0

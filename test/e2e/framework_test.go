@@ -249,6 +249,12 @@ func newNamespace(prefix string) *agentNamespace {
 // that demo-agent may use, the profile "e2e" of testdata/profile.yaml,
 // Ready, and demo-agent's session "s" on both (maxParallel 4).
 func newAgentNamespace(prefix string) *agentNamespace {
+	return newAgentNamespaceOn(prefix, "")
+}
+
+// newAgentNamespaceOn is newAgentNamespace whose workspace volume only
+// node can mount (its node affinity), where node is not "".
+func newAgentNamespaceOn(prefix, node string) *agentNamespace {
 	ns := newNamespace(prefix)
 	// The session mounts the claim "workspace": demo-agent may use it.
 	ExpectWithOffset(1, ns.Admin.Create(ctx, &rbacv1.Role{
@@ -270,6 +276,11 @@ func newAgentNamespace(prefix string) *agentNamespace {
 			ClaimRef:               &corev1.ObjectReference{Namespace: ns.Name, Name: "workspace"},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: pvDir}},
 		},
+	}
+	if node != "" {
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		}}}}
 	}
 	admin := clients[userAdmin]
 	ExpectWithOffset(1, admin.Create(ctx, pv)).To(Succeed())

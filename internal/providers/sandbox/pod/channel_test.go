@@ -237,6 +237,55 @@ func TestABodyStoppedByItsPodsEvictionIsEvicted(t *testing.T) {
 	}
 }
 
+// TestAFollowerLetsGoOfAPodOnALostNode: the pod's node stops reporting
+// while the body runs; the cluster evicts the pod (the taint manager's
+// DisruptionTarget), while the connection to its runner stays open and
+// silent (a node gone from the network sends nothing, TCP gives up minutes
+// later). The follower drops the connection once it sees the pod evicted,
+// and the call fails as the eviction, long before the body would end.
+func TestAFollowerLetsGoOfAPodOnALostNode(t *testing.T) {
+	c, p, j, podOf := boundAttempt(t, "lost-node-")
+	ctx := context.Background()
+	started := make(chan struct{})
+	body := func(ctx context.Context, _ runner.Spec, _ []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
+		close(started)
+		<-ctx.Done() // the node is gone: never a frame
+		return runner.Header{}, nil, nil
+	}
+	k := startKubeletWith(t, c, podOf(1), "127.0.0.1", body)
+	p.Dial = k.dial
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("before the node was lost: %v", err)
+		}
+		select {
+		case <-started:
+		default:
+			if time.Now().After(deadline) {
+				t.Fatal("the body never started")
+			}
+			continue
+		}
+		break
+	}
+	pod := podOf(1)
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: "DeletionByTaintManager", Message: "Taint manager: deleting due to NoExecute taint"})
+	must(t, c.Status().Update(ctx, pod))
+	p.PodChanged(pod) // as the manager's informer of tool pods does
+	f := p.follower(j.Key)
+	select {
+	case <-f.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower still waits on the lost node's runner")
+	}
+	_, err := settle(t, p, j)
+	var fail *pipeline.Failure
+	if !errors.As(err, &fail) || fail.Code != pipeline.CodeSandboxEvicted || !strings.Contains(fail.Message, "DeletionByTaintManager") {
+		t.Fatalf("%v, want sandbox_evicted naming the taint manager", err)
+	}
+}
+
 // TestAPodTheKubeletRefusedNeverRan: a kubelet refuses a pod at
 // admission (a node short of memory for its requests, as node pressure
 // leaves it: hack/chaos saw "OutOfmemory") and marks it Failed with the

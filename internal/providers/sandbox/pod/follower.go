@@ -215,7 +215,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 				noProxy, req.Op = err, runner.OpCollect
 			}
 		}
-		hello, res, err := p.exchange(ctx, pod, req, job)
+		hello, res, err := p.exchangeWatching(ctx, f, pod, req, job)
 		if noProxy != nil {
 			if hello != nil && hello.State == runner.StateIdle {
 				f.err = noProxy
@@ -298,7 +298,32 @@ func (p *Provider) PodChanged(obj any) {
 	}
 }
 
-// exchange is one connection to the pod's runner.
+// exchangeWatching is exchange, cut short once the pod changes into one
+// that can no longer give a frame (failureOf), or is gone: a pod on a lost
+// node is evicted by the cluster while the connection to it would hang
+// until TCP gives up, minutes later.
+func (p *Provider) exchangeWatching(ctx context.Context, f *follower, pod *corev1.Pod, req runner.Request, job sandbox.Job) (*runner.Hello, *runner.Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.wake:
+			}
+			now := &corev1.Pod{}
+			err := p.Reader.Get(ctx, f.pod, now)
+			if apierrors.IsNotFound(err) || (err == nil && (now.UID != f.uid || failureOf(now) != nil)) {
+				cancel() // the follower's next look says why
+				return
+			}
+		}
+	}()
+	return p.exchange(ctx, pod, req, job)
+}
+
+// exchange is one connection to the pod's runner, closed when ctx ends.
 func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Request, job sandbox.Job) (*runner.Hello, *runner.Result, error) {
 	dial := p.Dial
 	if dial == nil {
@@ -310,6 +335,7 @@ func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Req
 		return nil, nil, err
 	}
 	defer func() { _ = conn.Close() }()
+	defer context.AfterFunc(ctx, func() { _ = conn.Close() })()
 	var sub func(runner.SubCall) runner.SubResult
 	if p.SubCalls != nil {
 		sub = func(c runner.SubCall) runner.SubResult { return p.SubCalls(ctx, job, c) }

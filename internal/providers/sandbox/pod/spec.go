@@ -57,6 +57,13 @@ const (
 	// until it is collected, so this bounds only a pod whose manager never
 	// came back for it.
 	activeSlack = 300
+	// nodeLostAfter is how long, in seconds, a tool pod stays bound to a
+	// node that stopped reporting (unreachable, not ready) before the
+	// cluster evicts it and its call settles (sandbox_evicted; an
+	// idempotent one is dispatched again). The API server's default for
+	// every pod is 5 minutes, which a waiting agent would wait too; the
+	// node controller's own grace (40 to 50 s) comes first.
+	nodeLostAfter = 30
 	// DefaultStartTimeout bounds how long a tool pod may take to be
 	// scheduled, started and listening before the call fails with
 	// sandbox_not_ready (its body never started). It is not the tool's
@@ -300,7 +307,7 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			RuntimeClassName:              policy.RuntimeClassName,
 			NodeSelector:                  policy.NodeSelector,
-			Tolerations:                   policy.Tolerations,
+			Tolerations:                   withNodeLoss(policy.Tolerations),
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](sandboxUID), RunAsGroup: ptr.To[int64](sandboxUID),
 				FSGroup: ptr.To[int64](sandboxUID), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -362,6 +369,22 @@ func (c Config) DenyAll(namespace string) *networkingv1.NetworkPolicy {
 			Ingress:     c.managerIngress(),
 		},
 	}
+}
+
+// withNodeLoss is the profile's tolerations and, for the taints of a node
+// that stopped reporting which they do not name, nodeLostAfter's.
+func withNodeLoss(ts []corev1.Toleration) []corev1.Toleration {
+	out := slices.Clone(ts)
+	for _, key := range []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady} {
+		named := slices.ContainsFunc(ts, func(t corev1.Toleration) bool {
+			return t.Key == key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)
+		})
+		if !named {
+			out = append(out, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute,
+				TolerationSeconds: ptr.To[int64](nodeLostAfter)})
+		}
+	}
+	return out
 }
 
 // managerIngress is the only ingress tool pods allow: the manager's pods,

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -160,13 +162,95 @@ func TestPodPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *pod.Spec.RuntimeClassName != "gvisor" || pod.Spec.NodeSelector["pool"] != "sandbox" || len(pod.Spec.Tolerations) != 1 {
+	if *pod.Spec.RuntimeClassName != "gvisor" || pod.Spec.NodeSelector["pool"] != "sandbox" || len(pod.Spec.Tolerations) != 3 ||
+		pod.Spec.Tolerations[0].Key != "sandbox" {
 		t.Fatalf("%+v", pod.Spec)
 	}
 	job.Tool = &toolgatev1alpha1.ToolDefinition{Name: "read", Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}}
 	pod, _ = BuildPod(testConfig, job, "p")
 	if pod.Spec.Containers[0].Image != "runner:1" {
 		t.Fatal("a built-in runs in the runner image")
+	}
+}
+
+// TestAWarmPoolIsSpreadOverNodes: a session's warm pods of one template
+// prefer nodes with fewer of them, so a node lost or drained leaves warm
+// pods on the others; the spread does not make them another template than
+// the pod a call would get cold.
+func TestAWarmPoolIsSpreadOverNodes(t *testing.T) {
+	key, err := runner.NewManagerKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Provider{Config: testConfig, Key: key}
+	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	job.Workspace.SessionUID = "session-uid"
+	cold, err := p.buildPod(job, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := templateOf(cold)
+	warm, err := p.warmPod(job, template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := templateOf(warm); got != template {
+		t.Fatalf("the warm pod's template %s, the cold pod's %s", got, template)
+	}
+	if len(cold.Spec.TopologySpreadConstraints) != 0 {
+		t.Fatalf("a call's own pod is placed by its call alone: %+v", cold.Spec.TopologySpreadConstraints)
+	}
+	want := []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+			toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: "s", toolgatev1alpha1.LabelTemplate: template,
+		}},
+	}}
+	if !reflect.DeepEqual(warm.Spec.TopologySpreadConstraints, want) {
+		t.Fatalf("spread %s, want %s", dump(warm.Spec.TopologySpreadConstraints), dump(want))
+	}
+	sel, err := metav1.LabelSelectorAsSelector(want[0].LabelSelector)
+	if err != nil || !sel.Matches(labels.Set(warm.Labels)) {
+		t.Fatalf("the spread's selector does not select the pool's own pods: %v", err)
+	}
+}
+
+// TestAPodOnALostNodeIsEvictedSoon: a tool pod tolerates a node that
+// stopped reporting for nodeLostAfter, not the API server's default 5
+// minutes, so that its call settles (or runs again) soon; a toleration the
+// profile gives for those taints is kept as it is.
+func TestAPodOnALostNodeIsEvictedSoon(t *testing.T) {
+	lost := func(ts []corev1.Toleration) map[string]int64 {
+		got := map[string]int64{}
+		for _, tol := range ts {
+			if tol.Effect == corev1.TaintEffectNoExecute && tol.TolerationSeconds != nil {
+				got[tol.Key] = *tol.TolerationSeconds
+			}
+		}
+		return got
+	}
+	job := testJob(toolgatev1alpha1.SandboxReadOnly, "")
+	pod, err := BuildPod(testConfig, job, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"node.kubernetes.io/unreachable": nodeLostAfter, "node.kubernetes.io/not-ready": nodeLostAfter}
+	if got := lost(pod.Spec.Tolerations); !reflect.DeepEqual(got, want) {
+		t.Fatalf("tolerations %s, want %v", dump(pod.Spec.Tolerations), want)
+	}
+	// The profile's own, for one of the taints: kept; the other gets ours.
+	job.Policy.Tolerations = []corev1.Toleration{{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists,
+		Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](600)}}
+	pod, _ = BuildPod(testConfig, job, "p")
+	want = map[string]int64{"node.kubernetes.io/unreachable": 600, "node.kubernetes.io/not-ready": nodeLostAfter}
+	if got := lost(pod.Spec.Tolerations); !reflect.DeepEqual(got, want) || len(pod.Spec.Tolerations) != 2 {
+		t.Fatalf("tolerations %s, want %v", dump(pod.Spec.Tolerations), want)
+	}
+	// A profile that tolerates every taint is left alone.
+	job.Policy.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	pod, _ = BuildPod(testConfig, job, "p")
+	if len(pod.Spec.Tolerations) != 1 {
+		t.Fatalf("tolerations %s", dump(pod.Spec.Tolerations))
 	}
 }
 

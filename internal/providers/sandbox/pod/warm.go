@@ -69,11 +69,12 @@ func poolKey(session types.NamespacedName, template string) string {
 }
 
 // templateOf is the hash of what makes two tool pods interchangeable: the
-// spec (without the active deadline, which differs for warm pods) and the
-// egress label the network policies select on.
+// spec (without the active deadline and the spread over nodes, which only
+// warm pods have) and the egress label the network policies select on.
 func templateOf(pod *corev1.Pod) string {
 	spec := pod.Spec.DeepCopy()
 	spec.ActiveDeadlineSeconds = nil
+	spec.TopologySpreadConstraints = nil
 	b, _ := json.Marshal(struct {
 		Spec   *corev1.PodSpec
 		Egress string
@@ -315,6 +316,16 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 	// A warm pod may wait up to warmMaxAge before its call starts.
 	pod.Spec.ActiveDeadlineSeconds = ptr.To(*pod.Spec.ActiveDeadlineSeconds + int64(warmMaxAge.Seconds()))
 	pod.OwnerReferences = []metav1.OwnerReference{sessionOwner(job)}
+	// A pool is spread over the nodes where it can be: one node lost or
+	// drained leaves the session warm pods on the others. Best effort (a
+	// workspace only one node mounts keeps them all there).
+	pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+			toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: pod.Labels[toolgatev1alpha1.LabelSession],
+			toolgatev1alpha1.LabelTemplate: template,
+		}},
+	}}
 	return pod, nil
 }
 
