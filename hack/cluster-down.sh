@@ -29,7 +29,7 @@ for N in "$D"/nodes/node*; do
   "$root/hack/node-down.sh" "$n" 2>/dev/null
   ip netns del "$(node_netns "$n")" 2>/dev/null
   while iptables -t nat -D PREROUTING -i "tgn$n" -d 10.244.0.254 -p tcp --dport 6443 -j DNAT --to-destination 127.0.0.1:6443 2>/dev/null; do :; done
-  while iptables -t mangle -D PREROUTING -i "tgn$n" ! -d 10.244.0.0/16 -j DROP 2>/dev/null; do :; done
+  while iptables -t mangle -D PREROUTING -i "tgn$n" ! -d 10.244.0.0/16 -m addrtype ! --dst-type LOCAL -j DROP 2>/dev/null; do :; done
   # Its cgroups, deepest first, once their processes are gone.
   for c in /sys/fs/cgroup/*/toolgate-node"$n"; do
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null

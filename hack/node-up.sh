@@ -79,7 +79,7 @@ done
 # --- network -----------------------------------------------------------------
 # The node's namespace: a link to the host, a bridge for its pods, a
 # default route through the host. The host forwards between the nodes' pod
-# ranges and the nodes, nothing else (the mangle rules below).
+# ranges and the nodes, nothing else (the mangle rule below).
 [ -e "/run/netns/$ns" ] || ip netns add "$ns"
 if ! ip link show "$link" >/dev/null 2>&1; then
   ip link add "$link" type veth peer name eth0 netns "$ns"
@@ -117,8 +117,10 @@ IPT=(iptables)
 # node's kubelet and firewall and its pods (as cluster-up opens it to the
 # first node's pods).
 ipt nat PREROUTING -i "$link" -d 10.244.0.254 -p tcp --dport "$API_PORT" -j DNAT --to-destination "127.0.0.1:$API_PORT"
-# Nothing from a node's namespace is forwarded beyond the pod ranges.
-ipt mangle PREROUTING -i "$link" ! -d 10.244.0.0/16 -j DROP
+# Nothing from a node's namespace is forwarded beyond the pod ranges
+# (what is for the host itself, the API server and the replies to it,
+# passes).
+ipt mangle PREROUTING -i "$link" ! -d 10.244.0.0/16 -m addrtype ! --dst-type LOCAL -j DROP
 # In the node's namespace, the first node's rules: pods open no connection
 # to the node itself, and a pod kube-router has not synced yet opens none
 # at all (cluster-up.sh says why).

@@ -190,7 +190,13 @@ func (r *runtimeClasses) see(p *corev1.Pod) {
 func containerRuntime(pod *corev1.Pod) string {
 	ExpectWithOffset(1, pod.Status.ContainerStatuses).NotTo(BeEmpty())
 	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	out, err := exec.CommandContext(ctx, filepath.Join(clusterDir, "bin", "ctr"), "--address", filepath.Join(clusterDir, "containerd", "containerd.sock"),
+	// The containerd of the pod's node (hack/node-up.sh: node N is named
+	// 10.245.N.2 and keeps its state under nodes/nodeN).
+	sock := filepath.Join(clusterDir, "containerd", "containerd.sock")
+	if n := nodeNumber(pod.Spec.NodeName); n != "" {
+		sock = filepath.Join(clusterDir, "nodes", "node"+n, "containerd", "containerd.sock")
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(clusterDir, "bin", "ctr"), "--address", sock,
 		"-n", "k8s.io", "containers", "info", id).Output()
 	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "ctr containers info %s", id)
 	var info struct {

@@ -44,14 +44,21 @@ func otherNode() string {
 	return ""
 }
 
-// nodeScript runs hack/<script> for the node named name (10.245.N.2 is
-// node N: hack/cluster-env.sh).
+// nodeNumber is N of the local cluster's node N, named 10.245.N.2
+// (hack/cluster-env.sh), or "" for the first node.
+func nodeNumber(name string) string {
+	if parts := strings.Split(name, "."); name != firstNode && len(parts) == 4 {
+		return parts[2]
+	}
+	return ""
+}
+
+// nodeScript runs hack/<script> for the node named name.
 func nodeScript(script, name string) {
-	parts := strings.Split(name, ".")
-	ExpectWithOffset(1, parts).To(HaveLen(4), "node %s is not one of hack/node-up.sh's", name)
-	cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", script), parts[2])
-	out, err := cmd.CombinedOutput()
-	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "%s %s: %s", script, parts[2], out)
+	n := nodeNumber(name)
+	ExpectWithOffset(1, n).NotTo(BeEmpty(), "node %s is not one of hack/node-up.sh's", name)
+	out, err := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", script), n).CombinedOutput()
+	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "%s %s: %s", script, n, out)
 }
 
 // scheduledOn is the node each pod of the namespace was bound to, from
