@@ -45,23 +45,25 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "admin kubeconfig of the cluster")
 	n := flag.Int("n", 10, "samples of each kind")
 	ns := flag.String("namespace", "bench", "namespace to use (created)")
-	pvDir := flag.String("pv-dir", "/var/tmp/toolgate-cluster/pv/bench", "host directory of the built-in tool's workspace volume (hostPath, single node)")
+	pvDir := flag.String("pv-dir", "/var/tmp/toolgate-cluster/pv/bench", "host directory of the built-in tool's workspace volume (hostPath: every node of the local cluster is on this machine)")
 	gvisor := flag.Bool("gvisor", true, "also measure every kind under the RuntimeClass gvisor")
 	only := flag.String("only", "", "measure only the kinds whose session name contains this (cold, own-runner, builtin, warm); bare pods are always measured")
 	flag.DurationVar(&settle, "settle", time.Second, "before each measured call or pod: wait until no pod of the namespace is terminating, then this long (an agent's calls come seconds apart; a node still stopping the last pod, or starting the warm pool's replacement, is not what one call costs)")
 	otlp := flag.String("otlp", "10.244.0.254:4317", "address to receive the manager's spans on (OTLP/gRPC; the local install exports there), for the warm call's hops; empty: none")
+	turn := flag.Int("turn", 16, "calls of the parallel turn timed on one node and on every node side by side (0: none)")
+	turnRounds := flag.Int("turn-rounds", 3, "turns of each layout, interleaved")
 	flag.Parse()
 	if !*gvisor {
 		kinds = slices.DeleteFunc(kinds, func(k kind) bool { return k.runtimeClass != "" })
 	}
 	kinds = slices.DeleteFunc(kinds, func(k kind) bool { return !strings.Contains(k.session, *only) })
-	if err := run(*kubeconfig, *ns, *pvDir, *otlp, *n); err != nil {
+	if err := run(*kubeconfig, *ns, *pvDir, *otlp, *n, *turn, *turnRounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, ns, pvDir, otlp string, n int) error {
+func run(kubeconfig, ns, pvDir, otlp string, n, turn, turnRounds int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -176,6 +178,9 @@ func run(kubeconfig, ns, pvDir, otlp string, n int) error {
 	}
 	if received != nil {
 		printWarmHops(received, calls)
+	}
+	if turn > 0 {
+		return printTurns(ctx, c, ns, turn, turnRounds)
 	}
 	return nil
 }
