@@ -36,19 +36,18 @@ func printTurns(ctx context.Context, c client.WithWatch, ns string, n, rounds in
 	if err := c.List(ctx, nodes); err != nil {
 		return err
 	}
-	var first string
+	// The first node stays; the others are cordoned for the one-node turns.
 	var others []string
 	for _, node := range nodes.Items {
-		switch {
-		case node.Spec.Unschedulable:
-		case first == "" && node.Name == "localhost":
-			first = node.Name
-		default:
+		if !node.Spec.Unschedulable {
 			others = append(others, node.Name)
 		}
 	}
-	if first == "" && len(others) > 0 {
-		first, others = others[0], others[1:]
+	if i := slices.Index(others, "localhost"); i > 0 {
+		others[0], others[i] = others[i], others[0]
+	}
+	if len(others) > 0 {
+		others = others[1:]
 	}
 	layouts := []string{"1 node"}
 	if len(others) > 0 {
