@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -891,4 +892,40 @@ func warmSession(t *testing.T, c client.Client, prefix string, n int) (string, *
 		return j
 	}
 	return ns, session, calls, job
+}
+
+// TestAChangeSeenDuringAnExchangeIsHandedBack: while an exchange runs, the
+// pod's changes are read to see whether it ended; one that ends nothing
+// (a cold pod's runner starting, seen while the runner was dialled too
+// early) is handed back to the follower, whose next wait returns at once
+// instead of after its poll.
+func TestAChangeSeenDuringAnExchangeIsHandedBack(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"}}
+	p := &Provider{Reader: fake.NewClientBuilder().WithObjects(pod).Build(), Key: managerKey}
+	server, conn := net.Pipe()
+	p.Dial = func(context.Context, string) (net.Conn, error) { return conn, nil }
+	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, wake: make(chan struct{}, 1)}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := p.exchangeWatching(context.Background(), f, pod, runner.Request{Op: runner.OpRun, Call: "k"}, sandbox.Job{})
+		done <- err
+	}()
+	f.wake <- struct{}{} // the pod changed, and still runs
+	// The watcher took the change and read the pod; then the runner goes.
+	for deadline := time.Now().Add(10 * time.Second); len(f.wake) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the change was never read")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	_ = server.Close()
+	if err := <-done; err == nil {
+		t.Fatal("an exchange whose runner went answered no error")
+	}
+	select {
+	case <-f.wake:
+	default:
+		t.Fatal("the change seen during the exchange was lost: the follower waits a whole poll")
+	}
 }

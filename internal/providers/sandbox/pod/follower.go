@@ -301,11 +301,14 @@ func (p *Provider) PodChanged(obj any) {
 // exchangeWatching is exchange, cut short once the pod changes into one
 // that can no longer give a frame (failureOf), or is gone: a pod on a lost
 // node is evicted by the cluster while the connection to it would hang
-// until TCP gives up, minutes later.
+// until TCP gives up, minutes later. A change that ends nothing is handed
+// back to the follower's next wait (a cold pod's runner starting).
 func (p *Provider) exchangeWatching(ctx context.Context, f *follower, pod *corev1.Pod, req runner.Request, job sandbox.Job) (*runner.Hello, *runner.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	woke := make(chan bool, 1)
 	go func() {
+		changed := false
+		defer func() { woke <- changed }()
 		for {
 			select {
 			case <-ctx.Done():
@@ -318,9 +321,18 @@ func (p *Provider) exchangeWatching(ctx context.Context, f *follower, pod *corev
 				cancel() // the follower's next look says why
 				return
 			}
+			changed = true
 		}
 	}()
-	return p.exchange(ctx, pod, req, job)
+	hello, res, err := p.exchange(ctx, pod, req, job)
+	cancel()
+	if <-woke {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+	return hello, res, err
 }
 
 // exchange is one connection to the pod's runner, closed when ctx ends.
