@@ -93,12 +93,10 @@ in_ns ip route replace default via "$host_ip"
 in_ns ip link show tgbr0 >/dev/null 2>&1 || in_ns ip link add tgbr0 type bridge
 in_ns ip addr replace "$gw/24" dev tgbr0
 in_ns ip link set tgbr0 up
-in_ns # The host forwards (cluster-down puts back what it found).
-[ -f "$D/ip_forward" ] || sysctl -n net.ipv4.ip_forward >"$D/ip_forward"
-sysctl -qw net.ipv4.ip_forward=1
+in_ns sysctl -qw net.ipv4.ip_forward=1
 in_ns sh -c 'echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables'
-# The host's replies to the node's pods leave from the first bridge's
-# address, which tool pods' policies name as the manager's node.
+# The host's own connections to the node's pods leave from the first
+# bridge's address.
 ip route replace "$pods" via "$name" src 10.244.0.254
 # A pod range no node serves (a node down) is unreachable: never sent on
 # by the host's default route.
