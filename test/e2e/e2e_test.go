@@ -240,7 +240,10 @@ spec:
 	// but the manager). toolgate never hands it anything, because it did
 	// not seal it, and runs the call in a pod of its own beside it.
 	It("never hands a call to a pod it did not create, even one running a real runner under the call's name", func() {
-		ns := newAgentNamespace("forged")
+		// The spec greets the planted runner from the host, which only the
+		// first node's pods admit (as their node): the workspace keeps them
+		// there.
+		ns := newAgentNamespaceOn("forged", firstNode)
 		template := ns.WarmToolsPod()
 		ns.Bind("approver-edit", "ClusterRole", "edit", userSubject(userApprover))
 		ns.Submit(call{"victim", "echo_args", `{"approve":"yes","token":"victim-secret-42"}`})
@@ -282,7 +285,9 @@ spec:
 	// manager's key; and when a turn needs more pods than are warm, the
 	// calls beyond take the cold path, with the same results.
 	It("refuses a hand-off not sealed by the manager, and falls back to cold pods when no warm one is left", func() {
-		ns := newAgentNamespace("handoff")
+		// The forger dials from the host, which only the first node's pods
+		// admit (as their node): the workspace keeps the session there.
+		ns := newAgentNamespaceOn("handoff", firstNode)
 		warmPod := ns.WarmToolsPod()
 		conn, err := net.DialTimeout("tcp", net.JoinHostPort(warmPod.Status.PodIP, fmt.Sprint(runner.Port)), 10*time.Second)
 		Expect(err).NotTo(HaveOccurred())
