@@ -367,6 +367,11 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 		Output:    toolgatev1alpha1.OutputDeclaration{Schema: json(`{"type":"string"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
 		Container: &toolgatev1alpha1.ContainerRuntime{Image: "toolgate.dev/tools:dev", Command: []string{"/bin/echo", "hi"}},
 	}
+	// The parallel turn's tool: the same, safe to run beside itself (a
+	// call not declared so runs alone, in model order).
+	parallel := *tool.DeepCopy()
+	parallel.Name = "echo-parallel"
+	parallel.IsConcurrencySafe = "true"
 	own := *tool.DeepCopy()
 	own.Name = "echo-own-runner"
 	own.Container.RunnerPath = "/toolgate-runner"
@@ -377,7 +382,7 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 	}
 	for _, rc := range runtimeClasses() {
 		p := &toolgatev1alpha1.ToolProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: profileOf(kind{runtimeClass: rc})}, Spec: toolgatev1alpha1.ToolProfileSpec{
-			Tools: []toolgatev1alpha1.ToolDefinition{tool, own, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
+			Tools: []toolgatev1alpha1.ToolDefinition{tool, parallel, own, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
 			Sandbox: toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod},
 		}}
 		if rc != "" {

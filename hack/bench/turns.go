@@ -93,7 +93,7 @@ func printTurns(ctx context.Context, c client.WithWatch, ns string, n, rounds in
 			}
 		}
 	}
-	fmt.Printf("a turn of %d parallel cold calls (maxParallel %d), %d rounds, create of the first → commit of the last:\n", n, n, rounds)
+	fmt.Printf("a turn of %d cold calls safe to run in parallel (maxParallel %d), %d rounds, create of the first → commit of the last:\n", n, n, rounds)
 	for _, layout := range layouts {
 		p50 := pct(took[layout], 50)
 		fmt.Printf("  %-8s makespan p50 %6.0f ms  max %6.0f ms  %5.1f calls/s   pods per node %v\n", layout, ms(p50),
@@ -112,7 +112,7 @@ func timeTurn(ctx context.Context, c client.WithWatch, ns string, turn int64, n 
 		names[name] = true
 		tc := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: toolgatev1alpha1.ToolCallSpec{
 			SessionRef: toolgatev1alpha1.LocalObjectReference{Name: turnSession}, Turn: turn, Index: int32(i), TurnSize: int32(n),
-			CallID: name, Tool: "echo", Arguments: `{}`, Requester: "admin",
+			CallID: name, Tool: "echo-parallel", Arguments: `{}`, Requester: "admin",
 		}}
 		if err := c.Create(ctx, tc); err != nil {
 			return 0, nil, err
