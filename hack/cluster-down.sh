@@ -28,6 +28,9 @@ for N in "$D"/nodes/node*; do
   n=${N##*node}
   "$root/hack/node-down.sh" "$n" 2>/dev/null
   ip netns del "$(node_netns "$n")" 2>/dev/null
+  # The namespace itself goes once the sockets its killed processes left
+  # give up (their link is down: minutes); its link goes now.
+  ip link del "tgn$n" 2>/dev/null
   while iptables -t nat -D PREROUTING -i "tgn$n" -d 10.244.0.254 -p tcp --dport 6443 -j DNAT --to-destination 127.0.0.1:6443 2>/dev/null; do :; done
   while iptables -t mangle -D PREROUTING -i "tgn$n" ! -d 10.244.0.0/16 -m addrtype ! --dst-type LOCAL -j DROP 2>/dev/null; do :; done
   # Its cgroups, deepest first, once their processes are gone.
