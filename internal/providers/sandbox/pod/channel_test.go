@@ -200,6 +200,25 @@ func boundAttempt(t *testing.T, prefix string) (client.Client, *Provider, sandbo
 	return c, p, j, podOf
 }
 
+// runUntilStarted runs the attempt until its body has started (started
+// closed), failing if it is decided before.
+func runUntilStarted(t *testing.T, p *Provider, j sandbox.Job, started <-chan struct{}) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("decided before its body started: %v", err)
+		}
+		select {
+		case <-started:
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the body never started")
+		}
+	}
+}
+
 // TestABodyStoppedByItsPodsEvictionIsEvicted: the pod is evicted while
 // its body runs; the runner, stopped with the pod, stops the body (a real
 // process, SIGTERM) and still sends its frame. The call fails as the
@@ -215,20 +234,7 @@ func TestABodyStoppedByItsPodsEvictionIsEvicted(t *testing.T) {
 	}
 	k := startKubeletWith(t, c, podOf(1), "127.0.0.1", body)
 	p.Dial = k.dial
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-			t.Fatalf("before the eviction: %v", err)
-		}
-		select {
-		case <-started:
-		default:
-			if time.Now().After(deadline) {
-				t.Fatal("the body never started")
-			}
-			continue
-		}
-		break
-	}
+	runUntilStarted(t, p, j, started)
 	must(t, c.SubResource("eviction").Create(ctx, podOf(1), &policyv1.Eviction{}))
 	k.stop()
 	_, err := settle(t, p, j)
@@ -255,20 +261,7 @@ func TestAFollowerLetsGoOfAPodOnALostNode(t *testing.T) {
 	}
 	k := startKubeletWith(t, c, podOf(1), "127.0.0.1", body)
 	p.Dial = k.dial
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
-			t.Fatalf("before the node was lost: %v", err)
-		}
-		select {
-		case <-started:
-		default:
-			if time.Now().After(deadline) {
-				t.Fatal("the body never started")
-			}
-			continue
-		}
-		break
-	}
+	runUntilStarted(t, p, j, started)
 	pod := podOf(1)
 	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 		Reason: "DeletionByTaintManager", Message: "Taint manager: deleting due to NoExecute taint"})
