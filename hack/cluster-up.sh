@@ -7,10 +7,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/cluster-env.sh"
+source "$root/hack/cluster-lib.sh"
 D=$CLUSTER_DIR
+STATE=$D
 log() { echo "cluster-up: $*" >&2; }
 
-running() { [ -f "$D/pids/$1" ] && kill -0 "$(cat "$D/pids/$1")" 2>/dev/null; }
 all_running=1
 for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-router; do running "$n" || all_running=0; done
 # The nodes beyond the first: TOOLGATE_NODES=2 (hack/node-up.sh).
@@ -44,22 +45,6 @@ mkdir -p "$D"/{pki,kubeconfig,pids,logs,etcd,kubelet,containerd,cni/net.d,pv}
 ln -sfn "$NODE_BIN" "$D/bin"
 
 # --- PKI -------------------------------------------------------------------
-pki() { # name subject [san]
-  local n=$1 subj=$2 san=${3:-}
-  [ -f "$D/pki/$n.crt" ] && return
-  openssl req -newkey rsa:2048 -nodes -keyout "$D/pki/$n.key" -subj "$subj" -out "$D/pki/$n.csr" 2>/dev/null
-  local ext="$D/pki/$n.ext"
-  echo "basicConstraints=CA:FALSE" >"$ext"
-  echo "keyUsage=digitalSignature,keyEncipherment" >>"$ext"
-  if [ -n "$san" ]; then
-    echo "extendedKeyUsage=serverAuth,clientAuth" >>"$ext"
-    echo "subjectAltName=$san" >>"$ext"
-  else
-    echo "extendedKeyUsage=clientAuth" >>"$ext"
-  fi
-  openssl x509 -req -in "$D/pki/$n.csr" -CA "$D/pki/ca.crt" -CAkey "$D/pki/ca.key" -CAcreateserial \
-    -days 365 -extfile "$ext" -out "$D/pki/$n.crt" 2>/dev/null
-}
 if [ ! -f "$D/pki/ca.crt" ]; then
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$D/pki/ca.key" -days 365 -subj "/CN=toolgate-local-ca" -out "$D/pki/ca.crt" 2>/dev/null
   openssl genrsa -out "$D/pki/sa.key" 2048 2>/dev/null
@@ -76,47 +61,7 @@ pki demo-agent "/CN=demo-agent"
 pki demo-approver "/CN=demo-approver"
 pki kube-router "/CN=local-cluster:kube-router"
 
-kubeconfig() { # name cert
-  local f="$D/kubeconfig/$1.kubeconfig"
-  [ -f "$f" ] && return
-  cat >"$f" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://127.0.0.1:$API_PORT
-    certificate-authority: $D/pki/ca.crt
-users:
-- name: $2
-  user:
-    client-certificate: $D/pki/$2.crt
-    client-key: $D/pki/$2.key
-contexts:
-- name: local
-  context: {cluster: local, user: $2}
-current-context: local
-KC
-}
 for u in admin controller-manager scheduler kubelet demo-agent demo-approver kube-router; do kubeconfig "$u" "$u"; done
-
-start() { # name command...
-  local n=$1
-  shift
-  if running "$n"; then return; fi
-  setsid "$@" >>"$D/logs/$n.log" 2>&1 &
-  echo $! >"$D/pids/$n"
-}
-wait_for() { # what command...
-  local what=$1
-  shift
-  for _ in $(seq 1 120); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.5
-  done
-  log "$what did not come up; see $D/logs"
-  exit 1
-}
 
 # --- control plane -----------------------------------------------------------
 start etcd "$K8S_BIN/etcd" --data-dir "$D/etcd" --name local \

@@ -13,6 +13,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/cluster-env.sh"
+source "$root/hack/cluster-lib.sh"
 n=${1:?usage: node-up.sh N (2, 3, ...)}
 [ "$n" -ge 2 ] && [ "$n" -le 9 ] || { echo "node-up: N is 2 to 9" >&2; exit 2; }
 D=$CLUSTER_DIR
@@ -20,6 +21,7 @@ D=$CLUSTER_DIR
 ns=$(node_netns "$n")
 name=$(node_name "$n")
 N=$(node_dir "$n")
+STATE=$N
 link=tgn$n
 host_ip=10.245.$n.1
 pods=$(node_pod_range "$n")
@@ -27,7 +29,6 @@ gw=10.244.$((n - 1)).254
 log() { echo "node-up $n: $*" >&2; }
 in_ns() { nsenter --net="/run/netns/$ns" "$@"; }
 
-running() { [ -f "$N/pids/$1" ] && kill -0 "$(cat "$N/pids/$1")" 2>/dev/null; }
 all_running=1
 for c in containerd kubelet kube-router; do running "$c" || all_running=0; done
 if [ "$all_running" = 1 ] && kubectl get node "$name" >/dev/null 2>&1; then
@@ -37,44 +38,12 @@ fi
 mkdir -p "$N"/{pids,logs,kubelet,containerd/runsc,cni/net.d,pod-logs}
 
 # --- identity ----------------------------------------------------------------
-pki() { # name subject [san]
-  local c=$1 subj=$2 san=${3:-}
-  [ -f "$D/pki/$c.crt" ] && return
-  openssl req -newkey rsa:2048 -nodes -keyout "$D/pki/$c.key" -subj "$subj" -out "$D/pki/$c.csr" 2>/dev/null
-  {
-    echo "basicConstraints=CA:FALSE"
-    echo "keyUsage=digitalSignature,keyEncipherment"
-    if [ -n "$san" ]; then echo "extendedKeyUsage=serverAuth"; echo "subjectAltName=$san"; else echo "extendedKeyUsage=clientAuth"; fi
-  } >"$D/pki/$c.ext"
-  openssl x509 -req -in "$D/pki/$c.csr" -CA "$D/pki/ca.crt" -CAkey "$D/pki/ca.key" -CAcreateserial \
-    -days 365 -extfile "$D/pki/$c.ext" -out "$D/pki/$c.crt" 2>/dev/null
-}
 pki "kubelet-node$n" "/O=system:nodes/CN=system:node:$name"
 pki "kubelet-serving-node$n" "/CN=$name" "IP:$name"
 # The node's components reach the API server at the host's bridge address,
 # as the first node's pods do (cluster-up opens it on port 6443 only).
-for u in "kubelet-node$n:kubelet-node$n" "kube-router-node$n:kube-router"; do
-  f="$D/kubeconfig/${u%%:*}.kubeconfig"
-  [ -f "$f" ] && continue
-  cat >"$f" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://10.244.0.254:$API_PORT
-    certificate-authority: $D/pki/ca.crt
-users:
-- name: ${u#*:}
-  user:
-    client-certificate: $D/pki/${u#*:}.crt
-    client-key: $D/pki/${u#*:}.key
-contexts:
-- name: local
-  context: {cluster: local, user: ${u#*:}}
-current-context: local
-KC
-done
+kubeconfig "kubelet-node$n" "kubelet-node$n" "https://10.244.0.254:$API_PORT"
+kubeconfig "kube-router-node$n" kube-router "https://10.244.0.254:$API_PORT"
 
 # --- network -----------------------------------------------------------------
 # The node's namespace: a link to the host, a bridge for its pods, a
@@ -126,24 +95,6 @@ IPT=(nsenter --net="/run/netns/$ns" iptables)
 ipt filter INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP
 ipt filter FORWARD -s "$pods" -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP
 
-start() { # name command...
-  local c=$1
-  shift
-  if running "$c"; then return; fi
-  setsid nsenter --net="/run/netns/$ns" "$@" >>"$N/logs/$c.log" 2>&1 &
-  echo $! >"$N/pids/$c"
-}
-wait_for() { # what command...
-  local what=$1
-  shift
-  for _ in $(seq 1 120); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.5
-  done
-  log "$what did not come up; see $N/logs"
-  exit 1
-}
-
 # --- containerd --------------------------------------------------------------
 sock=$N/containerd/containerd.sock
 node_cni_conf "$pods" "$gw" "$N/cni/ipam" >"$N/cni/net.d/10-toolgate.conflist"
@@ -178,7 +129,7 @@ root = "$N/containerd/runsc"
 [runsc_config]
   platform = "systrap"
 TOML
-start containerd "$NODE_BIN/containerd" --config "$N/containerd/config.toml"
+start containerd nsenter --net="/run/netns/$ns" "$NODE_BIN/containerd" --config "$N/containerd/config.toml"
 wait_for containerd "$NODE_BIN/ctr" --address "$sock" version
 for f in "$root"/_output/images/*.tar; do
   [ -e "$f" ] || { log "no images in _output/images (hack/images.sh)"; exit 1; }
@@ -226,13 +177,13 @@ staticPodPath: ""
 featureGates: {KubeletCrashLoopBackOffMax: true, EventedPLEG: true}
 crashLoopBackOff: {maxContainerRestartPeriod: 10s}
 KL
-start kubelet "$K8S_BIN/kubelet" --config "$N/kubelet/config.yaml" \
+start kubelet nsenter --net="/run/netns/$ns" "$K8S_BIN/kubelet" --config "$N/kubelet/config.yaml" \
   --kubeconfig "$D/kubeconfig/kubelet-node$n.kubeconfig" --hostname-override "$name" --node-ip "$name" \
   --root-dir "$N/kubelet/root" --cert-dir "$N/kubelet/pki"
 wait_for "the node" kubectl wait --for=condition=Ready "node/$name" --timeout=2s
 
 # --- NetworkPolicy -----------------------------------------------------------
-start kube-router "$NODE_BIN/kube-router" --kubeconfig "$D/kubeconfig/kube-router-node$n.kubeconfig" --hostname-override "$name" \
+start kube-router nsenter --net="/run/netns/$ns" "$NODE_BIN/kube-router" --kubeconfig "$D/kubeconfig/kube-router-node$n.kubeconfig" --hostname-override "$name" \
   --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
   --service-cluster-ip-range 10.96.0.0/24 --health-port 0 --metrics-port 0
 wait_for kube-router in_ns iptables -n -L KUBE-ROUTER-FORWARD

@@ -25,7 +25,7 @@ var turnSession = fmt.Sprintf("bench-turn-%d", time.Now().Unix())
 // every node but the first cordoned and with all of them (one node only:
 // the first figure alone), and prints the makespans, the calls per second
 // and where the pods ran.
-func printTurns(ctx context.Context, c client.WithWatch, ns string, n, rounds int) error {
+func printTurns(ctx context.Context, c client.Client, ns string, n, rounds int) error {
 	s := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: turnSession},
 		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "admin", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "bench"},
 			MaxParallel: int32(n), WarmPods: ptr.To(int32(0))}}
@@ -104,7 +104,7 @@ func printTurns(ctx context.Context, c client.WithWatch, ns string, n, rounds in
 
 // timeTurn submits turn (n calls) at once and waits for every call's
 // commit; it returns the makespan and how many pods ran on each node.
-func timeTurn(ctx context.Context, c client.WithWatch, ns string, turn int64, n int) (time.Duration, map[string]int, error) {
+func timeTurn(ctx context.Context, c client.Client, ns string, turn int64, n int) (time.Duration, map[string]int, error) {
 	names := map[string]bool{}
 	start := time.Now()
 	for i := 0; i < n; i++ {

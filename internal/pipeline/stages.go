@@ -310,7 +310,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 		st.Next = StageDispatch
 		return Advanced, 0
 	}
-	if fail.Code == CodeSandboxEvicted && def.Idempotent && st.Attempt < max(def.MaxAttempts, maxInterruptedAttempts) {
+	if fail.Code == CodeSandboxEvicted && def.Idempotent && st.Attempt < rerunBound(def) {
 		// The cluster took the pod away (a node drained or lost,
 		// preemption, node pressure): no fault of the body's, whose work
 		// is lost as with a manager gone (interrupted), so an idempotent
@@ -327,7 +327,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 // interrupted handles an attempt that may have run in a process that is gone:
 // an idempotent body is dispatched again, any other is never run twice.
 func (p *Pipeline) interrupted(st *State, def Definition, now time.Time) (Progress, time.Duration) {
-	bound := max(def.MaxAttempts, maxInterruptedAttempts)
+	bound := rerunBound(def)
 	if def.Idempotent && st.Attempt < bound {
 		st.record(StageExecute, VerdictInterrupted, "rerun-idempotent", now)
 		st.Next = StageDispatch
@@ -346,6 +346,13 @@ func (p *Pipeline) interrupted(st *State, def Definition, now time.Time) (Progre
 // keep getting lost is dispatched again, so a lasting failure still ends in
 // one result.
 const maxInterruptedAttempts = 3
+
+// rerunBound is how many attempts an idempotent body gets when its work is
+// lost (a manager gone, its pod taken away by the cluster): its own retry
+// budget, or maxInterruptedAttempts if that is more.
+func rerunBound(def Definition) int {
+	return max(def.MaxAttempts, maxInterruptedAttempts)
+}
 
 // accept validates a body's value against the output schema and renders it.
 func (p *Pipeline) accept(st *State, t *tool, exec *Exec, value any) *Failure {

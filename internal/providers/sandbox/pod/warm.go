@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -68,6 +69,14 @@ func poolKey(session types.NamespacedName, template string) string {
 	return session.String() + "/" + template
 }
 
+// poolLabels are the labels of the warm pods of job's session and
+// template: how the pool is listed, and spread over nodes.
+func poolLabels(job sandbox.Job, template string) map[string]string {
+	return map[string]string{
+		toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name), toolgatev1alpha1.LabelTemplate: template,
+	}
+}
+
 // templateOf is the hash of what makes two tool pods interchangeable: the
 // spec (without the active deadline and the spread over nodes, which only
 // warm pods have) and the egress label the network policies select on.
@@ -93,9 +102,7 @@ func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) 
 		return nil
 	}
 	list := &corev1.PodList{}
-	if err := p.Client.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
-		toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name), toolgatev1alpha1.LabelTemplate: template,
-	}); err != nil {
+	if err := p.Client.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels(poolLabels(job, template))); err != nil {
 		return nil
 	}
 	now := p.now()
@@ -265,9 +272,7 @@ func (p *Provider) replenish(job sandbox.Job, template string) {
 // the API server itself: the cache may not have seen the last ones).
 func (p *Provider) fill(ctx context.Context, job sandbox.Job, template string, size int) error {
 	list := &corev1.PodList{}
-	if err := p.Reader.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
-		toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name), toolgatev1alpha1.LabelTemplate: template,
-	}); err != nil {
+	if err := p.Reader.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels(poolLabels(job, template))); err != nil {
 		return err
 	}
 	have := 0
@@ -310,9 +315,7 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 	pod.GenerateName = prefix + "-warm-"
 	delete(pod.Labels, toolgatev1alpha1.LabelCall)
 	delete(pod.Labels, toolgatev1alpha1.LabelAttempt)
-	pod.Labels[toolgatev1alpha1.LabelWarm] = "true"
-	pod.Labels[toolgatev1alpha1.LabelSession] = textutil.LabelValue(job.Workspace.Session.Name)
-	pod.Labels[toolgatev1alpha1.LabelTemplate] = template
+	maps.Copy(pod.Labels, poolLabels(job, template))
 	// A warm pod may wait up to warmMaxAge before its call starts.
 	pod.Spec.ActiveDeadlineSeconds = ptr.To(*pod.Spec.ActiveDeadlineSeconds + int64(warmMaxAge.Seconds()))
 	pod.OwnerReferences = []metav1.OwnerReference{sessionOwner(job)}
@@ -321,10 +324,7 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 	// workspace only one node mounts keeps them all there).
 	pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway,
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
-			toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: pod.Labels[toolgatev1alpha1.LabelSession],
-			toolgatev1alpha1.LabelTemplate: template,
-		}},
+		LabelSelector: &metav1.LabelSelector{MatchLabels: poolLabels(job, template)},
 	}}
 	return pod, nil
 }
