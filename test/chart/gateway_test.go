@@ -184,3 +184,35 @@ func TestGatewayTLS(t *testing.T) {
 		t.Errorf("volumeMounts (-want +got):\n%s", d)
 	}
 }
+
+// TestTheProxyAndTheGatewayArePlaced: the egress proxy's and the gateway's
+// pods take the nodeSelector and tolerations given for each (a system
+// node pool), and nothing of the other's or the manager's.
+func TestTheProxyAndTheGatewayArePlaced(t *testing.T) {
+	objs := helmTemplate(t, append(slices.Clone(gatewayValues),
+		"--set", "egress.nodeSelector.pool=egress", "--set", "gateway.nodeSelector.pool=gateway",
+		"--set", "egress.tolerations[0].key=egress", "--set", "egress.tolerations[0].operator=Exists",
+		"--set", "gateway.tolerations[0].key=gateway", "--set", "gateway.tolerations[0].operator=Exists")...)
+	want := map[string]string{"toolgate-egress": "egress", "toolgate-gateway": "gateway", "toolgate-controller-manager": ""}
+	for _, u := range objs {
+		pool, ok := want[u.GetName()]
+		if u.GetKind() != "Deployment" || !ok {
+			continue
+		}
+		delete(want, u.GetName())
+		selector, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "spec", "nodeSelector")
+		tolerations, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "tolerations")
+		if pool == "" {
+			if len(selector) != 0 || len(tolerations) != 0 {
+				t.Errorf("%s: placed by another's values: %v %v", u.GetName(), selector, tolerations)
+			}
+			continue
+		}
+		if selector["pool"] != pool || len(tolerations) != 1 || tolerations[0].(map[string]any)["key"] != pool {
+			t.Errorf("%s: nodeSelector %v, tolerations %v, want pool %s", u.GetName(), selector, tolerations, pool)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("not rendered: %v", want)
+	}
+}
