@@ -11,8 +11,8 @@ stop() { # name [pid directory]
   local f="${2:-$D/pids}/$1"
   [ -f "$f" ] || return
   local pid
-  pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
+  # Only the very process recorded: its pid may since name another's.
+  if pid=$(pid_alive "$f"); then
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null

@@ -7,6 +7,25 @@ API_PORT=${TOOLGATE_API_PORT:-6443}
 ETCD_PORT=${TOOLGATE_ETCD_PORT:-23790}
 KUBECONFIG_ADMIN=$CLUSTER_DIR/kubeconfig/admin.kubeconfig
 CONTAINERD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
+# proc_start PID: when process PID started (clock ticks after boot). Pids
+# are reused (pid_max is often 32768): a pid file names the process it
+# recorded only while this still matches.
+proc_start() {
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  s=${s##*) } # after the command's name, which may hold spaces
+  # shellcheck disable=SC2086
+  set -- $s
+  echo "${20}"
+}
+# pid_alive FILE: prints the pid FILE records (the pid and its start time,
+# written by hack/cluster-lib.sh's start) if that very process still runs;
+# fails for a dead process or a pid another process reuses.
+pid_alive() {
+  local pid="" since=""
+  [ -f "$1" ] && read -r pid since <"$1"
+  [ -n "$pid" ] && [ -n "$since" ] && [ "$(proc_start "$pid")" = "$since" ] && echo "$pid"
+}
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 # containerd, its shims, ctr, runsc and kube-router (hack/build-node.sh);
 # cluster-up links the directory as $CLUSTER_DIR/bin for the Go tools.

@@ -4,17 +4,19 @@
 # pids/ and logs/: $D for the first node, nodes/nodeN for another); log
 # prints a line for the calling script.
 
-# running NAME: whether the process start NAME started is alive.
-running() { [ -f "$STATE/pids/$1" ] && kill -0 "$(cat "$STATE/pids/$1")" 2>/dev/null; }
+# running NAME: whether the process start NAME started is alive (that very
+# process: a run stopped halfway leaves pid files whose pids others reuse).
+running() { pid_alive "$STATE/pids/$1" >/dev/null; }
 
 # start NAME COMMAND...: starts COMMAND in its own session unless running,
-# logging to logs/NAME.log and recording its pid in pids/NAME.
+# logging to logs/NAME.log and recording its pid and start time in
+# pids/NAME.
 start() {
   local n=$1
   shift
   if running "$n"; then return; fi
   setsid "$@" >>"$STATE/logs/$n.log" 2>&1 &
-  echo $! >"$STATE/pids/$n"
+  echo "$! $(proc_start $!)" >"$STATE/pids/$n"
 }
 
 # wait_for WHAT COMMAND...: waits up to a minute for COMMAND to succeed.

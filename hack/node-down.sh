@@ -14,8 +14,8 @@ N=$(node_dir "$n")
 ip link set "tgn$n" down 2>/dev/null
 kill_pid() { # name
   local f="$N/pids/$1"
-  [ -f "$f" ] || return 0
-  kill -KILL "$(cat "$f")" 2>/dev/null
+  local pid
+  if pid=$(pid_alive "$f"); then kill -KILL "$pid" 2>/dev/null; fi
   rm -f "$f"
 }
 kill_pid kubelet

@@ -110,6 +110,9 @@ state = "$N/containerd/state"
   sandbox = "toolgate.dev/pause:dev"
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
+  # Pods' network namespaces are mounted under the state directory,
+  # which cluster-down unmounts, not in the host's /var/run/netns.
+  netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$N/cni/net.d"
