@@ -52,6 +52,43 @@ type Spec struct {
 	// starts (0: none). A body still running then is stopped and the frame
 	// says codes.Timeout.
 	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+	// Await is an address (host:port) the body's network must reach
+	// before the body starts: the egress proxy of a tool that names its
+	// hosts. A CNI applies a new pod's NetworkPolicy some time after the
+	// pod has its address; a body started within that time has its first
+	// connection refused or dropped, and then waits out the kernel's SYN
+	// retry (a second or more) or fails. Waiting is bounded by AwaitBound;
+	// the body then starts all the same and finds out for itself.
+	Await string `json:"await,omitempty"`
+}
+
+// AwaitBound is the longest a body waits for its Await address, and
+// awaitTry the longest one connection attempt takes: a dropped SYN is
+// tried again soon, not after the kernel's retry.
+var (
+	AwaitBound = 5 * time.Second
+	awaitTry   = 250 * time.Millisecond
+)
+
+// await returns once a TCP connection to addr opens, ctx ends, or
+// AwaitBound passes, whichever comes first.
+func await(ctx context.Context, addr string) {
+	ctx, cancel := context.WithTimeout(ctx, AwaitBound)
+	defer cancel()
+	for {
+		try, stop := context.WithTimeout(ctx, awaitTry)
+		conn, err := (&net.Dialer{}).DialContext(try, "tcp", addr)
+		stop()
+		if err == nil {
+			_ = conn.Close()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Execute runs the tool once and returns the frame header (without digest
@@ -128,6 +165,9 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.Await != "" {
+		await(ctx, spec.Await)
+	}
 	if err := cmd.Start(); err != nil {
 		return Header{Error: "the tool could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
 	}

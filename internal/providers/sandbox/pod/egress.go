@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -143,25 +145,24 @@ func Grant(job sandbox.Job, pod *corev1.Pod, now time.Time) egress.Grant {
 
 // egressEnv is the proxy environment of job's body in pod: HTTP_PROXY and
 // HTTPS_PROXY (both spellings) naming one of the proxy's ready pods, with
-// the attempt's signed grant as the proxy password. Handed over the
-// channel only, never in the pod spec.
-func (p *Provider) egressEnv(ctx context.Context, job sandbox.Job, pod *corev1.Pod) (map[string]string, error) {
+// the attempt's signed grant as the proxy password; and that pod's
+// address, which the runner reaches before it starts the body (a new
+// pod's NetworkPolicy may not be applied yet: runner.Spec.Await). Handed
+// over the channel only, never in the pod spec.
+func (p *Provider) egressEnv(ctx context.Context, job sandbox.Job, pod *corev1.Pod) (map[string]string, string, error) {
 	t, err := p.proxyTarget(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if len(t.addrs) == 0 {
-		return nil, pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf(
+		return nil, "", pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf(
 			"the tool names the hosts it may reach, but the egress proxy (Service %s/%s) has no ready pod; the body never started", t.namespace, p.Config.EgressService))
 	}
 	token, err := egress.Mint(egress.DeriveKey(p.Key.Bytes()), Grant(job, pod, p.now()))
 	if err != nil {
-		return nil, pipeline.Fail(pipeline.CodeSandboxUnavailable, "the egress grant cannot be made: "+err.Error())
+		return nil, "", pipeline.Fail(pipeline.CodeSandboxUnavailable, "the egress grant cannot be made: "+err.Error())
 	}
-	addr := t.addrs[rand.IntN(len(t.addrs))]
-	if strings.Contains(addr, ":") {
-		addr = "[" + addr + "]"
-	}
-	url := fmt.Sprintf("http://toolgate:%s@%s:%d", token, addr, egress.Port)
-	return map[string]string{"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}, nil
+	addr := net.JoinHostPort(t.addrs[rand.IntN(len(t.addrs))], strconv.Itoa(egress.Port))
+	url := fmt.Sprintf("http://toolgate:%s@%s", token, addr)
+	return map[string]string{"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}, addr, nil
 }

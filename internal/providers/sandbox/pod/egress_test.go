@@ -129,6 +129,9 @@ func TestTheBodyIsHandedItsProxyAndAGrantForItsPod(t *testing.T) {
 	if !ok || !ok2 || addr != "10.9.0.2:3128" {
 		t.Fatalf("proxy %q, want the ready proxy pod 10.9.0.2:3128", url)
 	}
+	if spec.Await != addr {
+		t.Fatalf("the runner awaits %q before the body, want the proxy it is handed, %s", spec.Await, addr)
+	}
 	g, err := egress.Verify([][]byte{egress.DeriveKey(managerKey.Bytes())}, token, time.Now())
 	if err != nil {
 		t.Fatalf("the grant: %v", err)

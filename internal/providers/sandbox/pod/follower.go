@@ -203,8 +203,9 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 		// manager resuming) is collected all the same.
 		var noProxy error
 		if req.Op == runner.OpRun && job.Tool.Egress != nil && !proxied {
-			env, err := p.egressEnv(ctx, job, pod)
+			env, proxy, err := p.egressEnv(ctx, job, pod)
 			if err == nil {
+				req.Spec.Await = proxy
 				req.Spec.Env = maps.Clone(req.Spec.Env)
 				if req.Spec.Env == nil {
 					req.Spec.Env = map[string]string{}
