@@ -54,20 +54,33 @@ var _ = Describe("toolgate on real pods", func() {
 		Expect(tc.Status.Result.Content).To(Equal(`{"hello":"world"}`))
 	})
 
-	It("runs a tool whose image carries the runner without an init container, and names a runnerPath the image lacks", func() {
+	It("runs the runner from an image volume or from a tool image that carries it, without an init container, and names a runnerPath the image lacks", func() {
 		ns := newAgentNamespace("own-runner")
-		ns.Submit(call{"own-runner", "echo_own_runner", `{"own":"runner"}`}, call{"no-runner", "echo_no_runner", `{}`})
+		ns.Submit(call{"own-runner", "echo_own_runner", `{"own":"runner"}`}, call{"no-runner", "echo_no_runner", `{}`},
+			call{"image-volume", "echo_args", `{"runner":"volume"}`})
 		// The pod goes with the call's result: look while the tool runs.
-		Eventually(func() string {
-			var b strings.Builder
-			for _, p := range ns.Pods(client.MatchingLabels{toolgatev1alpha1.LabelCall: "own-runner"}) {
-				for _, c := range p.Spec.InitContainers {
-					b.WriteString(c.Name)
+		shape := func(name string) func() string {
+			return func() string {
+				var b strings.Builder
+				for _, p := range ns.Pods(client.MatchingLabels{toolgatev1alpha1.LabelCall: name}) {
+					for _, c := range p.Spec.InitContainers {
+						b.WriteString(c.Name)
+					}
+					b.WriteString("|" + p.Spec.Containers[0].Command[0])
+					for _, v := range p.Spec.Volumes {
+						if v.Name == "runner" && v.Image != nil {
+							b.WriteString("|image " + v.Image.Reference)
+						}
+					}
 				}
-				b.WriteString("|" + p.Spec.Containers[0].Command[0])
+				return b.String()
 			}
-			return b.String()
-		}, 30*time.Second, 100*time.Millisecond).Should(Equal("|/toolgate-runner"), "no init container; the image's own runner is the entrypoint")
+		}
+		Eventually(shape("own-runner"), 30*time.Second, 100*time.Millisecond).Should(Equal("|/toolgate-runner"), "no init container; the image's own runner is the entrypoint")
+		// The local install mounts the runner image (--runner-image-volume).
+		Eventually(shape("image-volume"), 30*time.Second, 100*time.Millisecond).Should(Equal("|/toolgate/bin/toolgate-runner|image toolgate.dev/runner:dev"),
+			"no init container; the runner runs from the runner image, mounted")
+		Expect(ns.Committed("image-volume").Status.Result.Content).To(Equal(`{"runner":"volume"}`))
 		tc := ns.Committed("own-runner")
 		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
 		Expect(tc.Status.Result.Content).To(Equal(`{"own":"runner"}`))
