@@ -24,6 +24,9 @@ type callRunner struct {
 	tools    []toolgatev1alpha1.ToolDefinition // the profile's
 	// recorded is where the call's durable status says its attempt runs.
 	recorded func() string
+	// taken names the sandboxes the session's other unsettled calls'
+	// durable records name (sandbox.Job's Taken).
+	taken func(ctx context.Context) []string
 }
 
 // where names the sandbox the attempt runs in, as its provider knows it
@@ -60,6 +63,9 @@ func (r callRunner) prepare(ctx context.Context, st *pipeline.State) bool {
 		job.Attempt = st.Attempt
 		job.Key = sandbox.Key(job.OwnerUID, st.Attempt)
 		job.Dispatched = st.AttemptStartedAt
+		if r.taken != nil {
+			job.Taken = r.taken(ctx)
+		}
 		if err := p.Prepare(ctx, job); err != nil {
 			log.FromContext(ctx).Info("sandbox not prepared ahead of dispatch", "call", job.Owner.Name, "attempt", st.Attempt, "reason", err.Error())
 		}
@@ -89,6 +95,9 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 	job.Dispatched = exec.StartedAt
 	if r.recorded != nil {
 		job.Records, job.Recorded = true, r.recorded()
+	}
+	if r.taken != nil {
+		job.Taken = r.taken(ctx)
 	}
 	res, err := r.provider.Run(ctx, job)
 	if l, ok := r.provider.(sandbox.Locator); ok {

@@ -164,6 +164,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	s.runner.job.Policy = spec.Sandbox
 	s.runner.tools = spec.Tools
 	s.runner.recorded = func() string { return s.base.Status.Sandbox }
+	s.runner.taken = func(ctx context.Context) []string { return r.sandboxesTaken(ctx, tc) }
 	opts.Runner = s.runner
 	s.pipe = pipeline.New(compiled.Registry, opts)
 	if _, ok := compiled.Registry.Lookup(tc.Spec.Tool); !ok && s.st.Next == pipeline.StageExecute {
@@ -319,6 +320,22 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		logger.Info("call settled", "call", s.tc.Name, "token", s.st.Token, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// sandboxesTaken names the sandboxes the durable records of the other
+// unsettled calls of the call's session name: never given to the call.
+func (r *ToolCallReconciler) sandboxesTaken(ctx context.Context, tc *toolgatev1alpha1.ToolCall) []string {
+	calls, err := r.plans().calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	if err != nil {
+		return nil // the cache answers: an error is its absence
+	}
+	var taken []string
+	for _, c := range calls {
+		if c.UID != tc.UID && c.Status.Result == nil && c.Status.Sandbox != "" {
+			taken = append(taken, c.Status.Sandbox)
+		}
+	}
+	return taken
 }
 
 // childrenSettled reports whether every nested call of the call has its

@@ -64,6 +64,11 @@ type Job struct {
 	// nobody had written down.
 	Records  bool
 	Recorded string
+	// Taken names the sandboxes the durable records of the session's other
+	// unsettled calls name: a provider never gives one of them to this
+	// attempt (a manager that stopped may have recorded one before it
+	// finished taking it).
+	Taken []string
 }
 
 // What a tool's body may reach (ResolvedTool.network).

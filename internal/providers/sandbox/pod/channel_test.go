@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -921,4 +923,147 @@ func TestAChangeSeenDuringAnExchangeIsHandedBack(t *testing.T) {
 	default:
 		t.Fatal("the change seen during the exchange was lost: the follower waits a whole poll")
 	}
+}
+
+// TestAWarmPodServesOnlyOnceClaimed: the claim of a warm pod is written
+// beside the dispatch boundary, and the call is handed over only once the
+// claim is durable: a claim that fails hands nothing over (the body never
+// started). A successor that finds the boundary naming a warm pod still
+// the session's finishes the claim and hands the call over; a warm pod
+// another call's record names is never reserved.
+func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns, _, calls, job := warmSession(t, c, "claim-", 5)
+	var net network
+	// Claims of pods fail while refuse is set (the API server's answer to
+	// a pod deleted meanwhile).
+	var refuse atomic.Bool
+	p := newProvider()
+	p.Client = refusingClaims{Client: c, refuse: &refuse}
+	p.Dial = net.dial
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	warmPod := func(not ...types.UID) corev1.Pod {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			list := &corev1.PodList{}
+			must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
+			for _, w := range list.Items {
+				if !slices.Contains(not, w.UID) {
+					return w
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no warm pod")
+			}
+		}
+	}
+	// A cold call fills the pool.
+	if _, err := p.Run(ctx, job(0)); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	cold := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: Name("call-0", string(calls[0].UID), 1)}, cold))
+	net.add("10.0.1.1", startKubeletAt(t, c, cold, "10.0.1.1"))
+	if _, err := settle(t, p, job(0)); err != nil {
+		t.Fatalf("cold call: %v", err)
+	}
+	warm := warmPod()
+	wk := startKubeletAt(t, c, &warm, "10.0.1.2")
+	net.add("10.0.1.2", wk)
+
+	// Another call's record names the warm pod: it is not reserved.
+	taken := job(4)
+	taken.Taken = []string{warm.Name}
+	must(t, p.Prepare(ctx, taken))
+	if got := p.Where(taken.Key); got == warm.Name || got == "" {
+		t.Fatalf("prepared %q, want a pod of its own", got)
+	}
+	p.Discard(ctx, taken.Key)
+
+	// A claim on its way: the call waits for it, however often it is run,
+	// and the pod (not the call's yet) is neither judged nor stopped.
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the provider's Stop, which waits for the claim
+	p.Client = refusingClaims{Client: c, refuse: &refuse, hold: hold}
+	j := job(1)
+	must(t, p.Prepare(ctx, j))
+	if got := p.Where(j.Key); got != warm.Name {
+		t.Fatalf("prepared %q, want the warm pod %s", got, warm.Name)
+	}
+	j.Records, j.Recorded = true, warm.Name
+	for range 3 {
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("run while the claim is on its way: %v", err)
+		}
+	}
+	if wk.runs.Load() != 0 {
+		t.Fatal("handed over before the claim was durable")
+	}
+	release()
+	if res, err := settle(t, p, j); err != nil || res.Stdout != `ran with {"n":1}` {
+		t.Fatalf("once claimed: %+v %v", res, err)
+	}
+	p.Discard(ctx, j.Key)
+
+	// Its claim fails: the call is never handed over.
+	next := warmPod(warm.UID)
+	nk := startKubeletAt(t, c, &next, "10.0.1.3")
+	net.add("10.0.1.3", nk)
+	refuse.Store(true)
+	j = job(2)
+	must(t, p.Prepare(ctx, j))
+	if got := p.Where(j.Key); got != next.Name {
+		t.Fatalf("prepared %q, want the warm pod %s", got, next.Name)
+	}
+	j.Records, j.Recorded = true, next.Name
+	_, err := settle(t, p, j)
+	var f *pipeline.Failure
+	if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxLost || !strings.Contains(f.Message, "never started") {
+		t.Fatalf("%v, want sandbox_lost, the body never started", err)
+	}
+	if n := nk.runs.Load(); n != 0 {
+		t.Fatalf("a pod whose claim failed ran %d calls", n)
+	}
+
+	// A successor finds the boundary naming the warm pod, unclaimed (the
+	// claim refused above: still the session's).
+	refuse.Store(false)
+	successor := newProvider()
+	successor.Dial = net.dial
+	t.Cleanup(func() { _ = successor.Stop(context.Background()) })
+	j = job(3)
+	j.Resumed, j.Records, j.Recorded = true, true, next.Name
+	if res, err := settle(t, successor, j); err != nil || res.Stdout != `ran with {"n":3}` {
+		t.Fatalf("resumed on the recorded warm pod: %+v %v", res, err)
+	}
+	claimed := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(&next), claimed))
+	if !metav1.IsControlledBy(claimed, calls[3]) || claimed.Labels[toolgatev1alpha1.LabelWarm] != "" {
+		t.Fatalf("the recorded warm pod is not call-3's: %+v", claimed.ObjectMeta)
+	}
+	if n := nk.runs.Load(); n != 1 {
+		t.Fatalf("the warm pod ran %d calls", n)
+	}
+}
+
+// refusingClaims answers a warm pod's claim NotFound while refuse is set,
+// and holds it until hold is closed, when there is one.
+type refusingClaims struct {
+	client.Client
+	refuse *atomic.Bool
+	hold   chan struct{}
+}
+
+func (r refusingClaims) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if _, ok := obj.(*corev1.Pod); ok && obj.GetAnnotations()[toolgatev1alpha1.AnnotationClaimed] != "" {
+		if r.hold != nil {
+			<-r.hold
+		}
+		if r.refuse.Load() {
+			return apierrors.NewNotFound(corev1.Resource("pods"), obj.GetName())
+		}
+	}
+	return r.Client.Patch(ctx, obj, patch, opts...)
 }

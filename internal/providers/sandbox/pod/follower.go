@@ -127,6 +127,14 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 		return pipeline.Fail(pipeline.CodeManagerUnavailable,
 			"the tool's pod was ready in time, but no manager handed it the call while its deadline left the body its timeout; the body never started")
 	}
+	if c := p.claimOf(job.Key); c != nil {
+		// A warm pod is handed its call only once its claim is durable.
+		<-c.done
+		if c.err != nil {
+			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the warm pod reserved for the call could not be claimed (changed or deleted by someone else); the body never started")
+			return
+		}
+	}
 	for {
 		pod, err := first, error(nil)
 		first = nil

@@ -67,6 +67,9 @@ type Provider struct {
 	// this process deleted: their pod is made again even once the
 	// pipeline resumes them, since nothing of theirs ever ran.
 	remade map[string]bool
+	// claims are the warm pods this process reserved, by attempt key:
+	// their claims on the way or done (warm.go).
+	claims map[string]*pendingClaim
 	warm   pools
 	proxy  proxyCache
 	// minPoll and maxPoll replace the followers' poll bounds, and
@@ -129,6 +132,22 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	// exactly what cancellation needs.
 	api := context.WithoutCancel(ctx)
 	f := p.follower(job.Key)
+	if c := p.claimOf(job.Key); c != nil && f != nil {
+		select {
+		case <-c.done:
+			if c.err != nil && isDone(f) {
+				// The warm pod never became the call's: nothing was
+				// handed over, and the pod is not the call's to judge
+				// or stop.
+				return sandbox.Result{}, f.err
+			}
+		default:
+			// Its claim is on its way: the pod is not the call's yet. The
+			// follower hands the call over once it is, and its end wakes
+			// the call.
+			return sandbox.Result{}, sandbox.ErrPending
+		}
+	}
 	pod, err := p.find(api, p.Reader, job, f)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -317,6 +336,13 @@ func (p *Provider) find(ctx context.Context, from client.Reader, job sandbox.Job
 		return pod, nil
 	}
 	pod := &corev1.Pod{}
+	if f != nil && p.Client.Get(ctx, key, pod) == nil && pod.UID == f.uid && p.ours(pod, callOwner(job)) {
+		// The cache shows the followed pod as the call's own: as good as
+		// a read (the pod's events reconcile the call again), and a round
+		// trip less between a body's end and its result.
+		return pod, nil
+	}
+	pod = &corev1.Pod{}
 	err := from.Get(ctx, key, pod)
 	switch {
 	case f != nil:
@@ -334,6 +360,11 @@ func (p *Provider) find(ctx context.Context, from client.Reader, job sandbox.Job
 		return claimed, nil
 	case err == nil:
 		return pod, nil // someone else's: Run decides
+	}
+	if from == p.Reader {
+		if claimed, cerr = p.claimRecorded(ctx, job); cerr != nil || claimed != nil {
+			return claimed, cerr
+		}
 	}
 	return nil, err
 }
@@ -378,8 +409,11 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bo
 		return err
 	}
 	template := templateOf(pod)
-	if warm := p.claim(ctx, job, template); warm != nil {
+	if warm, c := p.reserve(ctx, job, template); warm != nil {
 		warmClaims.WithLabelValues("hit").Inc()
+		p.claimInBackground(job, warm.DeepCopy(), c)
+		// What the pod is once claimed: the hand-over waits for the claim.
+		p.applyClaim(warm, job)
 		p.made(job, warm, follow)
 		p.replenishAfter(job, template)
 		return sandbox.ErrPending
@@ -488,6 +522,11 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 				delete(p.prepared, key)
 			}
 		}
+		for key := range p.claims {
+			if sandbox.OfCall(key, uid) {
+				delete(p.claims, key)
+			}
+		}
 		p.mu.Unlock()
 	}
 	return left == 0, nil
@@ -519,6 +558,7 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 	delete(p.followers, key)
 	delete(p.prepared, key)
 	delete(p.remade, key)
+	delete(p.claims, key)
 	p.mu.Unlock()
 	if ok {
 		// The pod it followed, never another made under its name since; the

@@ -49,3 +49,13 @@ func tracePrepare(p *Provider, job sandbox.Job, start time.Time) {
 	}
 	tracing.CallOf(string(job.OwnerUID), job.Traceparent).Boundary("sandbox prepare", start, time.Now(), attrs...)
 }
+
+// traceClaim adds the span of a warm pod's claim, written beside the
+// dispatch boundary.
+func traceClaim(job sandbox.Job, pod *corev1.Pod, start time.Time, err error) {
+	if !tracing.Active() {
+		return
+	}
+	tracing.CallOf(string(job.OwnerUID), job.Traceparent).Boundary("sandbox claim", start, time.Now(),
+		attribute.String("toolgate.pod", pod.Name), attribute.Int("toolgate.attempt", job.Attempt), attribute.Bool("toolgate.claimed", err == nil))
+}

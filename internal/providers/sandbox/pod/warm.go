@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,45 +93,153 @@ func templateOf(pod *corev1.Pod) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
-// claim takes a warm pod of the job's session and template for the job's
-// attempt, or returns nil. Only a pod toolgate made for the session (its
-// seal and owner reference: seal.go) that is running, young enough and not
-// being deleted is taken; the claim is one
-// optimistic-locked write, so two calls never share a pod.
-func (p *Provider) claim(ctx context.Context, job sandbox.Job, template string) *corev1.Pod {
+// Claims. A warm pod is the attempt's once this process reserves it: in
+// memory (never given to two attempts here) and not named by another
+// unsettled call's durable record (job.Taken: a manager that stopped may
+// have recorded one it had not finished taking). The claim itself, one
+// optimistic-locked write moving the pod's control to the ToolCall, runs
+// beside the write of the dispatch boundary that names the pod, not
+// before it; the body is handed over only once both are durable. A
+// successor that finds the boundary naming a pod still the session's
+// finishes the claim (claimRecorded).
+
+// pendingClaim is a claim on its way: done closes once it is durable or
+// failed (err).
+type pendingClaim struct {
+	pod  types.UID
+	done chan struct{}
+	err  error
+}
+
+// reserve picks a warm pod of the job's session and template for the
+// job's attempt and reserves it, or returns nil. Only a pod toolgate made
+// for the session (its seal and owner reference: seal.go) that is running,
+// young enough and not being deleted is taken.
+func (p *Provider) reserve(ctx context.Context, job sandbox.Job, template string) (*corev1.Pod, *pendingClaim) {
 	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
-		return nil
+		return nil, nil
 	}
 	list := &corev1.PodList{}
 	if err := p.Client.List(ctx, list, client.InNamespace(job.Owner.Namespace), client.MatchingLabels(poolLabels(job, template))); err != nil {
-		return nil
+		return nil, nil
 	}
 	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if !pod.DeletionTimestamp.IsZero() || pod.Status.PodIP == "" || !running(pod) || terminated(pod) ||
-			now.Sub(pod.CreationTimestamp.Time) > warmMaxAge || !p.ours(pod, sessionOwner(job)) {
+		if !claimable(pod, now) || !p.ours(pod, sessionOwner(job)) || slices.Contains(job.Taken, pod.Name) || p.reservedLocked(pod.UID) {
 			continue
 		}
-		base := pod.DeepCopy()
-		delete(pod.Labels, toolgatev1alpha1.LabelWarm)
-		pod.Labels[toolgatev1alpha1.LabelCall] = textutil.LabelValue(job.Owner.Name)
-		pod.Labels[toolgatev1alpha1.LabelAttempt] = fmt.Sprint(job.Attempt)
-		pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
+		if p.claims == nil {
+			p.claims = map[string]*pendingClaim{}
 		}
-		pod.Annotations[toolgatev1alpha1.AnnotationClaimed] = now.UTC().Format(time.RFC3339Nano)
-		pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
-		if err := p.Client.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				log.FromContext(ctx).Error(err, "warm pod not claimed", "pod", pod.Name)
-			}
-			continue // claimed by another call meanwhile, or gone
-		}
-		return pod
+		c := &pendingClaim{pod: pod.UID, done: make(chan struct{})}
+		p.claims[job.Key] = c
+		return pod.DeepCopy(), c
 	}
-	return nil
+	return nil, nil
+}
+
+// claimable reports whether a warm pod can serve a call now.
+func claimable(pod *corev1.Pod, now time.Time) bool {
+	return pod.DeletionTimestamp.IsZero() && pod.Status.PodIP != "" && running(pod) && !terminated(pod) &&
+		now.Sub(pod.CreationTimestamp.Time) <= warmMaxAge
+}
+
+// reservedLocked reports whether an attempt of this process holds the
+// pod (p.mu held).
+func (p *Provider) reservedLocked(uid types.UID) bool {
+	for _, c := range p.claims {
+		if c.pod == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// claimInBackground writes the claim of the pod reserved with c beside
+// the dispatch boundary; the attempt's follower waits for it (claimOf).
+func (p *Provider) claimInBackground(job sandbox.Job, pod *corev1.Pod, c *pendingClaim) {
+	p.warm.fills.Add(1) // Stop waits for it
+	go func() {
+		defer p.warm.fills.Done()
+		start := time.Now()
+		_, c.err = p.takeOver(context.Background(), job, pod)
+		traceClaim(job, pod, start, c.err)
+		if c.err != nil {
+			log.Log.Info("warm pod not claimed", "call", job.Owner.Name, "pod", pod.Name, "reason", c.err.Error())
+		}
+		close(c.done)
+	}()
+}
+
+// claimOf is the claim of the attempt with key, nil when it has none on
+// its way or done.
+func (p *Provider) claimOf(key string) *pendingClaim {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.claims[key]
+}
+
+// takeOver moves a warm pod of the job's session to the job's attempt:
+// its control to the ToolCall, its labels to the call's. The write is
+// optimistic-locked; a conflict (the kubelet writes the pod's status) is
+// retried on the pod as read again, as long as it is still the session's
+// own warm pod and can serve.
+func (p *Provider) takeOver(ctx context.Context, job sandbox.Job, pod *corev1.Pod) (*corev1.Pod, error) {
+	for try := 0; ; try++ {
+		base := pod.DeepCopy()
+		p.applyClaim(pod, job)
+		err := p.Client.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if err == nil {
+			return pod, nil
+		}
+		if !apierrors.IsConflict(err) || try >= 5 {
+			return nil, err
+		}
+		uid := base.UID
+		pod = &corev1.Pod{}
+		if err := p.Reader.Get(ctx, client.ObjectKeyFromObject(base), pod); err != nil {
+			return nil, err
+		}
+		if pod.UID != uid || pod.Labels[toolgatev1alpha1.LabelWarm] != "true" || !claimable(pod, p.now()) || !p.ours(pod, sessionOwner(job)) {
+			return nil, fmt.Errorf("warm pod %s changed meanwhile: no longer the session's, or unable to serve", base.Name)
+		}
+	}
+}
+
+// applyClaim makes pod, a warm pod, the job's attempt's: its control
+// moves to the ToolCall, its labels to the call's.
+func (p *Provider) applyClaim(pod *corev1.Pod, job sandbox.Job) {
+	delete(pod.Labels, toolgatev1alpha1.LabelWarm)
+	pod.Labels[toolgatev1alpha1.LabelCall] = textutil.LabelValue(job.Owner.Name)
+	pod.Labels[toolgatev1alpha1.LabelAttempt] = fmt.Sprint(job.Attempt)
+	pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[toolgatev1alpha1.AnnotationClaimed] = p.now().UTC().Format(time.RFC3339Nano)
+	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
+}
+
+// claimRecorded finishes the claim of the pod the attempt's durable
+// boundary names, when it is still the session's warm pod: its claim was
+// on its way when the manager that wrote the boundary stopped, and no
+// body was handed to it (the hand-over waits for the claim). nil when the
+// boundary names no such pod.
+func (p *Provider) claimRecorded(ctx context.Context, job sandbox.Job) (*corev1.Pod, error) {
+	if job.Recorded == "" || job.WarmPods <= 0 {
+		return nil, nil
+	}
+	pod := &corev1.Pod{}
+	if err := p.Reader.Get(ctx, types.NamespacedName{Namespace: job.Owner.Namespace, Name: job.Recorded}, pod); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if pod.Labels[toolgatev1alpha1.LabelWarm] != "true" || !p.ours(pod, sessionOwner(job)) || !claimable(pod, p.now()) {
+		return nil, nil
+	}
+	return p.takeOver(ctx, job, pod)
 }
 
 // claimed finds the pod an attempt claimed (by this process or a previous
