@@ -13,7 +13,7 @@ STATE=$D
 log() { echo "cluster-up: $*" >&2; }
 
 all_running=1
-for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-router; do running "$n" || all_running=0; done
+for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-router netpol-guard; do running "$n" || all_running=0; done
 # The nodes beyond the first: TOOLGATE_NODES=2 (hack/node-up.sh).
 more_nodes() {
   for i in $(seq 2 "$TOOLGATE_NODES"); do "$root/hack/node-up.sh" "$i"; done
@@ -26,13 +26,13 @@ fi
 
 # Prerequisites: Debian packages and the source-built binaries.
 need=()
-for c in runc openssl iptables ipset conntrack curl ip; do command -v "$c" >/dev/null || need+=("$c"); done
+for c in runc openssl iptables ipset conntrack curl ip nft; do command -v "$c" >/dev/null || need+=("$c"); done
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -x /bin/busybox ] || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   pkgs=()
   for c in "${need[@]}"; do
-    case "$c" in ip) pkgs+=(iproute2) ;; *) pkgs+=("$c") ;; esac
+    case "$c" in ip) pkgs+=(iproute2) ;; nft) pkgs+=(nftables) ;; *) pkgs+=("$c") ;; esac
   done
   log "installing ${pkgs[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
@@ -232,12 +232,11 @@ start kube-router "$NODE_BIN/kube-router" --kubeconfig "$D/kubeconfig/kube-route
 wait_for kube-router iptables -n -L KUBE-ROUTER-FORWARD
 # kube-router applies a new pod's policy at its next full sync, some time
 # after the pod has its address: until then the pod's traffic would pass,
-# and a tool's body can start within that time (e2e's isolation spec saw a
-# cold tool pod reach another namespace's pod). kube-router gives every
-# pod a chain that marks the traffic its policies allow, and accepts it; so
-# a new connection of a pod that is not marked comes from a pod not synced
-# yet, and is dropped (TCP tries again once it is).
-iptables -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP 2>/dev/null ||
-  iptables -A FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP
+# and a tool's body can start within that time (e2e's isolation spec saw
+# cold tool pods reach another namespace's pod). A new connection of a pod
+# kube-router has not synced yet is dropped (TCP tries again once it is):
+# hack/netpol-guard.sh says how.
+start netpol-guard "$root/hack/netpol-guard.sh" 10.244.0.0/24
+wait_for "the NetworkPolicy guard" iptables -t mangle -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m set ! --match-set toolgate-synced src -j DROP
 more_nodes
 log "ready: export KUBECONFIG=$KUBECONFIG_ADMIN"

@@ -15,11 +15,13 @@ ip link set "tgn$n" down 2>/dev/null
 kill_pid() { # name
   local f="$N/pids/$1"
   local pid
-  if pid=$(pid_alive "$f"); then kill -KILL "$pid" 2>/dev/null; fi
+  # The process and what it started (each runs in a session of its own).
+  if pid=$(pid_alive "$f"); then kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; fi
   rm -f "$f"
 }
 kill_pid kubelet
 kill_pid kube-router
+kill_pid netpol-guard
 kill_pid containerd
 sock=$N/containerd/containerd.sock
 pkill -KILL -f "containerd-shim-run[a-z]*-v[12] .*-address $sock" 2>/dev/null

@@ -30,7 +30,7 @@ log() { echo "node-up $n: $*" >&2; }
 in_ns() { nsenter --net="/run/netns/$ns" "$@"; }
 
 all_running=1
-for c in containerd kubelet kube-router; do running "$c" || all_running=0; done
+for c in containerd kubelet kube-router netpol-guard; do running "$c" || all_running=0; done
 if [ "$all_running" = 1 ] && kubectl get node "$name" >/dev/null 2>&1; then
   log "already running"
   exit 0
@@ -88,12 +88,11 @@ ipt nat PREROUTING -i "$link" -d 10.244.0.254 -p tcp --dport "$API_PORT" -j DNAT
 # (what is for the host itself, the API server and the replies to it,
 # passes).
 ipt mangle PREROUTING -i "$link" ! -d 10.244.0.0/16 -m addrtype ! --dst-type LOCAL -j DROP
-# In the node's namespace, the first node's rules: pods open no connection
-# to the node itself, and a pod kube-router has not synced yet opens none
-# at all (cluster-up.sh says why).
+# In the node's namespace, the first node's rule: pods open no connection
+# to the node itself (a pod kube-router has not synced yet opens none at
+# all: hack/netpol-guard.sh, started beside the node's kube-router).
 IPT=(nsenter --net="/run/netns/$ns" iptables)
 ipt filter INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP
-ipt filter FORWARD -s "$pods" -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP
 
 # --- containerd --------------------------------------------------------------
 sock=$N/containerd/containerd.sock
@@ -190,4 +189,6 @@ start kube-router nsenter --net="/run/netns/$ns" "$NODE_BIN/kube-router" --kubec
   --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
   --service-cluster-ip-range 10.96.0.0/24 --health-port 0 --metrics-port 0
 wait_for kube-router in_ns iptables -n -L KUBE-ROUTER-FORWARD
+start netpol-guard nsenter --net="/run/netns/$ns" "$root/hack/netpol-guard.sh" "$pods"
+wait_for "the NetworkPolicy guard" in_ns iptables -t mangle -C FORWARD -s "$pods" -m conntrack --ctstate NEW -m set ! --match-set toolgate-synced src -j DROP
 log "ready: node $name"

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -47,15 +48,27 @@ var _ = Describe("isolation of tool pods, enforced", func() {
 		}, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty(), "the other session's warm pod runs")
 		ns.Session, ns.turn = "s", 0
 
+		// Every node, at the address its pods have a route to (its address
+		// on their bridge, where its kubelet listens too), and at its
+		// InternalIP; a tool pod runs on one of them.
 		nodes := &corev1.NodeList{}
 		Expect(clients[userAdmin].List(ctx, nodes)).To(Succeed())
-		nodeIP := ""
-		for _, a := range nodes.Items[0].Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				nodeIP = a.Address
-			}
+		type probe struct {
+			name, host string
+			port       int
 		}
-		Expect(nodeIP).NotTo(BeEmpty())
+		var nodeProbes []probe
+		for i, n := range nodes.Items {
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP {
+					nodeProbes = append(nodeProbes, probe{fmt.Sprintf("to-node-%d-apiserver", i), a.Address, 6443},
+						probe{fmt.Sprintf("to-node-%d-kubelet", i), a.Address, 10250})
+				}
+			}
+			bridge := podBridgeAddress(n.Name)
+			nodeProbes = append(nodeProbes, probe{fmt.Sprintf("to-node-%d-bridge-kubelet", i), bridge, 10250})
+		}
+		Expect(nodeProbes).To(HaveLen(3*len(nodes.Items)), "every node has an InternalIP")
 		apiService := &corev1.Service{}
 		Expect(clients[userAdmin].Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, apiService)).To(Succeed())
 		// Where pods reach the API server on the local cluster (the egress
@@ -70,17 +83,12 @@ var _ = Describe("isolation of tool pods, enforced", func() {
 		}
 		Expect(podsAPI).NotTo(BeEmpty(), "the egress proxy's KUBERNETES_SERVICE_HOST")
 
-		probes := []struct {
-			name, host string
-			port       int
-		}{
+		probes := append([]probe{
 			{"to-api-service", apiService.Spec.ClusterIP, 443},
-			{"to-node-apiserver", nodeIP, 6443},
 			{"to-pods-apiserver", podsAPI, 6443},
-			{"to-node-kubelet", nodeIP, 10250},
 			{"to-other-session", otherPod.Status.PodIP, runner.Port},
 			{"to-other-namespace", serverIP, 8080},
-		}
+		}, nodeProbes...)
 		var turn []call
 		for _, p := range probes {
 			turn = append(turn, call{p.name, "probe", fmt.Sprintf(`{"host":"%s","port":%d}`, p.host, p.port)})
@@ -106,9 +114,19 @@ spec:
           podSelector: {matchLabels: {app: server}}
       ports: [{protocol: TCP, port: 8080}]
 `, toolgatev1alpha1.LabelSandbox, target.Name))
-		ns.Submit(call{"to-opened", "probe", fmt.Sprintf(`{"host":"%s","port":8080}`, serverIP)},
-			call{"to-other-session-still", "probe", fmt.Sprintf(`{"host":"%s","port":%d}`, otherPod.Status.PodIP, runner.Port)})
-		Expect(ns.Committed("to-opened").Status.Result.Content).To(Equal("reached\n"), "the opened destination")
+		// The CNI applies a new policy at its next sync, as it does a new
+		// pod's: a call made sooner is refused, so calls are made until one
+		// reaches it.
+		reached := ""
+		for k := 0; k < 8 && reached == ""; k++ {
+			name := fmt.Sprintf("to-opened-%d", k)
+			ns.Submit(call{name, "probe", fmt.Sprintf(`{"host":"%s","port":8080}`, serverIP)})
+			if ns.Committed(name).Status.Result.Content == "reached\n" {
+				reached = name
+			}
+		}
+		Expect(reached).NotTo(BeEmpty(), "the opened destination, within 8 calls")
+		ns.Submit(call{"to-other-session-still", "probe", fmt.Sprintf(`{"host":"%s","port":%d}`, otherPod.Status.PodIP, runner.Port)})
 		Expect(ns.Committed("to-other-session-still").Status.Result.Content).To(Equal("unreachable\n"), "the other session's pod admits no tool pod")
 	})
 })
@@ -142,4 +160,17 @@ func runningIP(ns *agentNamespace, name string) string {
 		return ip
 	}, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty(), "pod %s runs", name)
 	return ip
+}
+
+// podBridgeAddress is the address a node of the local cluster has on its
+// pods' bridge (docs/local-cluster.md): 10.244.0.254 on the first node,
+// 10.244.(N-1).254 on node N.
+func podBridgeAddress(node string) string {
+	n := 1
+	if s := nodeNumber(node); s != "" {
+		var err error
+		n, err = strconv.Atoi(s)
+		ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	}
+	return fmt.Sprintf("10.244.%d.254", n-1)
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# netpol-guard.sh RANGE: run by cluster-up.sh and node-up.sh in a node's
+# network namespace, beside its kube-router. It keeps the ipset
+# toolgate-synced equal to the pods of RANGE that kube-router has given a
+# firewall chain, and a mangle FORWARD rule drops every new connection of
+# a pod of RANGE not in it.
+#
+# Why: kube-router applies a new pod's NetworkPolicy at its next sync,
+# some time after the pod has its address, and a body can start sooner.
+# Until then the pod's traffic meets no chain of its own; a connection to
+# a pod that no policy selects is even marked allowed by that pod's chain.
+# So whether kube-router has synced a connection's source is read from its
+# rules (a `-s POD/32 -j KUBE-POD-FW-*` jump), re-read whenever nftables
+# reports a rule change. The drop sits in mangle, which runs before
+# kube-router's filter chains (it keeps its own jump first in filter).
+set -uo pipefail
+range=${1:?usage: netpol-guard.sh POD_RANGE}
+set=toolgate-synced
+ipset create "$set" hash:ip -exist
+iptables -t mangle -C FORWARD -s "$range" -m conntrack --ctstate NEW -m set ! --match-set "$set" src -j DROP 2>/dev/null ||
+  iptables -t mangle -A FORWARD -s "$range" -m conntrack --ctstate NEW -m set ! --match-set "$set" src -j DROP
+last=unset
+sync() {
+  local want
+  want=$(iptables -S KUBE-ROUTER-FORWARD 2>/dev/null |
+    sed -n 's/^-A KUBE-ROUTER-FORWARD -s \([0-9.]*\)\/32 .*-j KUBE-POD-FW-.*/\1/p' | sort -u)
+  [ "$want" = "$last" ] && return
+  {
+    echo "create $set-next hash:ip -exist"
+    echo "flush $set-next"
+    for ip in $want; do echo "add $set-next $ip"; done
+    echo "swap $set-next $set"
+    echo "destroy $set-next"
+  } | ipset restore && last=$want
+}
+while :; do
+  sync
+  # One read per burst of changes: kube-router rewrites its chains at
+  # once, reported line by line.
+  nft monitor rules 2>/dev/null | while read -r _; do
+    while read -r -t 0.05 _; do :; done
+    sync
+  done
+  sleep 1
+done
