@@ -14,12 +14,7 @@ import (
 // the pod has its address, and a first connection made sooner is refused
 // (a busybox nc then waited past its tool's timeout in e2e).
 func TestABodyStartsOnceItsAwaitAddressIsReachable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := closedAddr(t)
 	marker := filepath.Join(t.TempDir(), "up")
 	go func() {
 		// Not reachable at first, as under a policy not yet applied.
@@ -49,16 +44,23 @@ func TestABodyStartsOnceItsAwaitAddressIsReachable(t *testing.T) {
 // An address that never answers delays the body by AwaitBound at most:
 // the body starts all the same, and meets the failure itself.
 func TestABodyStartsAllTheSameWhenItsAwaitAddressNeverAnswers(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := closedAddr(t)
 	defer func(b time.Duration) { AwaitBound = b }(AwaitBound)
 	AwaitBound = 300 * time.Millisecond
 	h, out, _ := Execute(context.Background(), Spec{Argv: []string{"/bin/echo", "ran"}, Await: addr}, nil, time.Second)
 	if string(out) != "ran\n" || h.Code != "" {
 		t.Fatalf("body said %q (%+v), want it run after the bound", out, h)
 	}
+}
+
+// closedAddr is a loopback address no one listens on (yet).
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
 }
