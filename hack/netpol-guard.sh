@@ -35,10 +35,12 @@ sync() {
 }
 while :; do
   sync
-  # One read per burst of changes: kube-router rewrites its chains at
-  # once, reported line by line.
+  # One read per burst of changes (kube-router rewrites its chains at once,
+  # reported line by line), and at least one every 100 ms while changes
+  # keep coming: on a busy node they never pause.
   nft monitor rules 2>/dev/null | while read -r _; do
-    while read -r -t 0.05 _; do :; done
+    until=$((${EPOCHREALTIME/./} + 100000))
+    while [ "${EPOCHREALTIME/./}" -lt "$until" ] && read -r -t 0.02 _; do :; done
     sync
   done
   sleep 1
