@@ -36,11 +36,18 @@ sync() {
 while :; do
   sync
   # One read per burst of changes (kube-router rewrites its chains at once,
-  # reported line by line), and at least one every 100 ms while changes
-  # keep coming: on a busy node they never pause.
-  nft monitor rules 2>/dev/null | while read -r _; do
-    until=$((${EPOCHREALTIME/./} + 100000))
-    while [ "${EPOCHREALTIME/./}" -lt "$until" ] && read -r -t 0.02 _; do :; done
+  # reported line by line), at least one every 100 ms while changes keep
+  # coming (on a busy node they never pause), and one every second in any
+  # case (nft monitor can miss events when its socket's buffer overflows).
+  nft monitor rules 2>/dev/null | while :; do
+    read -r -t 1 _
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+      until=$((${EPOCHREALTIME/./} + 100000))
+      while [ "${EPOCHREALTIME/./}" -lt "$until" ] && read -r -t 0.02 _; do :; done
+    elif [ "$rc" -le 128 ]; then
+      break # nft monitor ended: started again
+    fi
     sync
   done
   sleep 1
