@@ -19,19 +19,22 @@ set=toolgate-synced
 ipset create "$set" hash:ip -exist
 iptables -t mangle -C FORWARD -s "$range" -m conntrack --ctstate NEW -m set ! --match-set "$set" src -j DROP 2>/dev/null ||
   iptables -t mangle -A FORWARD -s "$range" -m conntrack --ctstate NEW -m set ! --match-set "$set" src -j DROP
-last=unset
+# sync makes the set what kube-router's rules say, compared with the set
+# itself each time: kube-router restores every ipset of the namespace from
+# a copy it saved earlier, ours included, which can put back a stale one.
 sync() {
-  local want
+  local want have
   want=$(iptables -S KUBE-ROUTER-FORWARD 2>/dev/null |
     sed -n 's/^-A KUBE-ROUTER-FORWARD -s \([0-9.]*\)\/32 .*-j KUBE-POD-FW-.*/\1/p' | sort -u)
-  [ "$want" = "$last" ] && return
+  have=$(ipset list "$set" 2>/dev/null | sed '1,/^Members:/d' | sort -u)
+  [ "$want" = "$have" ] && return
   {
     echo "create $set-next hash:ip -exist"
     echo "flush $set-next"
     for ip in $want; do echo "add $set-next $ip"; done
     echo "swap $set-next $set"
     echo "destroy $set-next"
-  } | ipset restore && last=$want
+  } | ipset restore
 }
 while :; do
   sync
