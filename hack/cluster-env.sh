@@ -7,7 +7,8 @@ API_PORT=${TOOLGATE_API_PORT:-6443}
 ETCD_PORT=${TOOLGATE_ETCD_PORT:-23790}
 KUBECONFIG_ADMIN=$CLUSTER_DIR/kubeconfig/admin.kubeconfig
 CONTAINERD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
-# proc_start PID: when process PID started (clock ticks after boot). Pids
+# proc_start PID: when process PID started (clock ticks after boot), if
+# it is alive (a zombie is not). Pids
 # are reused (pid_max is often 32768): a pid file names the process it
 # recorded only while this still matches.
 proc_start() {
@@ -16,6 +17,7 @@ proc_start() {
   s=${s##*) } # after the command's name, which may hold spaces
   # shellcheck disable=SC2086
   set -- $s
+  [ "$1" != Z ] || return 1 # dead, not yet reaped
   echo "${20}"
 }
 # pid_alive FILE: prints the pid FILE records (the pid and its start time,

@@ -1,6 +1,7 @@
 package clusterscripts
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // bash runs script after sourcing the cluster scripts' functions, with
@@ -83,5 +85,38 @@ if running sleeper; then echo "running after its process died"; exit 1; fi
 echo ok`)
 	if err != nil || out != "ok" {
 		t.Fatalf("%s (%v)", out, err)
+	}
+}
+
+// A process that died but was not reaped yet (a zombie: the node's init
+// reaps slowly) does not count as running: cluster-up took a guard killed
+// a moment before for running, and started none.
+func TestAZombieIsNotRunning(t *testing.T) {
+	state := newState(t)
+	dead := exec.Command("true")
+	if err := dead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := dead.Process.Pid
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if f := strings.Fields(string(s[strings.LastIndexByte(string(s), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process never became a zombie")
+		}
+	}
+	t.Cleanup(func() { _ = dead.Wait() })
+	if err := os.WriteFile(filepath.Join(state, "pids", "guard"), []byte(fmt.Sprintf("%d %s\n", pid, fields[19])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := bash(t, state, `if running guard; then echo running; else echo stopped; fi`); err != nil || out != "stopped" {
+		t.Fatalf("running says %q (%v) of a zombie, want stopped", out, err)
 	}
 }
