@@ -41,7 +41,8 @@ done
 ip route del unreachable 10.244.0.0/16 2>/dev/null
 [ -f "$D/ip_forward" ] && sysctl -qw "net.ipv4.ip_forward=$(cat "$D/ip_forward")"
 stop netpol-guard
-while iptables -t mangle -D FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m set ! --match-set toolgate-synced src -j DROP 2>/dev/null; do :; done
+# shellcheck disable=SC2046 # the rule's words
+while iptables -t mangle -D FORWARD $(guard_rule 10.244.0.0/24) 2>/dev/null; do :; done
 stop kube-router
 # Its iptables chains and ipsets go with it (kube-router's own
 # --cleanup-config leaves them on this iptables).
@@ -51,7 +52,7 @@ done
 kr_chains=$(iptables -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^KUBE-(ROUTER|POD-FW|NWPLCY)-/ {print $2}')
 for c in $kr_chains; do iptables -F "$c"; done
 for c in $kr_chains; do iptables -X "$c"; done
-for set in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|toolgate-synced)'); do ipset destroy "$set" 2>/dev/null; done
+for set in $(ipset list -n 2>/dev/null | grep -E "^(KUBE-|$GUARD_SET)"); do ipset destroy "$set" 2>/dev/null; done
 stop kubelet
 # Containers outlive the kubelet: stop their shims (children of containerd's
 # state dir) before containerd.
@@ -85,8 +86,9 @@ left=$(
   ip route show 10.244.0.0/16 2>/dev/null | sed 's/^/route: /'
   iptables -C INPUT -i tgbr0 -m conntrack --ctstate NEW -j DROP 2>/dev/null && echo "iptables: the INPUT rule of tgbr0"
   iptables -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m mark ! --mark 0x20000/0x20000 -j DROP 2>/dev/null && echo "iptables: the FORWARD rule of unsynced pods"
-  iptables -t mangle -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m set ! --match-set toolgate-synced src -j DROP 2>/dev/null && echo "iptables: the NetworkPolicy guard's rule"
-  ipset list -n 2>/dev/null | grep -q '^toolgate-synced' && echo "ipset: the NetworkPolicy guard's set"
+  # shellcheck disable=SC2046 # the rule's words
+  iptables -t mangle -C FORWARD $(guard_rule 10.244.0.0/24) 2>/dev/null && echo "iptables: the NetworkPolicy guard's rule"
+  ipset list -n 2>/dev/null | grep -q "^$GUARD_SET" && echo "ipset: the NetworkPolicy guard's set"
   iptables -t nat -C PREROUTING -i tgbr0 -d 10.244.0.254 -p tcp --dport 6443 -j DNAT --to-destination 127.0.0.1:6443 2>/dev/null && echo "iptables: the API server DNAT of tgbr0"
   iptables -S 2>/dev/null | grep -q -E 'KUBE-(ROUTER|POD-FW|NWPLCY)-' && echo "iptables: kube-router's chains"
   ipset list -n 2>/dev/null | grep -q -E '^KUBE-' && echo "ipset: kube-router's sets"

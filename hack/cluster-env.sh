@@ -7,10 +7,9 @@ API_PORT=${TOOLGATE_API_PORT:-6443}
 ETCD_PORT=${TOOLGATE_ETCD_PORT:-23790}
 KUBECONFIG_ADMIN=$CLUSTER_DIR/kubeconfig/admin.kubeconfig
 CONTAINERD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
-# proc_start PID: when process PID started (clock ticks after boot), if
-# it is alive (a zombie is not). Pids
-# are reused (pid_max is often 32768): a pid file names the process it
-# recorded only while this still matches.
+# proc_start PID: when process PID started (clock ticks after boot), if it
+# is alive (a zombie is not). Pids are reused (pid_max is often 32768): a
+# pid file names the process it recorded only while this still matches.
 proc_start() {
   local s
   s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
@@ -28,6 +27,10 @@ pid_alive() {
   [ -f "$1" ] && read -r pid since <"$1"
   [ -n "$pid" ] && [ -n "$since" ] && [ "$(proc_start "$pid")" = "$since" ] && echo "$pid"
 }
+# guard_rule RANGE: the mangle FORWARD rule of hack/netpol-guard.sh, which
+# drops a new connection of a pod of RANGE not in the set GUARD_SET.
+GUARD_SET=toolgate-synced
+guard_rule() { echo "-s $1 -m conntrack --ctstate NEW -m set ! --match-set $GUARD_SET src -j DROP"; }
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 # containerd, its shims, ctr, runsc and kube-router (hack/build-node.sh);
 # cluster-up links the directory as $CLUSTER_DIR/bin for the Go tools.

@@ -237,6 +237,7 @@ wait_for kube-router iptables -n -L KUBE-ROUTER-FORWARD
 # kube-router has not synced yet is dropped (TCP tries again once it is):
 # hack/netpol-guard.sh says how.
 start netpol-guard "$root/hack/netpol-guard.sh" 10.244.0.0/24
-wait_for "the NetworkPolicy guard" iptables -t mangle -C FORWARD -s 10.244.0.0/24 -m conntrack --ctstate NEW -m set ! --match-set toolgate-synced src -j DROP
+# shellcheck disable=SC2046 # the rule's words
+wait_for "the NetworkPolicy guard" iptables -t mangle -C FORWARD $(guard_rule 10.244.0.0/24)
 more_nodes
 log "ready: export KUBECONFIG=$KUBECONFIG_ADMIN"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # netpol-guard.sh RANGE: run by cluster-up.sh and node-up.sh in a node's
 # network namespace, beside its kube-router. It keeps the ipset
-# toolgate-synced equal to the pods of RANGE that kube-router has given a
+# GUARD_SET (cluster-env.sh) equal to the pods of RANGE that kube-router has given a
 # firewall chain, and a mangle FORWARD rule drops every new connection of
 # a pod of RANGE not in it.
 #
@@ -14,11 +14,12 @@
 # reports a rule change. The drop sits in mangle, which runs before
 # kube-router's filter chains (it keeps its own jump first in filter).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/cluster-env.sh"
 range=${1:?usage: netpol-guard.sh POD_RANGE}
-set=toolgate-synced
+set=$GUARD_SET
 ipset create "$set" hash:ip -exist
-iptables -t mangle -C FORWARD -s "$range" -m conntrack --ctstate NEW -m set ! --match-set "$set" src -j DROP 2>/dev/null ||
-  iptables -t mangle -A FORWARD -s "$range" -m conntrack --ctstate NEW -m set ! --match-set "$set" src -j DROP
+# shellcheck disable=SC2046 # the rule's words
+iptables -t mangle -C FORWARD $(guard_rule "$range") 2>/dev/null || iptables -t mangle -A FORWARD $(guard_rule "$range")
 # sync makes the set what kube-router's rules say, compared with the set
 # itself each time: kube-router restores every ipset of the namespace from
 # a copy it saved earlier, ours included, which can put back a stale one.

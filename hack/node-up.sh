@@ -190,5 +190,6 @@ start kube-router nsenter --net="/run/netns/$ns" "$NODE_BIN/kube-router" --kubec
   --service-cluster-ip-range 10.96.0.0/24 --health-port 0 --metrics-port 0
 wait_for kube-router in_ns iptables -n -L KUBE-ROUTER-FORWARD
 start netpol-guard nsenter --net="/run/netns/$ns" "$root/hack/netpol-guard.sh" "$pods"
-wait_for "the NetworkPolicy guard" in_ns iptables -t mangle -C FORWARD -s "$pods" -m conntrack --ctstate NEW -m set ! --match-set toolgate-synced src -j DROP
+# shellcheck disable=SC2046 # the rule's words
+wait_for "the NetworkPolicy guard" in_ns iptables -t mangle -C FORWARD $(guard_rule "$pods")
 log "ready: node $name"

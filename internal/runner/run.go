@@ -75,10 +75,9 @@ var (
 func await(ctx context.Context, addr string) {
 	ctx, cancel := context.WithTimeout(ctx, AwaitBound)
 	defer cancel()
+	d := net.Dialer{Timeout: awaitTry}
 	for {
-		try, stop := context.WithTimeout(ctx, awaitTry)
-		conn, err := (&net.Dialer{}).DialContext(try, "tcp", addr)
-		stop()
+		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = conn.Close()
 			return

@@ -98,14 +98,12 @@ func TestAZombieIsNotRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := dead.Process.Pid
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
+	fields := statFields(pid)
+	if len(fields) < 20 {
+		t.Fatalf("no /proc stat of pid %d", pid)
 	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		s, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if f := strings.Fields(string(s[strings.LastIndexByte(string(s), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+		if f := statFields(pid); len(f) > 0 && f[0] == "Z" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -119,4 +117,14 @@ func TestAZombieIsNotRunning(t *testing.T) {
 	if out, err := bash(t, state, `if running guard; then echo running; else echo stopped; fi`); err != nil || out != "stopped" {
 		t.Fatalf("running says %q (%v) of a zombie, want stopped", out, err)
 	}
+}
+
+// statFields are the fields of /proc/PID/stat after the command's name:
+// the state first, the start time 20th.
+func statFields(pid int) []string {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(s[strings.LastIndexByte(string(s), ')')+1:]))
 }
