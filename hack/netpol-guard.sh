@@ -76,7 +76,7 @@ while :; do
   fi
   if { ((burst)) && ((now - quiet >= 50000 || now - burst >= 500000)); } || ((now - rules >= 10000000)); then
     : >"$events"
-    exec {ev}<"$events"
+    exec {ev}<&- {ev}<"$events" # read from its start again
     burst=0 checked=$now rules=$now
     sync rules
   elif ((now - checked >= 1000000)); then

@@ -24,6 +24,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	_ "net/http/pprof" // -pprof
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -58,7 +60,12 @@ func main() {
 	curveFlag := flag.String("curve", "1,10,100,1000", "session counts of the scale curve (empty: none)")
 	turnsFlag := flag.String("turns", "1,10,50,100", "turn sizes whose session object is measured (empty: none)")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the manager and the bench; not the API server's) to this file")
+	pprofAddr := flag.String("pprof", "", "serve this process's profiles (net/http/pprof) on this loopback address while it runs, 127.0.0.1:6060 say: heap profiles of a sustained run, taken apart, show what grows")
 	flag.Parse()
+	if *pprofAddr != "" {
+		srv := &http.Server{Addr: *pprofAddr, ReadHeaderTimeout: 5 * time.Second}
+		go func() { fmt.Fprintln(os.Stderr, "throughput: pprof:", srv.ListenAndServe()) }()
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {

@@ -209,6 +209,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 func (s *Server) handle(ctx context.Context, conn net.Conn) {
+	connected := time.Now()
 	defer func() { _ = conn.Close() }()
 	// A connection still being set up when the runner stops is dropped at
 	// once; a linked one waits for the frame.
@@ -240,7 +241,7 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		refuse(conn, err.Error())
 		return
 	}
-	if err := s.accept(ctx, req); err != nil {
+	if err := s.accept(ctx, req, connected); err != nil {
 		refuse(conn, err.Error())
 		return
 	}
@@ -370,8 +371,10 @@ func (s *Server) readRequest(r *bufio.Reader, challenge string) (*Request, error
 }
 
 // accept starts the handed call, once; a collect, or a run of the call
-// already handed over, only waits for its frame.
-func (s *Server) accept(ctx context.Context, req *Request) error {
+// already handed over, only waits for its frame. connected is when the
+// connection that handed it was accepted.
+func (s *Server) accept(ctx context.Context, req *Request, connected time.Time) error {
+	handed := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -391,6 +394,7 @@ func (s *Server) accept(ctx context.Context, req *Request) error {
 	s.state, s.call = StateRunning, req.Call
 	go func() {
 		h, stdout, stderr := s.Execute(ctx, spec, []byte(req.Arguments), s.forward)
+		h.ConnectedUnixMicros, h.HandedUnixMicros = connected.UnixMicro(), handed.UnixMicro()
 		var b strings.Builder
 		if err := WriteFrame(&b, s.frameKey, h, stdout, stderr); err != nil {
 			h, stdout, stderr = Header{Error: "the frame could not be sealed", Code: codes.SandboxLost}, nil, nil

@@ -165,6 +165,24 @@ func TestChannelRunsTheHandedCallOnce(t *testing.T) {
 	}
 }
 
+// TestTheFrameTimesTheHandOver: the frame says when the runner accepted
+// the connection that handed the call over, when it had opened the
+// request, and when the body started, in that order, all within the
+// exchange: the hand-over's hops in the call's trace.
+func TestTheFrameTimesTheHandOver(t *testing.T) {
+	addr, manager, _ := channel(t)
+	before := time.Now().Truncate(time.Microsecond)
+	_, res, err := exchange(t, addr, manager, runRequest("uid-1/1", "true", "{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	connected, handed, started := time.UnixMicro(res.ConnectedUnixMicros), time.UnixMicro(res.HandedUnixMicros), time.UnixMicro(res.BodyStartedUnixMicros)
+	if connected.Before(before) || handed.Before(connected) || started.Before(handed) || started.After(after) {
+		t.Fatalf("exchange %v–%v: connected %v, handed %v, body started %v", before, after, connected, handed, started)
+	}
+}
+
 // TestChannelOnlyTheManagerHandsOver: a request sealed under any other key,
 // a recorded request replayed on a new connection, or a collect before
 // anything was handed over runs nothing.

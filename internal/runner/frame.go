@@ -45,6 +45,13 @@ type Header struct {
 	// call's trace.
 	BodyStartedUnixMicros int64 `json:"bodyStartedUnixMicros,omitempty"`
 	BodyMicros            int64 `json:"bodyMicros,omitempty"`
+	// ConnectedUnixMicros is when the runner accepted the connection that
+	// handed the call over, and HandedUnixMicros when it had opened the
+	// request (its clock): the hand-over's share of the manager (up to
+	// the connection), of the channel (the greeting and the request) and
+	// of the runner (up to the body's start), in the call's trace.
+	ConnectedUnixMicros int64 `json:"connectedUnixMicros,omitempty"`
+	HandedUnixMicros    int64 `json:"handedUnixMicros,omitempty"`
 }
 
 // Result is a verified frame.

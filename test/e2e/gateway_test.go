@@ -185,7 +185,7 @@ spec:
 			}
 			return names
 		}, 60*time.Second, time.Second).Should(ContainElements("mcp tools/call", "toolgate call", "toolgate PreExecute", "toolgate Dispatch",
-			"toolgate Execute", "toolgate sandbox start", "toolgate body", "toolgate PostExecute", "toolgate Result", "toolgate commit"), "the call's spans in Jaeger")
+			"toolgate Execute", "toolgate sandbox start", "toolgate hand-over", "toolgate body", "toolgate PostExecute", "toolgate Result", "toolgate commit"), "the call's spans in Jaeger")
 		gw, root := byName["mcp tools/call"], byName["toolgate call"]
 		Expect(gw.parent()).To(Equal(agentSpan), "the gateway's span is the agent's span's child")
 		Expect(services[gw.ProcessID]).To(Equal("toolgate-gateway"))

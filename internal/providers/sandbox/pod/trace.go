@@ -32,6 +32,11 @@ func traceBody(job sandbox.Job, pod *corev1.Pod, res *runner.Result) {
 		}
 		call.Boundary("sandbox start", job.Dispatched, start, append(where, attribute.String("toolgate.pod_kind", kind))...)
 	}
+	if res.ConnectedUnixMicros != 0 && res.HandedUnixMicros >= res.ConnectedUnixMicros {
+		// The greeting and the request, from the runner's accepting the
+		// connection to its opening the request.
+		call.Boundary("hand-over", time.UnixMicro(res.ConnectedUnixMicros), time.UnixMicro(res.HandedUnixMicros), where...)
+	}
 	call.Body(start, start.Add(time.Duration(res.BodyMicros)*time.Microsecond), append(where, attribute.Int("toolgate.exit_code", res.ExitCode))...)
 }
 

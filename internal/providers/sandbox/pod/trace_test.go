@@ -30,14 +30,18 @@ func TestTheBodyIsASpanOfTheCall(t *testing.T) {
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	started := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
 	job := sandbox.Job{OwnerUID: "uid-1", Traceparent: tp, Attempt: 1, Dispatched: started.Add(-30 * time.Millisecond)}
-	res := &runner.Result{Header: runner.Header{BodyStartedUnixMicros: started.UnixMicro(), BodyMicros: 42_000}}
+	res := &runner.Result{Header: runner.Header{BodyStartedUnixMicros: started.UnixMicro(), BodyMicros: 42_000,
+		ConnectedUnixMicros: started.Add(-3 * time.Millisecond).UnixMicro(), HandedUnixMicros: started.Add(-time.Millisecond).UnixMicro()}}
 	warm := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Annotations: map[string]string{toolgatev1alpha1.AnnotationClaimed: "c1"}}, Spec: corev1.PodSpec{NodeName: "n1"}}
 	traceBody(job, warm, res)
 	spans := rec.Ended()
-	if len(spans) != 2 {
+	if len(spans) != 3 {
 		t.Fatalf("%d spans", len(spans))
 	}
-	claim, s := spans[0], spans[1]
+	claim, handed, s := spans[0], spans[1], spans[2]
+	if handed.Name() != "toolgate hand-over" || !handed.StartTime().Equal(started.Add(-3*time.Millisecond)) || !handed.EndTime().Equal(started.Add(-time.Millisecond)) {
+		t.Errorf("hand-over span %q %v–%v", handed.Name(), handed.StartTime(), handed.EndTime())
+	}
 	if claim.Name() != "toolgate sandbox start" || !claim.StartTime().Equal(job.Dispatched) || !claim.EndTime().Equal(started) ||
 		!strings.Contains(fmt.Sprint(claim.Attributes()), "warm") {
 		t.Errorf("sandbox span %q %v–%v %v", claim.Name(), claim.StartTime(), claim.EndTime(), claim.Attributes())
@@ -52,7 +56,7 @@ func TestTheBodyIsASpanOfTheCall(t *testing.T) {
 
 	// A runner of a release that does not time the body adds nothing.
 	traceBody(job, &corev1.Pod{}, &runner.Result{})
-	if len(rec.Ended()) != 2 {
+	if len(rec.Ended()) != 3 {
 		t.Error("a span without the runner's timing")
 	}
 }
