@@ -55,9 +55,19 @@ func (b *bench) count(list client.ObjectList, w watch.Interface) {
 			kind := fmt.Sprintf("%T", ev.Object)
 			v, _ := b.byKind.LoadOrStore(kind[strings.LastIndex(kind, ".")+1:], &atomic.Int64{})
 			v.(*atomic.Int64).Add(1)
-			if tc, ok := ev.Object.(*toolgatev1alpha1.ToolCall); ok && tc.Committed() {
+			tc, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
+			if isCall && ev.Type == watch.Added {
+				b.held.Add(1)
+			} else if isCall && ev.Type == watch.Deleted {
+				b.held.Add(-1)
+			}
+			// A call on its way out was seen committed before: the
+			// sustained run forgets a turn's commits once checked, and its
+			// deletion must not bring them back.
+			if isCall && tc.Committed() && tc.DeletionTimestamp == nil && ev.Type != watch.Deleted {
 				b.mu.Lock()
 				if _, seen := b.done[tc.Namespace+"/"+tc.Name]; !seen {
+					b.commits.Add(1)
 					b.done[tc.Namespace+"/"+tc.Name] = commit{at: time.Now(), outcome: tc.Status.Result.Outcome, code: strings.TrimSpace(tc.Status.Result.ErrorCode + " " + tc.Status.Result.Message + trail(tc)), seq: *tc.Status.Schedule.CommitSequence}
 				}
 				b.mu.Unlock()

@@ -85,8 +85,8 @@ func (b *bench) print(committed *atomic.Int64, stop chan struct{}) {
 		b.mu.Lock()
 		seen := len(b.done)
 		b.mu.Unlock()
-		fmt.Printf("  t=%4.0fs seen %6d committed %6d  calls/s %5.1f  write requests/s %6.1f  heap %4.0f MiB  RSS %4.0f MiB\n",
-			time.Since(start).Seconds(), seen, calls, float64(calls-lastCalls)/10, float64(w-lastWrites)/10, heap, rss)
+		fmt.Printf("  t=%4.0fs committed %6d  calls/s %5.1f  write requests/s %6.1f  ToolCalls held %6d  commits remembered %5d  heap %4.0f MiB  RSS %4.0f MiB\n",
+			time.Since(start).Seconds(), calls, float64(calls-lastCalls)/10, float64(w-lastWrites)/10, b.held.Load(), seen, heap, rss)
 		lastCalls, lastWrites = calls, w
 	}
 }

@@ -115,6 +115,8 @@ type bench struct {
 	created atomic.Int64 // the agent's creations (write requests too)
 	stalls  atomic.Int64 // turns that went stallReport without a commit
 	changes atomic.Int64 // watch events: effective writes
+	held    atomic.Int64 // ToolCalls the API server holds: created less deleted
+	commits atomic.Int64 // commits seen, never less (done forgets)
 	byKind  sync.Map     // kind → *atomic.Int64, the same by kind
 	mu      sync.Mutex
 	done    map[string]commit // namespace/name → its commit, first seen

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"golang.org/x/sync/errgroup"
 	"slices"
 	"time"
 
@@ -117,13 +118,6 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	setSessionStatus(s, logged)
-	expireIn, err := r.expire(ctx, base, logged)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if recheck > 0 && (expireIn == 0 || recheck < expireIn) {
-		expireIn = recheck
-	}
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
 	if c := r.isolationCondition(ctx, s, profile); c != nil {
 		meta.SetStatusCondition(&s.Status.Conditions, *c)
@@ -131,8 +125,41 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	// Stamped whatever Ready says, so that Ready=False at the current
 	// generation means rejected, not yet seen.
 	s.Status.ObservedGeneration = s.Generation
+	if _, retains := r.retention(s); retains && completeThrough(s) > completeThrough(base) {
+		// A turn newly complete is written before its calls expire, in
+		// this reconcile: waiting for the next one to read it back cost
+		// a round of every session's reconciles per turn, and under load
+		// the backlog of calls held grew without bound. This is the
+		// reconcile's one status write; the defer finds nothing left.
+		if err := patch(ctx, r.Client, s, base, true, false); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		base = s.DeepCopy()
+	}
+	expireIn, err := r.expire(ctx, base, logged)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if recheck > 0 && (expireIn == 0 || recheck < expireIn) {
+		expireIn = recheck
+	}
 	return ctrl.Result{RequeueAfter: expireIn}, nil
 }
+
+// retention is how long the session keeps a committed call once its turn
+// is complete (spec.ttlSecondsAfterCommit, else DefaultRetention), and
+// whether it deletes them at all.
+func (r *AgentSessionReconciler) retention(s *toolgatev1alpha1.AgentSession) (time.Duration, bool) {
+	if t := s.Spec.TTLSecondsAfterCommit; t != nil {
+		return time.Duration(*t) * time.Second, true
+	}
+	return r.DefaultRetention, r.DefaultRetention > 0
+}
+
+// expireWorkers bounds the deletions one session's reconcile has in
+// flight: one after another, a backlog of a few hundred calls held the
+// session's worker for seconds.
+const expireWorkers = 8
 
 // expire deletes the committed calls whose time is up
 // (spec.ttlSecondsAfterCommit, else DefaultRetention, after their result,
@@ -142,14 +169,14 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // unwritten one: a turn whose calls are gone must already be recorded
 // complete, or its size would hold the session back for good.
 func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) (time.Duration, error) {
-	ttl := r.DefaultRetention
-	if t := persisted.Spec.TTLSecondsAfterCommit; t != nil {
-		ttl = time.Duration(*t) * time.Second
-	} else if ttl <= 0 {
+	ttl, retains := r.retention(persisted)
+	if !retains {
 		return 0, nil
 	}
 	through, now := completeThrough(persisted), r.Clock.Now()
 	var next time.Duration
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(expireWorkers)
 	for _, c := range calls {
 		if !c.Committed() || c.Spec.Turn > through || deleting(c) {
 			continue
@@ -161,13 +188,16 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 			}
 			continue
 		}
-		uid := c.UID
-		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return 0, fmt.Errorf("deleting an expired call: %w", err)
-		}
-		log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
+		g.Go(func() error {
+			uid := c.UID
+			if err := r.Client.Delete(gctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting an expired call: %w", err)
+			}
+			log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
+			return nil
+		})
 	}
-	return next, nil
+	return next, g.Wait()
 }
 
 // plans is the session's planner: the cache alone (patch.go says why).

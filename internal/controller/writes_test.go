@@ -11,17 +11,22 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dto "github.com/prometheus/client_model/go"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/approval"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
@@ -367,5 +372,44 @@ var _ = Describe("a session with ttlSecondsAfterCommit", func() {
 			g.Expect(st.CommittedCalls).To(BeZero(), "the counts are of the calls present")
 			g.Expect(st.CommitCursor).To(Equal(&toolgatev1alpha1.CallPosition{Turn: 1, Index: 0}))
 		}).Should(Succeed())
+	})
+})
+
+var _ = Describe("a session's retention under a backlog", Ordered, func() {
+	BeforeAll(func() {
+		ownManagers()
+		startManager(env.Config)
+	})
+
+	It("expires a turn in the reconcile that records it complete, not one reconcile later", func() {
+		ns := newNamespace()
+		setup(processProfile(ns, shTool("echo", "cat").ConcurrencySafe("true").Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
+			func(s *tu.AgentSessionWrapper) { s.Spec.TTLSecondsAfterCommit = ptr.To[int32](3600) })
+		for turn, name := range []string{"c0", "c1"} {
+			submit(ns, name, "echo", `{"text":"a"}`, int64(turn), 0)
+			Expect(committedCall(ns, name).Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		}
+		Eventually(func() int64 { return session(ns).Status.CommittedTurn }).Should(Equal(int64(1)))
+		stopRunningManager()
+
+		// The session's status one turn behind its calls, as a session
+		// under load has it, and its calls due at once.
+		s := session(ns)
+		base := s.DeepCopy()
+		s.Spec.TTLSecondsAfterCommit = ptr.To[int32](0)
+		Expect(k8s.Patch(ctx, s, client.MergeFrom(base))).To(Succeed())
+		base = s.DeepCopy()
+		s.Status.CommittedTurn = 0
+		Expect(k8s.Status().Patch(ctx, s, client.MergeFrom(base))).To(Succeed())
+
+		r := &AgentSessionReconciler{Client: k8s, Profiles: NewProfiles(k8s), Sandboxes: &sandbox.Mounts{}, Approvals: &approval.Mounts{}, Clock: clock.RealClock{}}
+		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(s)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(session(ns).Status.CommittedTurn).To(Equal(int64(1)))
+		for _, name := range []string{"c0", "c1"} {
+			c := &toolgatev1alpha1.ToolCall{}
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)
+			Expect(apierrors.IsNotFound(err) || (err == nil && deleting(c))).To(BeTrue(), name+" is still held")
+		}
 	})
 })
