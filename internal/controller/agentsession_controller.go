@@ -156,10 +156,21 @@ func (r *AgentSessionReconciler) retention(s *toolgatev1alpha1.AgentSession) (ti
 	return r.DefaultRetention, r.DefaultRetention > 0
 }
 
-// expireWorkers bounds the deletions one session's reconcile has in
-// flight: one after another, a backlog of a few hundred calls held the
-// session's worker for seconds.
-const expireWorkers = 8
+// callWriters bounds the writes on its calls one session's reconcile has
+// in flight: expiring or cancelling a backlog of a few hundred calls one
+// after another held the session's worker for seconds.
+const callWriters = 8
+
+// writeEach applies write to every call, callWriters at a time, and
+// returns the first error.
+func writeEach(ctx context.Context, calls []*toolgatev1alpha1.ToolCall, write func(context.Context, *toolgatev1alpha1.ToolCall) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(callWriters)
+	for _, c := range calls {
+		g.Go(func() error { return write(gctx, c) })
+	}
+	return g.Wait()
+}
 
 // expire deletes the committed calls whose time is up
 // (spec.ttlSecondsAfterCommit, else DefaultRetention, after their result,
@@ -175,8 +186,7 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 	}
 	through, now := completeThrough(persisted), r.Clock.Now()
 	var next time.Duration
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(expireWorkers)
+	var due []*toolgatev1alpha1.ToolCall
 	for _, c := range calls {
 		if !c.Committed() || c.Spec.Turn > through || deleting(c) {
 			continue
@@ -188,16 +198,16 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 			}
 			continue
 		}
-		g.Go(func() error {
-			uid := c.UID
-			if err := r.Client.Delete(gctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting an expired call: %w", err)
-			}
-			log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
-			return nil
-		})
+		due = append(due, c)
 	}
-	return next, g.Wait()
+	return next, writeEach(ctx, due, func(ctx context.Context, c *toolgatev1alpha1.ToolCall) error {
+		uid := c.UID
+		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting an expired call: %w", err)
+		}
+		log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
+		return nil
+	})
 }
 
 // plans is the session's planner: the cache alone (patch.go says why).
@@ -208,22 +218,26 @@ func (r *AgentSessionReconciler) plans() planner { return planner{reader: r.Clie
 // drainRelease), and lets the session go once all have.
 func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
 	pending := false
+	var cancel []*toolgatev1alpha1.ToolCall
 	for _, c := range calls {
 		if c.Committed() || ((outOfLog(c.Status.Schedule.Refusal) || c.Spec.ParentRef != nil) && c.Status.Result != nil) {
 			continue
 		}
 		pending = true
 		if !c.Spec.CancelRequested {
-			base := c // the cache's, read only: the patch is written on a copy
-			c = c.DeepCopy()
-			c.Spec.CancelRequested = true
-			if err := patch(ctx, r.Client, c, base, false, true); err != nil {
-				return err
-			}
+			cancel = append(cancel, c)
 		}
 	}
+	err := writeEach(ctx, cancel, func(ctx context.Context, base *toolgatev1alpha1.ToolCall) error {
+		c := base.DeepCopy() // base is the cache's, read only
+		c.Spec.CancelRequested = true
+		return patch(ctx, r.Client, c, base, false, true)
+	})
+	if err != nil {
+		return err
+	}
 	if pending {
-		_, err := r.schedule(ctx, planSession(s, calls, nil))
+		_, err = r.schedule(ctx, planSession(s, calls, nil))
 		return err
 	}
 	// Every call committed: they go with the session (a call holds no
