@@ -247,10 +247,7 @@ func (b *bench) faults(committed *atomic.Int64, total, restarts int, stop chan s
 		if err := b.restart(); err != nil {
 			return err
 		}
-		for {
-			if b.commits.Load() > seen {
-				break
-			}
+		for b.commits.Load() <= seen {
 			select {
 			case <-stop:
 				return nil

@@ -3,9 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
-	"golang.org/x/sync/errgroup"
 	"slices"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
