@@ -22,13 +22,19 @@ const (
 	// "proxy" on one whose tool names its hosts (reached through the
 	// egress proxy only), "false" on any other.
 	LabelEgress = "toolgate.dev/egress"
-	// LabelCall names the ToolCall a pod serves.
+	// LabelCall names the ToolCall a pod made for it serves. A warm pod a
+	// call claimed carries it, LabelCallUID and LabelAttempt as
+	// annotations instead (PodCall reads either).
 	LabelCall = "toolgate.dev/call"
 	// LabelCallUID is the UID of the ToolCall a pod serves.
 	LabelCallUID = "toolgate.dev/call-uid"
 	// LabelAttempt is the attempt of the call a pod serves.
 	LabelAttempt = "toolgate.dev/attempt"
-	// LabelWarm is "true" while a warm pod waits for a call.
+	// LabelWarm is "true" on a pod started warm, before any call needed
+	// it. A claim changes no label (a pod's label change makes the
+	// node's policy engine resync, or gives the pod a new identity, while
+	// the call waits): the pod waits for a call until AnnotationClaimed
+	// is on it (WarmWaiting).
 	LabelWarm = "toolgate.dev/warm"
 	// LabelSession names the session a warm pod was started for, and the
 	// session of a call pkg/agent or the gateway made (as a label value:
@@ -41,7 +47,8 @@ const (
 	// pod only of its own template.
 	LabelTemplate = "toolgate.dev/template"
 
-	// AnnotationClaimed records when a warm pod was claimed by its call.
+	// AnnotationClaimed records when a warm pod was claimed by its call;
+	// the claim also moves the pod's controller reference to the call.
 	AnnotationClaimed = "toolgate.dev/claimed"
 	// AnnotationSeal proves toolgate created a tool pod: a MAC of the
 	// pod's namespace, name and UID under a key only the manager holds,
@@ -104,4 +111,22 @@ func (ar *ApprovalRequest) ApprovalCount() (approved, required int) {
 		}
 	}
 	return approved, required
+}
+
+// PodCall names the ToolCall a tool pod serves, its UID and the attempt:
+// from the labels of a pod made for the call, from the annotations of a
+// warm pod the call claimed; empty for a warm pod still waiting. Which
+// call controls a pod is its controller reference; this is for finding
+// and reading.
+func PodCall(pod metav1.Object) (name, uid, attempt string) {
+	if l := pod.GetLabels(); l[LabelCall] != "" {
+		return l[LabelCall], l[LabelCallUID], l[LabelAttempt]
+	}
+	a := pod.GetAnnotations()
+	return a[LabelCall], a[LabelCallUID], a[LabelAttempt]
+}
+
+// WarmWaiting reports whether pod is a warm pod no call has claimed.
+func WarmWaiting(pod metav1.Object) bool {
+	return pod.GetLabels()[LabelWarm] == "true" && pod.GetAnnotations()[AnnotationClaimed] == ""
 }

@@ -216,7 +216,7 @@ func waitWarm(ctx context.Context, c client.Client, ns, session string) error {
 			return err
 		}
 		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+			if toolgatev1alpha1.WarmWaiting(&p) && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
 				return nil
 			}
 		}
@@ -490,7 +490,10 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 		SessionRef: toolgatev1alpha1.LocalObjectReference{Name: k.session}, Turn: int64(i), CallID: name, Tool: k.tool,
 		Arguments: k.arguments, Requester: "admin",
 	}}
-	pw, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelCall: name})
+	// The namespace's tool pods (a warm pod names its call in its
+	// annotations once claimed): only the pods there now are replayed,
+	// since a measured call's pod goes with it.
+	pw, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"})
 	if err != nil {
 		return measured{}, err
 	}
@@ -552,6 +555,9 @@ func toolCall(ctx context.Context, c client.WithWatch, ns string, k kind, i int,
 			}
 			p, isPod := ev.Object.(*corev1.Pod)
 			if !isPod {
+				continue
+			}
+			if call, _, _ := toolgatev1alpha1.PodCall(p); call != name {
 				continue
 			}
 			uid = string(p.UID)

@@ -126,7 +126,7 @@ func timeTurn(ctx context.Context, c client.Client, ns string, turn int64, n int
 			return 0, nil, err
 		}
 		for _, p := range pods.Items {
-			if names[p.Labels[toolgatev1alpha1.LabelCall]] && p.Spec.NodeName != "" && !seen[p.Name] {
+			if call, _, _ := toolgatev1alpha1.PodCall(&p); names[call] && p.Spec.NodeName != "" && !seen[p.Name] {
 				seen[p.Name] = true
 				on[p.Spec.NodeName]++
 			}

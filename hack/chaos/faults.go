@@ -90,7 +90,7 @@ func (r *chaos) fault(kind string) (string, error) {
 		}
 		var running []corev1.Pod
 		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Labels[toolgatev1alpha1.LabelWarm] != "true" {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && !toolgatev1alpha1.WarmWaiting(&p) {
 				running = append(running, p)
 			}
 		}
@@ -98,7 +98,7 @@ func (r *chaos) fault(kind string) (string, error) {
 			return "", errNoTarget
 		}
 		p := running[r.rng.IntN(len(running))]
-		name := p.Labels[toolgatev1alpha1.LabelCall]
+		name, _, _ := toolgatev1alpha1.PodCall(&p)
 		// The call may fail for it (sandbox_lost, sandbox_evicted,
 		// interrupted): the workload asked for that.
 		r.mu.Lock()

@@ -193,7 +193,7 @@ func (r *chaos) watchEvictions(ctx context.Context) (stop func() []string) {
 				r.mu.Lock()
 				if !seen[p.Name] {
 					seen[p.Name] = true
-					if c := r.calls[p.Labels[toolgatev1alpha1.LabelCall]]; c != nil {
+					if c := r.calls[callOf(p)]; c != nil {
 						// Evicted under pressure, or refused at admission
 						// (OutOfmemory, or Evicted again): the body never
 						// started then.
@@ -236,7 +236,7 @@ func (r *chaos) loseNode(ctx context.Context) (string, error) {
 	}
 	r.mu.Lock()
 	for _, p := range pods.Items {
-		if c := r.calls[p.Labels[toolgatev1alpha1.LabelCall]]; c != nil {
+		if c := r.calls[callOf(&p)]; c != nil {
 			// Its pod dies, or its start dies with the kubelet (a
 			// container whose creation was cut short: sandbox_unavailable).
 			c.podDeleted, c.podRefused = true, true
@@ -279,4 +279,11 @@ func pidFile(clusterDir, name string) (int, error) {
 	var pid int
 	_, err = fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid)
 	return pid, err
+}
+
+// callOf names the call a tool pod serves (PodCall: a claimed warm pod
+// names it in its annotations).
+func callOf(p *corev1.Pod) string {
+	name, _, _ := toolgatev1alpha1.PodCall(p)
+	return name
 }

@@ -152,7 +152,7 @@ func (r *chaos) observe(ctx context.Context) observations {
 		}
 		o.podsLeft, o.warmPods = 0, 0
 		for _, p := range pods.Items {
-			if p.Labels[toolgatev1alpha1.LabelWarm] == "true" {
+			if toolgatev1alpha1.WarmWaiting(&p) {
 				o.warmPods++
 			} else {
 				o.podsLeft++

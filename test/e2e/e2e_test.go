@@ -62,7 +62,7 @@ var _ = Describe("toolgate on real pods", func() {
 		shape := func(name string) func() string {
 			return func() string {
 				var b strings.Builder
-				for _, p := range ns.Pods(client.MatchingLabels{toolgatev1alpha1.LabelCall: name}) {
+				for _, p := range ns.PodsOfCall(name) {
 					for _, c := range p.Spec.InitContainers {
 						b.WriteString(c.Name)
 					}
@@ -208,7 +208,8 @@ var _ = Describe("toolgate on real pods", func() {
 		name := ns.WarmToolsPod().Name
 		ns.Submit(call{"warmnap", "nap", `{"seconds":2}`})
 		Eventually(func() string {
-			return ns.Pod(name).Labels[toolgatev1alpha1.LabelCall]
+			call, _, _ := toolgatev1alpha1.PodCall(ns.Pod(name))
+			return call
 		}, 30*time.Second, 100*time.Millisecond).Should(Equal("warmnap"), "the warm pod was claimed by the call")
 		Expect(ns.Committed("warmnap").Status.Result.Content).To(Equal("slept\n"))
 		Eventually(func() bool {
@@ -322,7 +323,7 @@ spec:
 		claimed := map[string]bool{}
 		Eventually(func() int {
 			for _, c := range calls {
-				if pods := ns.Pods(client.MatchingLabels{toolgatev1alpha1.LabelCall: c.Name}); len(pods) > 0 {
+				if pods := ns.PodsOfCall(c.Name); len(pods) > 0 {
 					claimed[c.Name] = pods[0].Annotations[toolgatev1alpha1.AnnotationClaimed] != ""
 				}
 			}
@@ -350,19 +351,18 @@ spec:
 		ns := newAgentNamespace("secret")
 		marker := fmt.Sprintf("e2e-secret-%d", time.Now().UnixNano())
 		ns.Submit(call{"shout", "shout", fmt.Sprintf(`{"token":"%s"}`, marker)})
-		shout := client.MatchingLabels{toolgatev1alpha1.LabelCall: "shout"}
 		Eventually(func() []corev1.PodPhase {
 			var phases []corev1.PodPhase
-			for _, p := range ns.Pods(shout) {
+			for _, p := range ns.PodsOfCall("shout") {
 				phases = append(phases, p.Status.Phase)
 			}
 			return phases
 		}, 60*time.Second, 100*time.Millisecond).Should(Equal([]corev1.PodPhase{corev1.PodRunning}))
-		pods := ns.Pods(shout)
+		pods := ns.PodsOfCall("shout")
 		Expect(toYAML(pods)).NotTo(ContainSubstring(marker))
 		// The tool has printed its arguments by now (it sleeps 4 s after).
 		time.Sleep(time.Second)
-		Expect(podLogs(ns.Pods(shout))).NotTo(ContainSubstring(marker))
+		Expect(podLogs(ns.PodsOfCall("shout"))).NotTo(ContainSubstring(marker))
 		tc := ns.Committed("shout")
 		Expect(tc.Status.Result.Content).To(ContainSubstring(marker), "the output reached the result")
 		managers := &corev1.PodList{}

@@ -407,7 +407,19 @@ func (ns *agentNamespace) Pods(labels client.MatchingLabels) []corev1.Pod {
 
 // PodsOf counts the pods serving the call (terminating ones included).
 func (ns *agentNamespace) PodsOf(call string) int {
-	return len(ns.Pods(client.MatchingLabels{toolgatev1alpha1.LabelCall: call}))
+	return len(ns.PodsOfCall(call))
+}
+
+// PodsOfCall lists the pods serving the call (PodCall: a claimed warm pod
+// names it in its annotations).
+func (ns *agentNamespace) PodsOfCall(call string) []corev1.Pod {
+	var of []corev1.Pod
+	for _, p := range ns.Pods(client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}) {
+		if name, _, _ := toolgatev1alpha1.PodCall(&p); name == call {
+			of = append(of, p)
+		}
+	}
+	return of
 }
 
 // Pod reads a pod.
@@ -441,7 +453,7 @@ func kind(pod *corev1.Pod) string {
 func (ns *agentNamespace) WarmPods() []corev1.Pod {
 	var running []corev1.Pod
 	for _, p := range ns.Pods(client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: ns.Session}) {
-		if p.Status.Phase == corev1.PodRunning && p.Labels[toolgatev1alpha1.LabelTemplate] != "" {
+		if toolgatev1alpha1.WarmWaiting(&p) && p.Status.Phase == corev1.PodRunning && p.Labels[toolgatev1alpha1.LabelTemplate] != "" {
 			running = append(running, p)
 		}
 	}

@@ -176,7 +176,7 @@ func watchRuntimeClasses(ns *agentNamespace) *runtimeClasses {
 }
 
 func (r *runtimeClasses) see(p *corev1.Pod) {
-	c := p.Labels[toolgatev1alpha1.LabelCall]
+	c, _, _ := toolgatev1alpha1.PodCall(p)
 	if c == "" {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -431,11 +432,7 @@ func TestWarmPods(t *testing.T) {
 	ctx := context.Background()
 	nsName, session, calls, job := warmSession(t, c, "warm-", 3)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}
-	warmPods := func() []corev1.Pod {
-		list := &corev1.PodList{}
-		must(t, c.List(ctx, list, client.InNamespace(ns.Name), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
-		return list.Items
-	}
+	warmPods := func() []corev1.Pod { return waitingWarm(t, c, ns.Name) }
 	waitWarm := func(not types.UID) corev1.Pod {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -484,8 +481,20 @@ func TestWarmPods(t *testing.T) {
 	}
 	claimed := &corev1.Pod{}
 	must(t, c.Get(ctx, client.ObjectKeyFromObject(&warm), claimed))
-	if !metav1.IsControlledBy(claimed, calls[1]) || claimed.Labels[toolgatev1alpha1.LabelWarm] != "" || claimed.Annotations[toolgatev1alpha1.AnnotationClaimed] == "" {
+	if !metav1.IsControlledBy(claimed, calls[1]) || toolgatev1alpha1.WarmWaiting(claimed) {
 		t.Fatalf("the claimed pod: %+v", claimed.ObjectMeta)
+	}
+	// The claim changes no label (a label change makes the node's policy
+	// engine resync on the warm call's path): the annotations name the
+	// call, and a successor finds the pod by them.
+	if !maps.Equal(claimed.Labels, warm.Labels) {
+		t.Fatalf("the claim changed the pod's labels: %v, were %v", claimed.Labels, warm.Labels)
+	}
+	if name, uid, attempt := toolgatev1alpha1.PodCall(claimed); name != "call-1" || uid != string(calls[1].UID) || attempt != "1" {
+		t.Fatalf("the claimed pod names call %q %q attempt %q", name, uid, attempt)
+	}
+	if found, err := newProvider().claimed(ctx, c, job(1)); err != nil || found == nil || found.UID != claimed.UID {
+		t.Fatalf("a successor's lookup of the claimed pod: %v %v", found, err)
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: Name("call-1", string(calls[1].UID), 1)}, &corev1.Pod{}); err == nil {
 		t.Fatal("the warm call also got a cold pod")
@@ -519,6 +528,22 @@ func TestWarmPods(t *testing.T) {
 	if fk.runs.Load() != 0 {
 		t.Fatal("a pod that is not the session's was handed a call")
 	}
+
+	// The sweep releases warm pods too old to wait, never a claimed one
+	// (it keeps its pool's labels): it is its call's.
+	p.Clock = clocktesting.NewFakePassiveClock(time.Now().Add(warmMaxAge + time.Minute))
+	p.sweep(ctx)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(claimed), claimed); err != nil || !claimed.DeletionTimestamp.IsZero() {
+		t.Fatalf("the sweep released a claimed warm pod: %v", err)
+	}
+}
+
+// waitingWarm lists the warm pods of ns no call has claimed.
+func waitingWarm(t *testing.T, c client.Client, ns string) []corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	must(t, c.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
+	return slices.DeleteFunc(list.Items, func(pod corev1.Pod) bool { return !toolgatev1alpha1.WarmWaiting(&pod) })
 }
 
 // TestPreparedPodWaitsForTheHandOver: a pod prepared before the dispatch
@@ -576,10 +601,8 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	must(t, p.Prepare(ctx, job)) // a cold pod, and the session's pool starts
 	warm := func() int {
-		list := &corev1.PodList{}
-		must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
 		n := 0
-		for _, pod := range list.Items {
+		for _, pod := range waitingWarm(t, c, ns) {
 			if pod.DeletionTimestamp.IsZero() {
 				n++
 			}
@@ -604,9 +627,7 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	// A warm pod that ended (its container could not start, say) can never
 	// be claimed: the sweep removes it at once, and starts none in its
 	// place (the next call of its kind does; a broken kind does not churn).
-	list := &corev1.PodList{}
-	must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
-	ended := list.Items[0]
+	ended := waitingWarm(t, c, ns)[0]
 	ended.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128}}}}}
 	must(t, c.Status().Update(ctx, &ended))
@@ -825,11 +846,7 @@ func TestAClaimedWarmPodIsReplacedOnceItsCallSettles(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
 	ns, _, _, job := warmSession(t, c, "refill-", 2)
-	warm := func() []corev1.Pod {
-		list := &corev1.PodList{}
-		must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
-		return list.Items
-	}
+	warm := func() []corev1.Pod { return waitingWarm(t, c, ns) }
 	p := newProvider()
 	p.refillAfter = time.Hour
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
@@ -946,9 +963,7 @@ func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
 	warmPod := func(not ...types.UID) corev1.Pod {
 		t.Helper()
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			list := &corev1.PodList{}
-			must(t, c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}))
-			for _, w := range list.Items {
+			for _, w := range waitingWarm(t, c, ns) {
 				if !slices.Contains(not, w.UID) {
 					return w
 				}
@@ -1040,7 +1055,7 @@ func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
 	}
 	claimed := &corev1.Pod{}
 	must(t, c.Get(ctx, client.ObjectKeyFromObject(&next), claimed))
-	if !metav1.IsControlledBy(claimed, calls[3]) || claimed.Labels[toolgatev1alpha1.LabelWarm] != "" {
+	if !metav1.IsControlledBy(claimed, calls[3]) || toolgatev1alpha1.WarmWaiting(claimed) {
 		t.Fatalf("the recorded warm pod is not call-3's: %+v", claimed.ObjectMeta)
 	}
 	if n := nk.runs.Load(); n != 1 {

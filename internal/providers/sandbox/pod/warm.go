@@ -183,7 +183,7 @@ func (p *Provider) claimOf(key string) *pendingClaim {
 }
 
 // takeOver moves a warm pod of the job's session to the job's attempt:
-// its control to the ToolCall, its labels to the call's. The write is
+// its control to the ToolCall, the call's name in its annotations. The write is
 // optimistic-locked; a conflict (the kubelet writes the pod's status) is
 // retried on the pod as read again, as long as it is still the session's
 // own warm pod and can serve.
@@ -203,22 +203,24 @@ func (p *Provider) takeOver(ctx context.Context, job sandbox.Job, pod *corev1.Po
 		if err := p.Reader.Get(ctx, client.ObjectKeyFromObject(base), pod); err != nil {
 			return nil, err
 		}
-		if pod.UID != uid || pod.Labels[toolgatev1alpha1.LabelWarm] != "true" || !claimable(pod, p.now()) || !p.ours(pod, sessionOwner(job)) {
+		if pod.UID != uid || !toolgatev1alpha1.WarmWaiting(pod) || !claimable(pod, p.now()) || !p.ours(pod, sessionOwner(job)) {
 			return nil, fmt.Errorf("warm pod %s changed meanwhile: no longer the session's, or unable to serve", base.Name)
 		}
 	}
 }
 
 // applyClaim makes pod, a warm pod, the job's attempt's: its control
-// moves to the ToolCall, its labels to the call's.
+// moves to the ToolCall, and its annotations name the call. Its labels
+// stay as they are: a pod's label change makes the node's policy engine
+// resync every chain (kube-router), or gives the pod a new identity
+// (Cilium), on the warm call's path.
 func (p *Provider) applyClaim(pod *corev1.Pod, job sandbox.Job) {
-	delete(pod.Labels, toolgatev1alpha1.LabelWarm)
-	pod.Labels[toolgatev1alpha1.LabelCall] = textutil.LabelValue(job.Owner.Name)
-	pod.Labels[toolgatev1alpha1.LabelAttempt] = fmt.Sprint(job.Attempt)
-	pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
+	pod.Annotations[toolgatev1alpha1.LabelCall] = job.Owner.Name
+	pod.Annotations[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
+	pod.Annotations[toolgatev1alpha1.LabelAttempt] = fmt.Sprint(job.Attempt)
 	pod.Annotations[toolgatev1alpha1.AnnotationClaimed] = p.now().UTC().Format(time.RFC3339Nano)
 	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
 }
@@ -236,7 +238,7 @@ func (p *Provider) claimRecorded(ctx context.Context, job sandbox.Job) (*corev1.
 	if err := p.Reader.Get(ctx, types.NamespacedName{Namespace: job.Owner.Namespace, Name: job.Recorded}, pod); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if pod.Labels[toolgatev1alpha1.LabelWarm] != "true" || !p.ours(pod, sessionOwner(job)) || !claimable(pod, p.now()) {
+	if !toolgatev1alpha1.WarmWaiting(pod) || !p.ours(pod, sessionOwner(job)) || !claimable(pod, p.now()) {
 		return nil, nil
 	}
 	return p.takeOver(ctx, job, pod)
@@ -252,6 +254,21 @@ func (p *Provider) claimed(ctx context.Context, from client.Reader, job sandbox.
 		toolgatev1alpha1.LabelCallUID: string(job.OwnerUID), toolgatev1alpha1.LabelAttempt: fmt.Sprint(job.Attempt),
 	}); err != nil {
 		return nil, err
+	}
+	if job.WarmPods > 0 && job.Workspace.SessionUID != "" {
+		// A claimed warm pod keeps the labels of its pool, and names its
+		// call in its annotations.
+		warm := &corev1.PodList{}
+		if err := from.List(ctx, warm, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
+			toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name),
+		}); err != nil {
+			return nil, err
+		}
+		for _, pod := range warm.Items {
+			if _, uid, attempt := toolgatev1alpha1.PodCall(&pod); uid == string(job.OwnerUID) && attempt == fmt.Sprint(job.Attempt) {
+				list.Items = append(list.Items, pod)
+			}
+		}
 	}
 	var found *corev1.Pod
 	for i := range list.Items {
@@ -438,6 +455,15 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 	return pod, nil
 }
 
+// waiting reports whether a warm pod waits for a call: unclaimed, and
+// controlled by an AgentSession (a claim moves the controller to the
+// ToolCall, whatever its annotations say).
+func waiting(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	return toolgatev1alpha1.WarmWaiting(pod) && ref != nil && ref.Kind == "AgentSession" &&
+		ref.APIVersion == toolgatev1alpha1.GroupVersion.String()
+}
+
 // ended reports whether a pod's runner can no longer serve: its container
 // ended, or the pod did.
 func ended(pod *corev1.Pod) bool {
@@ -476,12 +502,13 @@ func (p *Provider) sweep(ctx context.Context) {
 		return
 	}
 	now := p.now()
-	// Only toolgate's own: a pod someone else labelled warm is neither
-	// counted nor deleted.
+	// Only toolgate's own, still waiting: a pod someone else labelled
+	// warm is neither counted nor deleted, and a claimed one (its labels
+	// are its pool's still) is its call's.
 	mine := list.Items[:0]
 	for i := range list.Items {
-		if p.sealed(&list.Items[i]) {
-			mine = append(mine, list.Items[i])
+		if pod := &list.Items[i]; p.sealed(pod) && waiting(pod) {
+			mine = append(mine, *pod)
 		}
 	}
 	list.Items = mine
