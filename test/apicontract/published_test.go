@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolgate/toolgate/internal/testenv"
@@ -126,13 +127,14 @@ var _ = Describe("config/default", func() {
 		Expect(os.WriteFile(file, rendered, 0o600)).To(Succeed())
 		objs, err := testenv.ReadObjects(file)
 		Expect(err).NotTo(HaveOccurred())
-		// The admission bindings would apply to every other spec of this
-		// suite; the server validates them (dry run) without keeping them.
+		// The admission bindings, validating and mutating, would apply to
+		// every spec that runs after this one, in an order Ginkgo shuffles;
+		// the server validates them (dry run) without keeping them.
 		var kept, bindings []byte
 		for _, o := range objs {
 			data, err := o.MarshalJSON()
 			Expect(err).NotTo(HaveOccurred())
-			if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			if isAdmissionBinding(o.GetObjectKind().GroupVersionKind()) {
 				bindings = append(bindings, append(data, '\n')...)
 			} else {
 				kept = append(kept, append(data, '\n')...)
@@ -151,5 +153,17 @@ var _ = Describe("config/default", func() {
 		_, stderr, err = kubectl.Run("get", "deployment/toolgate-controller-manager", "-n", "toolgate-system")
 		errText, _ = io.ReadAll(stderr)
 		Expect(err).NotTo(HaveOccurred(), string(errText))
+		stdout, stderr, err = kubectl.Run("get", "validatingadmissionpolicybindings,mutatingadmissionpolicybindings", "-o", "name")
+		errText, _ = io.ReadAll(stderr)
+		Expect(err).NotTo(HaveOccurred(), string(errText))
+		left, err := io.ReadAll(stdout)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.TrimSpace(string(left))).To(BeEmpty(), "an admission binding was kept and applies to the specs after this one")
 	})
 })
+
+// isAdmissionBinding reports whether an object binds an admission policy:
+// once bound, a policy applies to every spec that runs after it.
+func isAdmissionBinding(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == "admissionregistration.k8s.io" && strings.HasSuffix(gvk.Kind, "PolicyBinding")
+}
