@@ -183,7 +183,13 @@ var _ = Describe("toolgate on real pods", func() {
 		Expect(ns.Agent.Patch(ctx, tc, cancel)).To(Succeed())
 		tc = ns.Committed("cancelled")
 		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeCancelled))
-		Expect(ns.PodsOf("cancelled")).To(Equal(0), "the pod must be gone when the result settles")
+		// Nothing of the pod runs once the result settles: the pod is gone,
+		// or being deleted and reported Succeeded or Failed by its kubelet,
+		// whose object goes once the kubelet has torn its sandbox down
+		// (docs/security.md: a finalizer may hold the object, never its
+		// processes).
+		Expect(stillRunning(ns.PodsOfCall("cancelled"))).To(BeEmpty(), "a pod of the cancelled call still runs when its result settles")
+		Eventually(func() int { return ns.PodsOf("cancelled") }, 30*time.Second, 200*time.Millisecond).Should(BeZero(), "the cancelled call's pod is deleted")
 	})
 
 	It("kills a tool that outlives its timeout", func() {

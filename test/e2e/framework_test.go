@@ -422,6 +422,21 @@ func (ns *agentNamespace) PodsOfCall(call string) []corev1.Pod {
 	return of
 }
 
+// stillRunning describes the pods that may still run something: all but
+// those being deleted that never reached a node or that their kubelet
+// reported Succeeded or Failed.
+func stillRunning(pods []corev1.Pod) []string {
+	var running []string
+	for _, p := range pods {
+		final := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		if !p.DeletionTimestamp.IsZero() && (p.Spec.NodeName == "" || final) {
+			continue
+		}
+		running = append(running, fmt.Sprintf("%s: phase %q, node %q, being deleted %v", p.Name, p.Status.Phase, p.Spec.NodeName, !p.DeletionTimestamp.IsZero()))
+	}
+	return running
+}
+
 // Pod reads a pod.
 func (ns *agentNamespace) Pod(name string) *corev1.Pod {
 	pod := &corev1.Pod{}
