@@ -166,6 +166,14 @@ var _ = Describe("admission of tool pods", Ordered, func() {
 		Expect(got.Finalizers).To(ContainElement(stopWork), "held: its place in the log cannot commit yet")
 		base := got.DeepCopy()
 		got.Finalizers = nil
+		// The policy is live once the API server has loaded it (this spec
+		// may run first): a dry run, which admission judges as the real
+		// patch but which drops nothing, until it is refused.
+		Eventually(func(g Gomega) {
+			err := as("agent-x").Patch(ctx, got.DeepCopy(), client.MergeFrom(base), client.DryRunAll)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring("only toolgate may change"))
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 		err := as("agent-x").Patch(ctx, got, client.MergeFrom(base))
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("only toolgate may change"))
