@@ -62,6 +62,9 @@ type AgentSessionReconciler struct {
 	// DefaultRetention replaces an unset spec.ttlSecondsAfterCommit (0:
 	// none, every call is kept).
 	DefaultRetention time.Duration
+
+	// index reads a session's calls in place (Setup; nil: listed).
+	index *callIndex
 }
 
 // Reconcile schedules one session and patches its status once.
@@ -212,7 +215,7 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 }
 
 // plans is the session's planner: the cache alone (patch.go says why).
-func (r *AgentSessionReconciler) plans() planner { return planner{reader: r.Client} }
+func (r *AgentSessionReconciler) plans() planner { return planner{reader: r.Client, index: r.index} }
 
 // reconcileDelete cancels every unsettled call, keeps scheduling so each
 // settles and commits (in model order, past any missing index:

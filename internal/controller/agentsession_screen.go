@@ -93,13 +93,13 @@ func parentExecuting(parent *toolgatev1alpha1.ToolCall) bool {
 }
 
 // byPrecedence orders calls for screening: started calls first, then by
-// creation (name breaks ties).
+// creation (name breaks ties: a total order, no stable sort is needed).
 func byPrecedence(calls []*toolgatev1alpha1.ToolCall) []*toolgatev1alpha1.ToolCall {
 	out := append([]*toolgatev1alpha1.ToolCall(nil), calls...)
 	started := func(c *toolgatev1alpha1.ToolCall) bool {
 		return c.Status.Schedule.ExecutionMode != "" || c.Status.Schedule.Released
 	}
-	slices.SortStableFunc(out, func(a, b *toolgatev1alpha1.ToolCall) int {
+	slices.SortFunc(out, func(a, b *toolgatev1alpha1.ToolCall) int {
 		if sa, sb := started(a), started(b); sa != sb {
 			if sa {
 				return -1

@@ -21,6 +21,9 @@ import (
 // says which calls may move next.
 type planner struct {
 	reader client.Reader
+	// index, when set, reads a session's calls in place (callIndex);
+	// otherwise they are listed from reader.
+	index *callIndex
 	// own, when set, stands in for the cache where it is behind this
 	// process's own writes of a call (ownWrites.current). The ToolCall
 	// controller plans from its own writes; the session plans from the
@@ -32,14 +35,24 @@ type planner struct {
 // session may hold thousands), in no particular order: read only. A write
 // copies the call first.
 func (p planner) calls(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
-	list := &toolgatev1alpha1.ToolCallList{}
-	if err := p.reader.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+	var out []*toolgatev1alpha1.ToolCall
+	if p.index != nil {
+		var err error
+		if out, err = p.index.calls(namespace, session); err != nil {
+			return nil, err
+		}
+	} else {
+		list := &toolgatev1alpha1.ToolCallList{}
+		if err := p.reader.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		out = make([]*toolgatev1alpha1.ToolCall, len(list.Items))
+		for i := range list.Items {
+			out[i] = &list.Items[i]
+		}
 	}
-	out := make([]*toolgatev1alpha1.ToolCall, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-		if p.own != nil {
+	if p.own != nil {
+		for i := range out {
 			out[i] = p.own.current(out[i])
 		}
 	}
@@ -265,9 +278,10 @@ func nextSequence(calls []*toolgatev1alpha1.ToolCall) int64 {
 	return next
 }
 
-// sortModelOrder sorts calls by (turn, index), then name for determinism.
+// sortModelOrder sorts calls by (turn, index), then name for determinism
+// (the names of a session's calls are unique: no stable sort is needed).
 func sortModelOrder(calls []*toolgatev1alpha1.ToolCall) {
-	slices.SortStableFunc(calls, func(a, b *toolgatev1alpha1.ToolCall) int {
+	slices.SortFunc(calls, func(a, b *toolgatev1alpha1.ToolCall) int {
 		switch {
 		case a.Spec.Turn != b.Spec.Turn:
 			return cmpInt(a.Spec.Turn, b.Spec.Turn)

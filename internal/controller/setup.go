@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -57,6 +58,10 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 		cfg.Wake = NewWake(1024)
 	}
 	profiles := NewProfiles(mgr.GetClient())
+	index, err := newCallIndex(context.Background(), mgr.GetCache())
+	if err != nil {
+		return fmt.Errorf("controller setup: %w", err)
+	}
 	if err := (&ToolProfileReconciler{
 		Client: mgr.GetClient(), Profiles: profiles, Sandboxes: cfg.Sandboxes, Approvals: cfg.Approvals, Clock: cfg.Clock,
 	}).SetupWithManager(mgr); err != nil {
@@ -65,13 +70,14 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	if err := (&AgentSessionReconciler{
 		Client: mgr.GetClient(), Profiles: profiles, Sandboxes: cfg.Sandboxes, Approvals: cfg.Approvals, Clock: cfg.Clock,
 		Reader: mgr.GetAPIReader(), MaxConcurrentReconciles: cfg.SessionWorkers, DefaultRetention: cfg.DefaultRetention,
+		index: index,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AgentSession controller: %w", err)
 	}
 	calls := &ToolCallReconciler{
 		Client: mgr.GetClient(), Profiles: profiles, Approvals: cfg.Approvals, Sandboxes: cfg.Sandboxes,
 		Clock: cfg.Clock, PollInterval: cfg.PollInterval, Wake: cfg.Wake, APIReader: mgr.GetAPIReader(),
-		Audit: cfg.Audit, AuditDigests: cfg.AuditDigests,
+		Audit: cfg.Audit, AuditDigests: cfg.AuditDigests, index: index,
 	}
 	if err := calls.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("ToolCall controller: %w", err)

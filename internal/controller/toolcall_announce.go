@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,10 +74,11 @@ func (r *ToolCallReconciler) announceDurable(ctx context.Context, tc *toolgatev1
 	}
 }
 
-// predecessorMargin covers an API server clock ahead of this process's: a
+// PredecessorMargin covers an API server clock ahead of this process's: a
 // call stamped up to this long after this process began reconciling may
-// still have been seen by the manager before it.
-const predecessorMargin = 5 * time.Second
+// still have been seen by the manager before it. (hack/throughput measures
+// a new leader's first seconds apart from the rest.)
+const PredecessorMargin = 5 * time.Second
 
 // failedOutcomes are the outcomes a Settled Event announces.
 var failedOutcomes = []toolgatev1alpha1.Outcome{
@@ -97,17 +100,36 @@ const codeAnnotation = "toolgate.dev/code"
 // its namespace may do anyway (spec.cancelRequested).
 func (r *ToolCallReconciler) keepAnnounced(ctx context.Context, s *callScope) error {
 	tc := s.tc
-	if !tc.CreationTimestamp.Time.Before(r.since().Add(predecessorMargin)) {
+	if !tc.CreationTimestamp.Time.Before(r.since().Add(PredecessorMargin)) {
 		return nil
 	}
-	for _, outcome := range failedOutcomes {
-		ev := &eventsv1.Event{}
-		err := r.reader().Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: eventName(tc, strings.ToLower(string(outcome)))}, ev)
-		if apierrors.IsNotFound(err) {
+	// The outcomes' Events are read at once: this is on the way to the
+	// result's write, which the next call's commit waits for, and one
+	// after another the reads took four round trips a call for a new
+	// leader's first seconds (docs/performance.md).
+	found := make([]*eventsv1.Event, len(failedOutcomes))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, outcome := range failedOutcomes {
+		g.Go(func() error {
+			ev := &eventsv1.Event{}
+			err := r.reader().Get(gctx, client.ObjectKey{Namespace: tc.Namespace, Name: eventName(tc, strings.ToLower(string(outcome)))}, ev)
+			switch {
+			case apierrors.IsNotFound(err):
+				return nil
+			case err != nil:
+				return fmt.Errorf("reading the call's Settled Event: %w", err)
+			}
+			found[i] = ev
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for i, outcome := range failedOutcomes {
+		ev := found[i]
+		if ev == nil {
 			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading the call's Settled Event: %w", err)
 		}
 		code := pipeline.Code(ev.Annotations[codeAnnotation])
 		if ev.Reason != EventSettled || ev.ReportingController != reportingController || ev.Regarding.UID != tc.UID ||

@@ -84,6 +84,8 @@ type ToolCallReconciler struct {
 	// own remembers the versions this process's writes replaced, so that a
 	// reconcile from a cache behind them waits for the watch instead.
 	own ownWrites
+	// index reads a session's calls in place (Setup; nil: listed).
+	index *callIndex
 }
 
 type attemptKey struct {
@@ -199,7 +201,9 @@ func (s *callScope) settling() bool { return s.without != "" }
 
 // plans is the planner of this controller: the cache, and this process's
 // own writes where the cache is behind them.
-func (r *ToolCallReconciler) plans() planner { return planner{reader: r.Client, own: &r.own} }
+func (r *ToolCallReconciler) plans() planner {
+	return planner{reader: r.Client, index: r.index, own: &r.own}
+}
 
 // SetupWithManager registers the reconciler.
 func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
