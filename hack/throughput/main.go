@@ -144,11 +144,13 @@ func run(oneSession, sessions, long, workers, ttl, restarts int, curve []int) er
 		return err
 	}
 	defer func() { _ = env.Stop() }()
-	// Interrupted, it still stops the API server and etcd it started.
+	// Interrupted, it still stops the API server and etcd it started; so
+	// too when its output's reader goes (| head): Go would otherwise die
+	// of the SIGPIPE at the next print and leave both running.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	interrupted := make(chan os.Signal, 1)
-	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	go func() {
 		<-interrupted
 		cancel()
