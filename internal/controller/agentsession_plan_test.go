@@ -224,6 +224,15 @@ func TestScreen(t *testing.T) {
 			calls: []*tu.ToolCallWrapper{at("a", 0, 0, 1, 2), at("old", 0, 0, 1, 1).Refused("duplicate_call")},
 			out:   map[string]string{"old": "duplicate_call"},
 		},
+		{
+			name: "a nested call runs only within a parent of the session that executes",
+			calls: []*tu.ToolCallWrapper{
+				at("a", 0, 0, 2, 1).Admitted(toolgatev1alpha1.ModeParallel).NextStage("Execute"), at("b", 0, 1, 2, 2),
+				at("sub", 0, 0, 0, 3).Parent("a"), at("early", 0, 0, 0, 4).Parent("b"), at("orphan", 0, 0, 0, 5).Parent("missing"),
+				at("started", 0, 0, 0, 6).Parent("b").Admitted(toolgatev1alpha1.ModeParallel),
+			},
+			out: map[string]string{"early": "invalid_parent", "orphan": "invalid_parent"},
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := make([]*toolgatev1alpha1.ToolCall, len(tt.calls))

@@ -36,9 +36,18 @@ func outOfLog(refusal string) bool {
 func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha1.ToolCall, out map[*toolgatev1alpha1.ToolCall]string) {
 	out = map[*toolgatev1alpha1.ToolCall]string{}
 	calls := make([]*toolgatev1alpha1.ToolCall, 0, len(all))
-	byName := make(map[string]*toolgatev1alpha1.ToolCall, len(all))
-	for _, c := range all {
-		byName[c.Name] = c
+	// Only a nested call asks for its parent by name: the map is made for
+	// the first one (a session is screened on every plan, and most have
+	// none).
+	var byName map[string]*toolgatev1alpha1.ToolCall
+	parent := func(name string) *toolgatev1alpha1.ToolCall {
+		if byName == nil {
+			byName = make(map[string]*toolgatev1alpha1.ToolCall, len(all))
+			for _, c := range all {
+				byName[c.Name] = c
+			}
+		}
+		return byName[name]
 	}
 	for _, c := range all {
 		switch {
@@ -48,7 +57,7 @@ func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*t
 			out[c] = string(pipeline.CodeNotSessionOwner) // never recorded in someone else's session
 		case c.Spec.ParentRef == nil:
 			calls = append(calls, c)
-		case c.Status.Schedule.ExecutionMode != "" || parentExecuting(byName[c.Spec.ParentRef.Name]):
+		case c.Status.Schedule.ExecutionMode != "" || parentExecuting(parent(c.Spec.ParentRef.Name)):
 			nested = append(nested, c) // once started, it runs to its end
 		default:
 			out[c] = string(pipeline.CodeInvalidParent)
@@ -58,8 +67,8 @@ func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*t
 		turn  int64
 		index int32
 	}
-	byPosition := map[position]*toolgatev1alpha1.ToolCall{}
-	byCallID := map[string]*toolgatev1alpha1.ToolCall{}
+	byPosition := make(map[position]*toolgatev1alpha1.ToolCall, len(calls))
+	byCallID := make(map[string]*toolgatev1alpha1.ToolCall, len(calls))
 	turnSize := map[int64]*toolgatev1alpha1.ToolCall{}
 	// Holders are chosen in precedence order, so that a later call never
 	// displaces one that keeps its place.
