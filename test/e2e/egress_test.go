@@ -86,8 +86,16 @@ spec:
             auth="Proxy-Authorization: Bearer $tok"
             case "$a" in *'"auth":false'*) auth="X-Nothing: 1";; esac
             # The connection stays open while the proxy answers, as a
-            # client's does: one closed at once is a client gone.
-            { printf 'CONNECT %%s HTTP/1.1\r\nHost: %%s\r\n%%s\r\n\r\n' "$t" "$t" "$auth"; sleep 2; } | nc -w 3 "${hp%%:*}" "${hp##*:}" | head -n 1 | tr -d '\r'
+            # client's does: one closed at once is a client gone. What is
+            # checked is the proxy's answer; a connection that got none at
+            # all is made once more (a CI run on the two-node cluster once
+            # saw one call's CONNECT never reach the proxy, the tool's
+            # await of it passed; not reproduced).
+            for try in 1 2; do
+              r=$({ printf 'CONNECT %%s HTTP/1.1\r\nHost: %%s\r\n%%s\r\n\r\n' "$t" "$t" "$auth"; sleep 2; } | nc -w 3 "${hp%%:*}" "${hp##*:}" | head -n 1 | tr -d '\r')
+              [ -n "$r" ] && break
+            done
+            echo "$r"
       isConcurrencySafe: "true"
       timeoutSeconds: 30
       egress:
