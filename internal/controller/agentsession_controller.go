@@ -35,7 +35,9 @@ const (
 	// still gets its one result.
 	sessionFinalizer = toolgatev1alpha1.FinalizerSettleCalls
 
-	// indexCallSession indexes ToolCalls by their session's name.
+	// indexCallSession indexes ToolCalls by their session's name: the
+	// field index the planner lists by where the cache has no store for
+	// callIndex (newCallIndex), and the API server's selectable field.
 	indexCallSession = "spec.sessionRef.name"
 	// indexSessionProfile indexes AgentSessions by their profile's name.
 	indexSessionProfile = "spec.profileRef.name"
@@ -392,11 +394,6 @@ func workspaceClaimName(s *toolgatev1alpha1.AgentSession) string { return s.Name
 // SetupWithManager registers the reconciler and its indexes.
 func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &toolgatev1alpha1.ToolCall{}, indexCallSession, func(o client.Object) []string {
-		return []string{o.(*toolgatev1alpha1.ToolCall).Spec.SessionRef.Name}
-	}); err != nil {
-		return err
-	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &toolgatev1alpha1.AgentSession{}, indexSessionProfile, func(o client.Object) []string {
 		return []string{o.(*toolgatev1alpha1.AgentSession).Spec.ProfileRef.Name}
 	}); err != nil {

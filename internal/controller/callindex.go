@@ -6,6 +6,7 @@ import (
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
@@ -26,7 +27,8 @@ type callIndex struct{ indexer toolscache.Indexer }
 
 // newCallIndex adds the index to the cache's ToolCall informer. A cache
 // whose informer has no store of its own (a cache of several namespaces
-// joins one informer per namespace) gets none: nil, and the planner lists.
+// joins one informer per namespace) gets the field index the planner
+// lists by instead, and nil: one index of a session's calls either way.
 func newCallIndex(ctx context.Context, c cache.Cache) (*callIndex, error) {
 	inf, err := c.GetInformer(ctx, &toolgatev1alpha1.ToolCall{})
 	if err != nil {
@@ -34,6 +36,11 @@ func newCallIndex(ctx context.Context, c cache.Cache) (*callIndex, error) {
 	}
 	store, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
 	if !ok {
+		if err := c.IndexField(ctx, &toolgatev1alpha1.ToolCall{}, indexCallSession, func(o client.Object) []string {
+			return []string{o.(*toolgatev1alpha1.ToolCall).Spec.SessionRef.Name}
+		}); err != nil {
+			return nil, fmt.Errorf("indexing ToolCalls by session: %w", err)
+		}
 		return nil, nil
 	}
 	if err := inf.AddIndexers(toolscache.Indexers{callIndexName: callIndexKeys}); err != nil {
