@@ -20,9 +20,13 @@ import (
 // cancelling at that moment, asks for the call's cancellation before the
 // attempt's boundary is written (whose write then conflicts). Release
 // removes the stand-in, and records whether the call had its result then.
+// It acts only on calls of its spec's namespace: the manager it is mounted
+// in also takes up calls an earlier spec left in flight (a CI run counted
+// one such call's release as this spec's).
 type preparing struct {
 	sandbox.Provider
 	mu   sync.Mutex
+	ns   string
 	made map[types.UID]bool
 	// releasedWith counts the releases of a stand-in, by whether the
 	// call had a result at that moment.
@@ -31,6 +35,10 @@ type preparing struct {
 
 func (p *preparing) Prepare(ctx context.Context, job sandbox.Job) error {
 	p.mu.Lock()
+	if job.Owner.Namespace != p.ns {
+		p.mu.Unlock()
+		return nil
+	}
 	p.made[job.OwnerUID] = true
 	p.mu.Unlock()
 	tc := &toolgatev1alpha1.ToolCall{}
@@ -71,6 +79,9 @@ var _ = Describe("a sandbox prepared for an attempt that never became durable", 
 
 	It("is stopped before the call settles", func() {
 		ns := newNamespace()
+		box.mu.Lock()
+		box.ns = ns
+		box.mu.Unlock()
 		setup(processProfile(ns, shTool("work", "echo ran").Obj()).PreRule("allow", toolgatev1alpha1.ActionAllow, "", "work"))
 		submit(ns, "c", "work", `{}`, 0, 0)
 		tc := committedCall(ns, "c")
