@@ -31,7 +31,7 @@ var warmHops = []string{
 	"sandbox prepare (warm pod claimed)",
 	"dispatch boundary write",
 	"hand-over: → runner connected",
-	"hand-over: greeting, request",
+	"hand-over: claim, greeting, request",
 	"hand-over: → body started",
 	"body (the runner's timing)",
 	"result: body ended → result write",
@@ -53,6 +53,15 @@ func hopsOf(ss []span, m measured) ([]time.Duration, bool) {
 		return nil, false
 	}
 	instants := []time.Time{m.start, root.start, dispatch.end, prepare.end, dwrite.end, handed.start, handed.end, body.start, body.end, commit.start, commit.end, m.start.Add(m.took)}
+	// The runner may be connected to before the boundary is durable (it
+	// is greeted while the boundary and the claim are written): an
+	// instant before the one it follows counts from that one, so that a
+	// hop waited for is where the call waited.
+	for i := 1; i < len(instants); i++ {
+		if instants[i].Before(instants[i-1]) && i != len(instants)-1 {
+			instants[i] = instants[i-1]
+		}
+	}
 	hops := make([]time.Duration, len(instants)-1)
 	for i := range hops {
 		hops[i] = instants[i+1].Sub(instants[i])

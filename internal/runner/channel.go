@@ -432,49 +432,93 @@ func readLine(r *bufio.Reader, limit int) (string, error) {
 // the runner's frame. hello, once read, is reported even
 // when the exchange fails, so the caller knows whether the body started.
 func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request, sub func(SubCall) SubResult) (hello *Hello, res *Result, err error) {
+	g, err := Greet(conn, key)
+	if err != nil {
+		return g.Hello(), nil, err
+	}
+	res, err = g.Exchange(req, sub)
+	return g.Hello(), res, err
+}
+
+// Greeted is a connection whose runner has greeted the manager, with the
+// channel's keys agreed: nothing of a call is sent yet. A manager greets a
+// warm pod's runner while the call's dispatch boundary and claim are
+// written, and hands the call over on it once both are durable.
+type Greeted struct {
+	hello                *Hello
+	conn                 net.Conn
+	r                    *bufio.Reader
+	requestKey, frameKey []byte
+}
+
+// Greet reads the runner's Hello on conn and agrees the channel's keys.
+// A Greeted with the Hello is returned with any error after the Hello was
+// read; nil before.
+func Greet(conn net.Conn, key *ecdh.PrivateKey) (*Greeted, error) {
 	r := bufio.NewReaderSize(conn, 64<<10)
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	line, err := readLine(r, maxHelloBytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("runner: no greeting: %v", err)
+		return nil, fmt.Errorf("runner: no greeting: %v", err)
 	}
 	if !strings.HasPrefix(line, helloPrefix) {
 		if version, ok := strings.CutPrefix(line, greetingFamily); ok {
 			version, _, _ = strings.Cut(version, " ")
-			return nil, nil, fmt.Errorf("%w: the runner speaks version %q, this manager %q", ErrProtocol, textutil.Truncate(version, 16), channelVersion)
+			return nil, fmt.Errorf("%w: the runner speaks version %q, this manager %q", ErrProtocol, textutil.Truncate(version, 16), channelVersion)
 		}
-		return nil, nil, errors.New("runner: no greeting")
+		return nil, errors.New("runner: no greeting")
 	}
-	hello = &Hello{}
+	hello := &Hello{}
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(line, helloPrefix)), hello); err != nil {
-		return nil, nil, fmt.Errorf("runner: greeting: %w", err)
+		return nil, fmt.Errorf("runner: greeting: %w", err)
 	}
+	g := &Greeted{hello: hello, conn: conn, r: r}
 	pubBytes, err := hex.DecodeString(hello.Runner)
 	if err != nil {
-		return hello, nil, fmt.Errorf("runner: greeting key: %w", err)
+		return g, fmt.Errorf("runner: greeting key: %w", err)
 	}
 	pub, err := ecdh.X25519().NewPublicKey(pubBytes)
 	if err != nil {
-		return hello, nil, fmt.Errorf("runner: greeting key: %w", err)
+		return g, fmt.Errorf("runner: greeting key: %w", err)
 	}
 	shared, err := key.ECDH(pub)
 	if err != nil {
-		return hello, nil, err
+		return g, err
 	}
-	requestKey, frameKey := channelKeys(shared, pubBytes)
+	g.requestKey, g.frameKey = channelKeys(shared, pubBytes)
+	return g, nil
+}
+
+// Hello is the runner's greeting; nil on a nil Greeted.
+func (g *Greeted) Hello() *Hello {
+	if g == nil {
+		return nil
+	}
+	return g.hello
+}
+
+// Close closes the connection.
+func (g *Greeted) Close() error { return g.conn.Close() }
+
+// Exchange hands over req on the greeted connection (a run becomes a
+// collect if the runner greeted with a call), answers the body's
+// sub-calls with sub while it runs, and returns the runner's frame.
+func (g *Greeted) Exchange(req Request, sub func(SubCall) SubResult) (*Result, error) {
+	conn, r, hello, requestKey, frameKey := g.conn, g.r, g.hello, g.requestKey, g.frameKey
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if hello.State != StateIdle {
 		if hello.Call != req.Call {
-			return hello, nil, fmt.Errorf("%w: the runner serves another call", ErrRefused)
+			return nil, fmt.Errorf("%w: the runner serves another call", ErrRefused)
 		}
 		req = Request{Op: OpCollect, Call: req.Call}
 	}
 	req.Challenge = hello.Challenge
 	plain, err := json.Marshal(req)
 	if err != nil {
-		return hello, nil, err
+		return nil, err
 	}
 	if err := writeSealed(conn, requestPrefix, requestLabel, requestKey, plain); err != nil {
-		return hello, nil, err
+		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{}) // the frame comes when the body ends
 	var writes sync.Mutex
@@ -482,17 +526,16 @@ func Exchange(conn net.Conn, key *ecdh.PrivateKey, req Request, sub func(SubCall
 		line, err := readLine(r, maxHelloBytes)
 		switch {
 		case err != nil:
-			return hello, nil, fmt.Errorf("runner: %w", err)
+			return nil, fmt.Errorf("runner: %w", err)
 		case strings.HasPrefix(line, refusalPrefix):
-			return hello, nil, fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(line, refusalPrefix))
+			return nil, fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(line, refusalPrefix))
 		case strings.HasPrefix(line, FramePrefix):
-			res, err := openFrame(r, frameKey, strings.TrimPrefix(line, FramePrefix))
-			return hello, res, err
+			return openFrame(r, frameKey, strings.TrimPrefix(line, FramePrefix))
 		case strings.HasPrefix(line, subcallPrefix):
 			plain, err := readSealed(r, subcallLabel, requestKey, strings.TrimPrefix(line, subcallPrefix), MaxRequestBytes)
 			var call SubCall
 			if err != nil || json.Unmarshal(plain, &call) != nil {
-				return hello, nil, ErrForged
+				return nil, ErrForged
 			}
 			go func() {
 				res := SubResult{Outcome: "Failed", Code: codes.SandboxUnavailable, Message: "this manager serves no sub-calls"}

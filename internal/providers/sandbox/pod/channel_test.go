@@ -396,10 +396,19 @@ func TestTheStartBoundIsJudgedOnThePodsRecord(t *testing.T) {
 	}
 }
 
-// network routes a pod address to its fake runner.
+// network routes a pod address to its fake runner, and counts the
+// connections made to each address.
 type network struct {
 	mu    sync.Mutex
 	addrs map[string]string
+	dials map[string]int
+}
+
+// dialled is how many connections were made to podIP.
+func (n *network) dialled(podIP string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dials[podIP]
 }
 
 func (n *network) add(podIP string, k *kubelet) {
@@ -415,6 +424,10 @@ func (n *network) dial(ctx context.Context, addr string) (net.Conn, error) {
 	host, _, _ := net.SplitHostPort(addr)
 	n.mu.Lock()
 	to, ok := n.addrs[host]
+	if n.dials == nil {
+		n.dials = map[string]int{}
+	}
+	n.dials[host]++
 	n.mu.Unlock()
 	if !ok {
 		return nil, errors.New("no route")
@@ -1016,9 +1029,19 @@ func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
 	if wk.runs.Load() != 0 {
 		t.Fatal("handed over before the claim was durable")
 	}
+	// Its runner is connected to and greeted meanwhile, with nothing
+	// handed over: the hand-over then only sends the request.
+	for deadline := time.Now().Add(10 * time.Second); net.dialled("10.0.1.2") == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reserved warm pod's runner was not greeted while its claim was on its way")
+		}
+	}
 	release()
 	if res, err := settle(t, p, j); err != nil || res.Stdout != `ran with {"n":1}` {
 		t.Fatalf("once claimed: %+v %v", res, err)
+	}
+	if n := net.dialled("10.0.1.2"); n != 1 {
+		t.Fatalf("%d connections to the warm pod's runner, want the one greeted ahead", n)
 	}
 	p.Discard(ctx, j.Key)
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -344,24 +343,28 @@ func (p *Provider) exchangeWatching(ctx context.Context, f *follower, pod *corev
 	return hello, res, err
 }
 
-// exchange is one connection to the pod's runner, closed when ctx ends.
+// exchange is one connection to the pod's runner, closed when ctx ends:
+// the one greeted ahead of the hand-over if there is one, else a new one.
 func (p *Provider) exchange(ctx context.Context, pod *corev1.Pod, req runner.Request, job sandbox.Job) (*runner.Hello, *runner.Result, error) {
-	dial := p.Dial
-	if dial == nil {
-		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
-		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	g := p.takeGreeted(ctx, job.Key, pod)
+	if g == nil {
+		conn, err := p.dialer()(ctx, runnerAddr(pod))
+		if err != nil {
+			return nil, nil, err
+		}
+		if g, err = runner.Greet(conn, p.keyOf(pod)); err != nil {
+			_ = conn.Close()
+			return g.Hello(), nil, err
+		}
 	}
-	conn, err := dial(ctx, net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(runner.Port)))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = conn.Close() }()
-	defer context.AfterFunc(ctx, func() { _ = conn.Close() })()
+	defer func() { _ = g.Close() }()
+	defer context.AfterFunc(ctx, func() { _ = g.Close() })()
 	var sub func(runner.SubCall) runner.SubResult
 	if p.SubCalls != nil {
 		sub = func(c runner.SubCall) runner.SubResult { return p.SubCalls(ctx, job, c) }
 	}
-	return runner.Exchange(conn, p.keyOf(pod), req, sub)
+	res, err := g.Exchange(req, sub)
+	return g.Hello(), res, err
 }
 
 // running tells whether the tool container (the runner) has started.

@@ -70,8 +70,11 @@ type Provider struct {
 	// claims are the warm pods this process reserved, by attempt key:
 	// their claims on the way or done (warm.go).
 	claims map[string]*pendingClaim
-	warm   pools
-	proxy  proxyCache
+	// greetings are the connections to reserved warm pods' runners,
+	// greeted ahead of their hand-over, by attempt key (greet.go).
+	greetings map[string]*greeting
+	warm      pools
+	proxy     proxyCache
 	// minPoll and maxPoll replace the followers' poll bounds, and
 	// refillAfter refillDelay (tests).
 	minPoll, maxPoll, refillAfter time.Duration
@@ -414,6 +417,11 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bo
 		p.claimInBackground(job, warm.DeepCopy(), c)
 		// What the pod is once claimed: the hand-over waits for the claim.
 		p.applyClaim(warm, job)
+		if !follow {
+			// Prepared ahead of the boundary: the runner is greeted while
+			// the boundary and the claim are written.
+			p.greetEarly(job.Key, warm)
+		}
 		p.made(job, warm, follow)
 		p.replenishAfter(job, template)
 		return sandbox.ErrPending
@@ -560,6 +568,7 @@ func (p *Provider) Discard(ctx context.Context, key string) {
 	delete(p.remade, key)
 	delete(p.claims, key)
 	p.mu.Unlock()
+	p.dropGreeting(key, nil)
 	if ok {
 		// The pod it followed, never another made under its name since; the
 		// call's next reconcile releases what a failure leaves.

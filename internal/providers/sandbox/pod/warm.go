@@ -574,6 +574,12 @@ func (p *Provider) Stop(ctx context.Context) error {
 	}
 	done := p.warm.done
 	p.warm.mu.Unlock()
+	p.mu.Lock()
+	greeted := slices.Collect(maps.Keys(p.greetings))
+	p.mu.Unlock()
+	for _, key := range greeted {
+		p.dropGreeting(key, nil)
+	}
 	gone := make(chan struct{})
 	go func() {
 		if started {
