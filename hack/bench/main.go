@@ -110,6 +110,7 @@ func run(kubeconfig, ns, pvDir, otlp string, n, turn, turnRounds int) error {
 	steps := make([]map[string][]time.Duration, len(kinds))
 	calls := make([][]measured, len(kinds))
 	served := map[string]string{}
+	server := scrapeServerSide(ctx, cs)
 	for i := 1; i <= n; i++ {
 		for _, rc := range runtimes {
 			if err := quiet(ctx, c, ns); err != nil {
@@ -179,6 +180,7 @@ func run(kubeconfig, ns, pvDir, otlp string, n, turn, turnRounds int) error {
 	if received != nil {
 		printWarmHops(received, calls)
 	}
+	printServerSide(server, scrapeServerSide(ctx, cs))
 	if turn > 0 {
 		return printTurns(ctx, c, ns, turn, turnRounds)
 	}
