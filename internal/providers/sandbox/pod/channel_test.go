@@ -460,8 +460,9 @@ func TestWarmPods(t *testing.T) {
 		}
 	}
 	var net network
+	clock := &laterClock{}
 	p := newProvider()
-	p.Dial = net.dial
+	p.Dial, p.Clock = net.dial, clock
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 
 	// The metrics count what happens below.
@@ -544,12 +545,19 @@ func TestWarmPods(t *testing.T) {
 
 	// The sweep releases warm pods too old to wait, never a claimed one
 	// (it keeps its pool's labels): it is its call's.
-	p.Clock = clocktesting.NewFakePassiveClock(time.Now().Add(warmMaxAge + time.Minute))
+	clock.ahead.Store(int64(warmMaxAge + time.Minute))
 	p.sweep(ctx)
 	if err := c.Get(ctx, client.ObjectKeyFromObject(claimed), claimed); err != nil || !claimed.DeletionTimestamp.IsZero() {
 		t.Fatalf("the sweep released a claimed warm pod: %v", err)
 	}
 }
+
+// laterClock is the real clock moved ahead by what a test stores: the
+// provider's goroutines read it while the test moves it.
+type laterClock struct{ ahead atomic.Int64 }
+
+func (c *laterClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.ahead.Load())) }
+func (c *laterClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // waitingWarm lists the warm pods of ns no call has claimed.
 func waitingWarm(t *testing.T, c client.Client, ns string) []corev1.Pod {
