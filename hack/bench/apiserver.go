@@ -29,6 +29,12 @@ var serverSides = []serverSide{
 	{"  storage: ToolCall update", "etcd_request_duration_seconds", map[string]string{"resource": "toolcalls", "operation": "update"}},
 	{"  storage: ToolCall read", "etcd_request_duration_seconds", map[string]string{"resource": "toolcalls", "operation": "get"}},
 	{"  storage: pod update", "etcd_request_duration_seconds", map[string]string{"resource": "pods", "operation": "update"}},
+	// The storage reads: a write reads storage only when its base (the watch
+	// cache's copy) is older than the object; a deletion reads it, and so
+	// does a client's read. The bench deletes each call once measured.
+	{"ToolCall delete (the bench, once measured)", "apiserver_request_sli_duration_seconds", map[string]string{"resource": "toolcalls", "subresource": "", "verb": "DELETE"}},
+	{"ToolCall get (clients' reads)", "apiserver_request_sli_duration_seconds", map[string]string{"resource": "toolcalls", "subresource": "", "verb": "GET"}},
+	{"ToolCall event, storage to watch cache", "apiserver_watch_events_dispatch_duration_seconds", map[string]string{"resource": "toolcalls", "stage": "storage_to_cache"}},
 }
 
 // histogramTotals are a scrape's count and sum of each serverSide.
