@@ -177,11 +177,13 @@ func TestTheCallIsHandedOverTheChannel(t *testing.T) {
 
 	// A pod that never gets ready: looked at past its bound.
 	late := job(2)
+	clock := &laterClock{}
 	slow := newProvider()
+	slow.Clock = clock
 	if _, err := slow.Run(ctx, late); !errors.Is(err, sandbox.ErrPending) {
 		t.Fatalf("start: %v", err)
 	}
-	slow.Clock = clocktesting.NewFakePassiveClock(time.Now().Add(DefaultStartTimeout + 2*time.Second))
+	clock.ahead.Store(int64(DefaultStartTimeout + 2*time.Second))
 	if _, err := settle(t, slow, late); !errors.As(err, &f) || f.Code != pipeline.CodeSandboxNotReady {
 		t.Fatalf("a pod never ready: %v, want sandbox_not_ready", err)
 	}
