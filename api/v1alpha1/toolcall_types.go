@@ -151,8 +151,10 @@ type ToolCallStatus struct {
 	// +optional
 	Result *ToolCallResult `json:"result,omitempty"`
 
-	// schedule is the session's part of the status: written by the
-	// AgentSession controller only, read by the ToolCall controller.
+	// schedule is the session's plan for the call (see CallSchedule): the
+	// AgentSession controller writes refusals, a nested call's admission
+	// and the release of a call that never starts; a call that starts
+	// writes its own admission and release as the plan allows them.
 	// +optional
 	Schedule CallSchedule `json:"schedule,omitzero"`
 

@@ -45,7 +45,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/controller"
 	"github.com/toolgate/toolgate/internal/testenv"
 )
 
@@ -225,14 +224,10 @@ func run(oneSession, sessions, long, workers, ttl, restarts int, curve []int) er
 	}
 
 	// Warm-up: the caches, the profile's compilation.
-	leading := time.Now()
 	if _, err := b.sessionRun("warm", 1, 10, "echo", 10); err != nil {
 		return err
 	}
-	// A new leader's first seconds: a call created then may have been
-	// reconciled by the leader before it, and is settled only after a
-	// look for what that one announced (controller.PredecessorMargin).
-	// Measured apart; every run after it starts once that window is over.
+	// A new leader's first seconds, measured apart: its caches are cold.
 	w0, r0, c0 := counters()
 	took, err := b.sessionRun("fresh", 1, freshCalls, "echo", 10)
 	if err != nil {
@@ -242,7 +237,6 @@ func run(oneSession, sessions, long, workers, ttl, restarts int, curve []int) er
 	if err := b.hops(10); err != nil {
 		return err
 	}
-	time.Sleep(time.Until(leading.Add(controller.PredecessorMargin + time.Second)))
 	w0, r0, c0 = counters()
 	took, err = b.sessionRun("one", 1, oneSession, "echo", 10)
 	if err != nil {

@@ -43,10 +43,13 @@ const (
 	indexSessionProfile = "spec.profileRef.name"
 )
 
-// AgentSessionReconciler is the agent loop's durable side: it schedules a
+// AgentSessionReconciler is the agent loop's durable side: it plans a
 // session's calls (admission in model order, exclusive barriers, a rolling
-// pool of maxParallel), releases them for post-execute in model order,
-// commits their results in model order, and keeps the session's log head.
+// pool of maxParallel; release for post-execute and commitment in model
+// order) and keeps the session's log head. Calls that start admit and
+// release themselves by that plan (admitSelf, releaseSelf); the session
+// writes only refusals, nested calls' admission and the release of calls
+// that never start (sessionPlan.work).
 type AgentSessionReconciler struct {
 	Client   client.Client
 	Profiles *Profiles

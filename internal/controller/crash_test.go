@@ -245,10 +245,8 @@ var _ = Describe("live result before the durable one", Ordered, func() {
 	It("announces the frozen outcome before writing the result, and a crash between them still yields one result and one announcement", func() {
 		ns := newNamespace()
 		startManager(env.Config, crashBeforeResult(ns))
-		// Idempotent: the process sandbox loses its work with the manager,
-		// so the body runs again and reaches the same outcome. It fails: a
-		// success is announced by the metrics only, a failure by an Event
-		// too, which outlives the crash.
+		// It fails: a success is announced by the metrics only, a failure
+		// by an Event too, after its frozen outcome is in the status.
 		echo := shTool("echo", "cat; exit 3")
 		echo.Idempotent = true
 		setup(processProfile(ns, echo.Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
@@ -258,6 +256,9 @@ var _ = Describe("live result before the durable one", Ordered, func() {
 		tc := &toolgatev1alpha1.ToolCall{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, tc)).To(Succeed())
 		Expect(tc.Status.Result).To(BeNil(), "the durable result was not written")
+		Expect(tc.Status.Checkpoint).NotTo(BeNil())
+		Expect(tc.Status.Checkpoint.Failure).NotTo(BeNil(), "the frozen outcome is in the status")
+		Expect(tc.Status.Checkpoint.Failure.Code).To(Equal("tool_error"))
 		Expect(settledEvents(ns)).To(Equal(map[string]int{"c": 1}), "the live result came first")
 
 		startManager(env.Config)
@@ -269,12 +270,15 @@ var _ = Describe("live result before the durable one", Ordered, func() {
 	// crashThenRestart runs the call "c" of tool on a manager that stops
 	// instead of writing its result, then on a fresh one, and returns the
 	// committed call.
-	crashThenRestart := func(ns string, tool *tu.ToolWrapper) *toolgatev1alpha1.ToolCall {
+	crashThenRestart := func(ns string, tool *tu.ToolWrapper, meanwhile ...func()) *toolgatev1alpha1.ToolCall {
 		startManager(env.Config, crashBeforeResult(ns))
 		setup(processProfile(ns, tool.Obj()).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""))
 		submit(ns, "c", tool.Obj().Name, `{}`, 0, 0)
 		Eventually(func() bool { return isClosed(managerDone) }, 30*time.Second).Should(BeTrue())
 		stopRunningManager()
+		for _, f := range meanwhile {
+			f()
+		}
 		startManager(env.Config)
 		defer stopRunningManager()
 		return committedCall(ns, "c")
@@ -288,19 +292,32 @@ var _ = Describe("live result before the durable one", Ordered, func() {
 		tc := crashThenRestart(ns, shTool("fails-once-only", "echo ran >> runs; exit 3"))
 		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeFailed))
 		Expect(tc.Status.Result.ErrorCode).To(Equal("tool_error"), tc.Status.Result.Message)
-		Expect(tc.Status.Result.Message).To(ContainSubstring("announced"))
+		Expect(tc.Status.Result.Message).To(ContainSubstring("exit code 3"), "the message frozen with it is kept")
 		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 		Expect(settledEvents(ns)).To(Equal(map[string]int{"c": 1}))
 	})
 
-	It("commits the failure it announced even when an idempotent rerun succeeds", func() {
+	It("commits the failure it announced without running an idempotent body again: the frozen outcome is durable", func() {
 		ns := newNamespace()
 		flaky := shTool("flaky", "echo ran >> runs; if [ -f failed ]; then echo fine; else touch failed; exit 3; fi")
 		flaky.Idempotent = true
 		tc := crashThenRestart(ns, flaky)
-		Expect(bodyRuns(ns, "runs")).To(Equal(2), "the rerun ran")
+		Expect(bodyRuns(ns, "runs")).To(Equal(1), "the body ran again after its outcome was announced")
 		Expect(tc.Status.Result.ErrorCode).To(Equal("tool_error"), "the outcome announced is the one committed")
 		Expect(settledEvents(ns)).To(Equal(map[string]int{"c": 1}))
+	})
+
+	It("commits the failure it announced when its Settled Event is gone: no Event decides a result", func() {
+		ns := newNamespace()
+		// Events are best effort and expire (an hour by default): here
+		// every Event of the namespace is gone before the next manager
+		// starts, which then finds the body's work lost with the first.
+		tc := crashThenRestart(ns, shTool("fails-once-only", "echo ran >> runs; exit 3"), func() {
+			Expect(k8s.DeleteAllOf(ctx, &eventsv1.Event{}, client.InNamespace(ns))).To(Succeed())
+			Eventually(func() map[string]int { return settledEvents(ns) }).Should(BeEmpty())
+		})
+		Expect(tc.Status.Result.ErrorCode).To(Equal("tool_error"), tc.Status.Result.Message)
+		Expect(bodyRuns(ns, "runs")).To(Equal(1))
 	})
 
 	It("counts a success only once it is durable: a crash that loses the work announced nothing else", func() {

@@ -18,7 +18,8 @@ import (
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 )
 
-// Config is what the composition (cmd/manager) hands the controllers: the
+// Config is what the composition (internal/compose, for cmd/manager and the
+// test manager alike) hands the controllers: the
 // mounted providers of each seam, and tuning.
 type Config struct {
 	// Approvals and Sandboxes are the mounted providers, by the names

@@ -6,11 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -41,26 +37,32 @@ func durableSettlement(res *toolgatev1alpha1.ToolCallResult) settlement {
 	return settlement{outcome: res.Outcome, code: res.ErrorCode, at: res.SettledAt.Time}
 }
 
-// announceLive is the live tools/result of the seed: once the observe stage
-// has run, a failure's frozen outcome is announced (its Settled Event)
-// before the durable result is written. The announcement is what the
-// durable result repeats: a process that finds it made by a predecessor
-// that stopped before writing the result settles the call with the
-// announced outcome (keepAnnounced), whatever its own rerun of the stages
-// found. A success is counted once its result is durable
-// (announceDurable): its only observer is a counter, and a count made
-// before a crash that then loses the body's work would tell of an outcome
-// the call never commits.
+// announceLive is the live tools/result of the seed: once the observe
+// stage has run, a failure's frozen outcome is written to the call's
+// status (writeState keeps it as a settled failure before finalization)
+// and then announced (its Settled Event), before the durable result is
+// written. The durable result repeats what the status froze: a process
+// that finds a frozen failure left by a predecessor that stopped before
+// writing the result reruns only finalize and observe from it, and the
+// result keeps the frozen code (keepAnnounced). No Event is ever read to
+// decide anything: Events are best effort and expire.
+// A success is counted once its result is durable (announceDurable): its
+// only observer is a counter, and a count made before a crash that then
+// loses the body's work would tell of an outcome the call never commits.
 func (r *ToolCallReconciler) announceLive(ctx context.Context, s *callScope) error {
 	if s.st.Next != pipeline.StageResult || s.st.Result == nil {
 		return nil
 	}
-	if err := r.keepAnnounced(ctx, s); err != nil {
-		return err
-	}
+	keepAnnounced(ctx, s)
 	res := s.st.Result
 	if res.Outcome == pipeline.Succeeded {
 		return nil
+	}
+	if s.frozen == nil {
+		if err := r.persist(ctx, s); err != nil {
+			return err
+		}
+		s.frozen = &pipeline.Failure{Code: res.Code, Message: res.Message}
 	}
 	r.announce(ctx, s.tc, settlement{outcome: toolgatev1alpha1.Outcome(res.Outcome), code: string(res.Code), at: r.Clock.Now()})
 	return nil
@@ -74,95 +76,21 @@ func (r *ToolCallReconciler) announceDurable(ctx context.Context, tc *toolgatev1
 	}
 }
 
-// PredecessorMargin covers an API server clock ahead of this process's: a
-// call stamped up to this long after this process began reconciling may
-// still have been seen by the manager before it. (hack/throughput measures
-// a new leader's first seconds apart from the rest.)
-const PredecessorMargin = 5 * time.Second
-
-// failedOutcomes are the outcomes a Settled Event announces.
-var failedOutcomes = []toolgatev1alpha1.Outcome{
-	toolgatev1alpha1.OutcomeFailed, toolgatev1alpha1.OutcomeDenied, toolgatev1alpha1.OutcomeCancelled, toolgatev1alpha1.OutcomeTimedOut,
-}
-
-// codeAnnotation carries a Settled Event's code, for keepAnnounced.
+// codeAnnotation carries a Settled Event's code, for people and tools
+// that read Events; toolgate never reads it back.
 const codeAnnotation = "toolgate.dev/code"
 
-// keepAnnounced makes the result the one a predecessor announced. Only a
-// call that existed before this process began reconciling can have one:
-// the predecessor stopped between the announcement and the write, and
-// this process reran the stages from the call's last durable boundary,
-// which may have ended otherwise (the body's work was lost with the
-// process, the pod is gone, the profile changed, an idempotent rerun
-// succeeded). The Settled Events are read from the API server itself, and
-// only toolgate's own, about this very call, count; a forged one could
-// only turn the call into a failure, which whoever may create Events in
-// its namespace may do anyway (spec.cancelRequested).
-func (r *ToolCallReconciler) keepAnnounced(ctx context.Context, s *callScope) error {
-	tc := s.tc
-	if !tc.CreationTimestamp.Time.Before(r.since().Add(PredecessorMargin)) {
-		return nil
+// keepAnnounced makes the result the failure the call's status froze
+// before it was announced. The rerun from it (finalize and observe) reaches
+// the same code unless the tool's finalizer now fails, or its profile
+// changed it; the announcement is what the durable result repeats.
+func keepAnnounced(ctx context.Context, s *callScope) {
+	f := s.frozen
+	if f == nil || f.Code == s.st.Result.Code {
+		return
 	}
-	// The outcomes' Events are read at once: this is on the way to the
-	// result's write, which the next call's commit waits for, and one
-	// after another the reads took four round trips a call for a new
-	// leader's first seconds (docs/performance.md).
-	found := make([]*eventsv1.Event, len(failedOutcomes))
-	g, gctx := errgroup.WithContext(ctx)
-	for i, outcome := range failedOutcomes {
-		g.Go(func() error {
-			ev := &eventsv1.Event{}
-			err := r.reader().Get(gctx, client.ObjectKey{Namespace: tc.Namespace, Name: eventName(tc, strings.ToLower(string(outcome)))}, ev)
-			switch {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return fmt.Errorf("reading the call's Settled Event: %w", err)
-			}
-			found[i] = ev
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	for i, outcome := range failedOutcomes {
-		ev := found[i]
-		if ev == nil {
-			continue
-		}
-		code := pipeline.Code(ev.Annotations[codeAnnotation])
-		if ev.Reason != EventSettled || ev.ReportingController != reportingController || ev.Regarding.UID != tc.UID ||
-			!validCode(code) || pipeline.OutcomeOf(code) != pipeline.Outcome(outcome) {
-			continue
-		}
-		if code != s.st.Result.Code {
-			log.FromContext(ctx).Info("announced outcome kept", "call", tc.Name, "code", code, "rerun", orNone(string(s.st.Result.Code)))
-			s.st.FailResult(code, "this outcome was announced before the manager that reached it stopped without writing it, and the call keeps it; its message was not kept")
-		}
-		return nil
-	}
-	return nil
-}
-
-// validCode reports whether c has the shape of a stable code.
-func validCode(c pipeline.Code) bool {
-	if c == "" || len(c) > 64 {
-		return false
-	}
-	for _, ch := range c {
-		if (ch < 'a' || ch > 'z') && ch != '_' {
-			return false
-		}
-	}
-	return true
-}
-
-// since is when this process began reconciling calls: it leads from then
-// on, so a call created later was never seen by another manager.
-func (r *ToolCallReconciler) since() time.Time {
-	r.leading.Do(func() { r.leadingSince = r.Clock.Now() })
-	return r.leadingSince
+	log.FromContext(ctx).Info("announced outcome kept", "call", s.tc.Name, "code", f.Code, "rerun", orNone(string(s.st.Result.Code)))
+	s.st.FailResult(f.Code, f.Message)
 }
 
 // announce counts the call's outcome in the metrics and, for an outcome

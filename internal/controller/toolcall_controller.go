@@ -33,9 +33,11 @@ const callFinalizer = toolgatev1alpha1.FinalizerStopWork
 
 // ToolCallReconciler drives one call through the pipeline. Each boundary is
 // written to status before the side effect that follows it (asking a
-// person, starting the body); the session decides when a call may start
-// and when it may settle (status.schedule, which this controller only
-// reads).
+// person, starting the body, announcing a failure); the session's plan
+// decides when a call may start and when it may settle, and a call that
+// starts writes its own admission and release into status.schedule when
+// the plan allows them (admitSelf, releaseSelf; docs/architecture.md, "Who
+// writes what").
 type ToolCallReconciler struct {
 	Client    client.Client
 	Profiles  *Profiles
@@ -77,10 +79,6 @@ type ToolCallReconciler struct {
 	// audited remembers the settled calls whose audit record this process
 	// wrote (or left to a predecessor); an entry goes with its call.
 	audited sync.Map // types.NamespacedName -> types.UID
-	// leading and leadingSince: when this process began reconciling calls
-	// (since).
-	leading      sync.Once
-	leadingSince time.Time
 	// own remembers the versions this process's writes replaced, so that a
 	// reconcile from a cache behind them waits for the watch instead.
 	own ownWrites
@@ -124,6 +122,9 @@ type callScope struct {
 	// without is why a phase settles the call without its body
 	// (settleWithoutBody); empty otherwise.
 	without pipeline.Code
+	// frozen is the failure the status froze before announcing it
+	// (frozenOf); the result repeats it.
+	frozen *pipeline.Failure
 
 	pipe    *pipeline.Pipeline
 	subject approval.Subject
@@ -190,7 +191,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // scopeOf is the one place a reconcile builds the call's pipeline state:
 // from its status, with what this process knows of its current attempt.
 func (r *ToolCallReconciler) scopeOf(tc *toolgatev1alpha1.ToolCall) *callScope {
-	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now(), wasSettled: tc.Settled()}
+	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now(), wasSettled: tc.Settled(), frozen: frozenOf(tc)}
 	s.st = stateOf(tc)
 	r.restore(tc.UID, s.st)
 	return s

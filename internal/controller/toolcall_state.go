@@ -14,7 +14,9 @@ import (
 
 // The pipeline's State lives in ToolCall.status: the visible part in
 // token, executionMode, stages, attempt, startTime and result; the rest in
-// checkpoint. These two functions are the only translation between them.
+// checkpoint. stateOf and writeState translate a whole state both ways;
+// the planner reads only a call's place from the status (nextStage here,
+// turnCallOf in planner.go).
 
 // requestOf is the pipeline request of a call: its immutable identity.
 func requestOf(tc *toolgatev1alpha1.ToolCall) pipeline.Request {
@@ -57,14 +59,18 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 			// stage runs again to collect it. The attempt re-attaches, so
 			// nothing runs twice; its record is written again when it has.
 			st.Next = pipeline.StageExecute
-			if n := len(st.Records); n > 0 && st.Records[n-1].Stage == pipeline.StageExecute {
-				st.Records = st.Records[:n-1]
-			}
+			st.Records = trimTrailing(st.Records, pipeline.StageExecute)
 		}
 		if f := cp.Failure; f != nil {
 			st.Failure = &pipeline.Failure{Code: pipeline.Code(f.Code), Message: f.Message}
 		}
 		st.Decisions = contextsIn(cp.Decisions)
+		if frozenOf(tc) != nil {
+			// The frozen failure (see writeState): finalize and observe run
+			// again on it, so their records are written again when they
+			// have.
+			st.Records = trimTrailing(st.Records, pipeline.StageObserve, pipeline.StageFinalize)
+		}
 	}
 	if res := s.Result; res != nil {
 		st.Result = &pipeline.Result{
@@ -109,8 +115,17 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 	if f := st.Failure; f != nil {
 		cp.Failure = &toolgatev1alpha1.CheckpointFailure{Code: string(f.Code), Message: f.Message}
 	}
+	if r := st.Result; r != nil && !st.Done() && r.Outcome != pipeline.Succeeded {
+		// The frozen failure, written before it is announced live: a
+		// settled failure before finalization (a failure has no body), its
+		// finalize and observe records after it. A successor reruns
+		// finalize and observe from it, never the body, and its result
+		// repeats it (frozenOf, keepAnnounced).
+		cp.Next, cp.Body, cp.BodyHeld = string(pipeline.StageFinalize), nil, false
+		cp.Failure = &toolgatev1alpha1.CheckpointFailure{Code: string(r.Code), Message: r.Message}
+	}
 	s.Checkpoint = cp
-	if st.Result != nil && s.Result == nil {
+	if st.Done() && s.Result == nil {
 		r := st.Result
 		s.Result = &toolgatev1alpha1.ToolCallResult{
 			Outcome: toolgatev1alpha1.Outcome(r.Outcome), ErrorCode: string(r.Code), Message: r.Message,
@@ -171,9 +186,9 @@ func setCallConditions(tc *toolgatev1alpha1.ToolCall, now time.Time) {
 // earlier call had committed, and gave it its place in the log.
 func phaseOf(st *pipeline.State, released bool) toolgatev1alpha1.ToolCallPhase {
 	switch {
-	case st.Result != nil && released:
+	case st.Done() && released:
 		return toolgatev1alpha1.PhaseCommitted
-	case st.Result != nil:
+	case st.Done():
 		return toolgatev1alpha1.PhaseSettled
 	case st.Next == pipeline.StageApproval:
 		return toolgatev1alpha1.PhaseAwaitingApproval
@@ -182,6 +197,30 @@ func phaseOf(st *pipeline.State, released bool) toolgatev1alpha1.ToolCallPhase {
 	default:
 		return toolgatev1alpha1.PhaseRunning
 	}
+}
+
+// frozenOf is the failure a call's status holds as frozen: written before
+// it was announced live (writeState), not yet as the durable result. A
+// settled failure waiting at finalize whose last record is observe is
+// one; nil otherwise.
+func frozenOf(tc *toolgatev1alpha1.ToolCall) *pipeline.Failure {
+	cp, stages := tc.Status.Checkpoint, tc.Status.Stages
+	if tc.Status.Result != nil || cp == nil || cp.Failure == nil || cp.Next != string(pipeline.StageFinalize) ||
+		len(stages) == 0 || stages[len(stages)-1].Stage != string(pipeline.StageObserve) {
+		return nil
+	}
+	return &pipeline.Failure{Code: pipeline.Code(cp.Failure.Code), Message: cp.Failure.Message}
+}
+
+// trimTrailing drops the records of stages at the end of recs, in the
+// order given from the last.
+func trimTrailing(recs []pipeline.Record, stages ...pipeline.Stage) []pipeline.Record {
+	for _, stage := range stages {
+		if n := len(recs); n > 0 && recs[n-1].Stage == stage {
+			recs = recs[:n-1]
+		}
+	}
+	return recs
 }
 
 // nextStage is where a call stands in the pipeline, from its status.

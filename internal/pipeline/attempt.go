@@ -30,9 +30,10 @@ type attempt struct {
 	wrapped  bool // wrappers surround the body
 	calls    int
 	panicked bool
-	// mu guards closed and calls: a wrapper may call next from another
-	// goroutine. closed is set once the wrappers returned: next then runs
-	// nothing. running counts a body in flight; abort stops it.
+	// mu guards closed, calls and inflight: a wrapper may call next from
+	// another goroutine. closed is set once the wrappers returned: next
+	// then runs nothing. inflight counts the bodies in flight (read under
+	// mu), running waits for them to return; abort stops them.
 	mu       sync.Mutex
 	closed   bool
 	inflight int

@@ -72,8 +72,8 @@ func OutcomeOf(c Code) Outcome {
 }
 
 // Failure is an error carrying a stable code. Bodies and wrappers may return
-// one to choose the code (for example a sandbox escape is a tool_error with a
-// specific message, a timeout detected by a provider is CodeTimeout).
+// one to choose the code (for example a path escaping the workspace is
+// sandbox_denied, a timeout detected by a provider is CodeTimeout).
 type Failure struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message,omitempty"`

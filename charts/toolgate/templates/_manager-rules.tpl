@@ -6,13 +6,6 @@ rules:
 - apiGroups:
   - ""
   resources:
-  - events
-  verbs:
-  - create
-  - patch
-- apiGroups:
-  - ""
-  resources:
   - persistentvolumeclaims
   verbs:
   - create
@@ -39,20 +32,20 @@ rules:
   - get
   - list
 - apiGroups:
+  - ""
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
+- apiGroups:
   - discovery.k8s.io
   resources:
   - endpointslices
   verbs:
   - get
   - list
-- apiGroups:
-  - events.k8s.io
-  resources:
-  - events
-  verbs:
-  - create
-  - get
-  - patch
 - apiGroups:
   - networking.k8s.io
   resources:
@@ -139,13 +132,6 @@ rules:
 - apiGroups:
   - ""
   resources:
-  - events
-  verbs:
-  - create
-  - patch
-- apiGroups:
-  - ""
-  resources:
   - persistentvolumeclaims
   verbs:
   - create
@@ -165,12 +151,12 @@ rules:
   - patch
   - watch
 - apiGroups:
+  - ""
   - events.k8s.io
   resources:
   - events
   verbs:
   - create
-  - get
   - patch
 - apiGroups:
   - networking.k8s.io

@@ -6,12 +6,18 @@
 //
 // A restarted manager finds the attempt's pod again instead of starting a
 // second one: a pod it created has the attempt's deterministic name
-// (Name), and a warm pod, started ahead under a generated name, is
-// labelled with the call's UID and the attempt when a call claims it
-// (warm.go).
+// (Name), and a warm pod, started ahead under a generated name, passes
+// its control to the ToolCall when a call claims it, the call named in its
+// annotations (its labels do not change; warm.go).
 //
-// Files: pod.go is the attempt's lifecycle, follower.go the goroutine
-// that hands each pod its call and collects the frame, netpol.go the
-// NetworkPolicies that isolate tool pods, spec.go the pod itself, warm.go
-// the warm pods.
+// Files: pod.go is the attempt's lifecycle (Run, Discard, Release),
+// follower.go the goroutine that hands each pod its call and collects the
+// frame, greet.go the early greeting of a reserved warm pod's runner,
+// warm.go the warm pods, spec.go the pod itself, seal.go which pods are
+// toolgate's (the seal only the manager can make), channelkey.go the
+// channel keys, failure.go what a pod that can no longer produce a frame
+// says about why, netpol.go the NetworkPolicies that isolate tool pods,
+// egress.go the egress proxy's grants and policy, check.go what of a
+// profile this install will not run as written, trace.go the body's span,
+// metrics.go the provider's metrics.
 package pod
