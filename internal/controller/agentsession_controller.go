@@ -27,6 +27,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 const (
@@ -35,10 +36,6 @@ const (
 	// still gets its one result.
 	sessionFinalizer = toolgatev1alpha1.FinalizerSettleCalls
 
-	// indexCallSession indexes ToolCalls by their session's name: the
-	// field index the planner lists by where the cache has no store for
-	// callIndex (newCallIndex), and the API server's selectable field.
-	indexCallSession = "spec.sessionRef.name"
 	// indexSessionProfile indexes AgentSessions by their profile's name.
 	indexSessionProfile = "spec.profileRef.name"
 )
@@ -49,7 +46,7 @@ const (
 // order) and keeps the session's log head. Calls that start admit and
 // release themselves by that plan (admitSelf, releaseSelf); the session
 // writes only refusals, nested calls' admission and the release of calls
-// that never start (sessionPlan.work).
+// that never start (toolcalls.SessionPlan.Work).
 type AgentSessionReconciler struct {
 	Client   client.Client
 	Profiles *Profiles
@@ -69,7 +66,7 @@ type AgentSessionReconciler struct {
 	DefaultRetention time.Duration
 
 	// index reads a session's calls in place (Setup; nil: listed).
-	index *callIndex
+	index *toolcalls.Index
 }
 
 // Reconcile schedules one session and patches its status once.
@@ -78,7 +75,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	calls, err := r.plans().inModelOrder(ctx, s.Namespace, s.Name)
+	calls, err := r.plans().InModelOrder(ctx, s.Namespace, s.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -118,15 +115,15 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable, problem
 		recheck = workspaceBindGrace
 	}
-	sp := planSession(s, calls, nil)
-	logged := sp.logged
+	sp := toolcalls.PlanSession(s, calls, nil)
+	logged := sp.Logged()
 	if conflict.reason != "" {
 		// No call starts without the workspace it was promised.
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, conflict.reason, conflict.message
 	} else if logged, err = r.schedule(ctx, sp); err != nil {
 		return ctrl.Result{}, err
 	}
-	setSessionStatus(s, logged)
+	toolcalls.SetSessionStatus(s, logged)
 	meta.SetStatusCondition(&s.Status.Conditions, ready)
 	if c := r.isolationCondition(ctx, s, profile); c != nil {
 		meta.SetStatusCondition(&s.Status.Conditions, *c)
@@ -134,7 +131,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	// Stamped whatever Ready says, so that Ready=False at the current
 	// generation means rejected, not yet seen.
 	s.Status.ObservedGeneration = s.Generation
-	if _, retains := r.retention(s); retains && completeThrough(s) > completeThrough(base) {
+	if _, retains := r.retention(s); retains && toolcalls.CompleteThrough(s) > toolcalls.CompleteThrough(base) {
 		// A turn newly complete is written before its calls expire, in
 		// this reconcile: waiting for the next one to read it back cost
 		// a round of every session's reconciles per turn, and under load
@@ -193,11 +190,11 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 	if !retains {
 		return 0, nil
 	}
-	through, now := completeThrough(persisted), r.Clock.Now()
+	through, now := toolcalls.CompleteThrough(persisted), r.Clock.Now()
 	var next time.Duration
 	var due []*toolgatev1alpha1.ToolCall
 	for _, c := range calls {
-		if !c.Committed() || c.Spec.Turn > through || deleting(c) {
+		if !c.Committed() || c.Spec.Turn > through || toolcalls.Deleting(c) {
 			continue
 		}
 		left := c.Status.Result.SettledAt.Add(ttl).Sub(now)
@@ -212,7 +209,7 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 	return next, writeEach(ctx, due, func(ctx context.Context, c *toolgatev1alpha1.ToolCall) error {
 		uid := c.UID
 		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting an expired call: %w", err)
+			return fmt.Errorf("toolcalls.Deleting an expired call: %w", err)
 		}
 		log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
 		return nil
@@ -220,16 +217,18 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 }
 
 // plans is the session's planner: the cache alone (patch.go says why).
-func (r *AgentSessionReconciler) plans() planner { return planner{reader: r.Client, index: r.index} }
+func (r *AgentSessionReconciler) plans() toolcalls.Planner {
+	return toolcalls.Planner{Reader: r.Client, Index: r.index}
+}
 
 // reconcileDelete cancels every unsettled call, keeps scheduling so each
 // settles and commits (in model order, past any missing index:
-// drainRelease), and lets the session go once all have.
+// toolcalls.DrainRelease), and lets the session go once all have.
 func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) error {
 	pending := false
 	var cancel []*toolgatev1alpha1.ToolCall
 	for _, c := range calls {
-		if c.Committed() || ((outOfLog(c.Status.Schedule.Refusal) || c.Spec.ParentRef != nil) && c.Status.Result != nil) {
+		if c.Committed() || ((toolcalls.OutOfLog(c.Status.Schedule.Refusal) || c.Spec.ParentRef != nil) && c.Status.Result != nil) {
 			continue
 		}
 		pending = true
@@ -246,14 +245,14 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 		return err
 	}
 	if pending {
-		_, err = r.schedule(ctx, planSession(s, calls, nil))
+		_, err = r.schedule(ctx, toolcalls.PlanSession(s, calls, nil))
 		return err
 	}
 	// Every call committed: they go with the session (a call holds no
 	// owner reference to it, which saves each call a write). One request,
 	// by the selectable field; each call's finalizer lets it go at once.
 	if len(calls) > 0 {
-		if err := r.Client.DeleteAllOf(ctx, &toolgatev1alpha1.ToolCall{}, client.InNamespace(s.Namespace), client.MatchingFields{indexCallSession: s.Name}); err != nil {
+		if err := r.Client.DeleteAllOf(ctx, &toolgatev1alpha1.ToolCall{}, client.InNamespace(s.Namespace), client.MatchingFields{toolcalls.IndexCallSession: s.Name}); err != nil {
 			return fmt.Errorf("deleting the session's calls: %w", err)
 		}
 	}
@@ -470,11 +469,11 @@ func (r *AgentSessionReconciler) onlyCounts(ctx context.Context, o client.Object
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil || !session.DeletionTimestamp.IsZero() {
 		return false
 	}
-	sp, err := r.plans().plan(ctx, session, nil)
-	if err != nil || len(sp.work()) > 0 {
+	sp, err := r.plans().Plan(ctx, session, nil)
+	if err != nil || len(sp.Work()) > 0 {
 		return false
 	}
 	through := session.Status.CommittedTurn
-	setSessionStatus(session, sp.logged) // the session is this function's copy
+	toolcalls.SetSessionStatus(session, sp.Logged()) // the session is this function's copy
 	return session.Status.CommittedTurn == through
 }

@@ -7,28 +7,29 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
-// schedule carries out the session's part of its plan (sessionPlan.work):
+// schedule carries out the session's part of its plan (toolcalls.SessionPlan.Work):
 // refuse the calls that cannot have a place in the log or came too late,
 // admit nested calls, and release the first uncommitted call of the
 // current turn with its place in the log when it never starts (the calls
 // that start admit and release themselves). Each call gets at most one
 // write. It returns the calls in the log, in model order, as written.
-func (r *AgentSessionReconciler) schedule(ctx context.Context, sp *sessionPlan) ([]*toolgatev1alpha1.ToolCall, error) {
-	calls := sp.logged
-	for _, w := range sp.work() {
+func (r *AgentSessionReconciler) schedule(ctx context.Context, sp *toolcalls.SessionPlan) ([]*toolgatev1alpha1.ToolCall, error) {
+	calls := sp.Logged()
+	for _, w := range sp.Work() {
 		switch {
-		case w.refusal != "":
-			log.FromContext(ctx).Info("call refused", "call", w.call.Name, "code", w.refusal)
-		case w.nested:
-			log.FromContext(ctx).V(1).Info("nested call admitted", "call", w.call.Name)
+		case w.Refusal != "":
+			log.FromContext(ctx).Info("call refused", "call", w.Call.Name, "code", w.Refusal)
+		case w.Nested:
+			log.FromContext(ctx).V(1).Info("nested call admitted", "call", w.Call.Name)
 		}
-		written, err := r.patchSchedule(ctx, w.call, w.edits)
+		written, err := r.patchSchedule(ctx, w.Call, w.Edits)
 		if err != nil {
 			return nil, err
 		}
-		if i := slices.Index(calls, w.call); i >= 0 {
+		if i := slices.Index(calls, w.Call); i >= 0 {
 			calls[i] = written // the status is derived from the calls as written
 		}
 	}

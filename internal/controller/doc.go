@@ -1,9 +1,12 @@
 // Package controller holds toolgate's reconcilers: ToolProfile (resolves and
-// compiles a profile), AgentSession (screens and schedules a session's
-// calls, commits them in model order and keeps its log head) and ToolCall
-// (drives one call through the pipeline, persisting each stage boundary).
-// A session is planned in one place, planner.go, for both: the session
-// writes the part of status.schedule a call cannot write itself
+// compiles a profile), AgentSession (carries out its part of a session's
+// plan and keeps its log head) and ToolCall (drives one call through the
+// pipeline, persisting each stage boundary). What the reconcilers know of
+// calls without reconciling them is in internal/toolcalls: a session's
+// plan (the Planner, screening, the log head), a call's pipeline state in
+// its status, the call predicates, the index of a session's calls and this
+// process's own writes. The reconcilers read and write through it: the
+// session writes the part of status.schedule a call cannot write itself
 // (refusals, nested admissions, releases of calls that never start) and
 // each call admits and releases itself when the plan allows it
 // (toolcall_admit.go); patch.go is the one write path and lists who writes
@@ -13,7 +16,7 @@
 // Files, by concern: toolcall_controller.go (the reconciler, its scope and
 // phase list), toolcall_phases.go (the phases), toolcall_admit.go (a call
 // scheduling itself), toolcall_watch.go (what wakes a call),
-// toolcall_status.go and toolcall_state.go (the pipeline state in status),
+// toolcall_status.go (persisting the pipeline state),
 // toolcall_announce.go (Events and metrics of a call); the agentsession_*
 // files likewise. Controllers consume provider contracts from
 // internal/providers and never import a concrete provider: the

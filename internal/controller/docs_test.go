@@ -50,7 +50,7 @@ func TestArchitectureNamesExist(t *testing.T) {
 		return strings.Contains(src, `json:"`+name+`,`) || strings.Contains(src, `json:"`+name+`"`) ||
 			regexp.MustCompile(`(?m)(func (\([^)]*\) )?|type |const |var |^\s+)`+regexp.QuoteMeta(name)+`\b`).MatchString(src)
 	}
-	packages := map[string]bool{"pipeline": true, "sandbox": true, "approval": true, "agent": true, "exec": true, "runner": true, "providers": true, "lifecycle": true, "profile": true}
+	packages := map[string]bool{"pipeline": true, "sandbox": true, "approval": true, "agent": true, "exec": true, "runner": true, "providers": true, "lifecycle": true, "profile": true, "toolcalls": true}
 	camel := regexp.MustCompile(`^[a-z]+[A-Z][A-Za-z]*$|^[A-Z][a-z]+[A-Z][A-Za-z]*$`)
 	dotted := regexp.MustCompile(`^([A-Za-z]+)\.([A-Z][A-Za-z]*|[a-z]+[A-Z][A-Za-z]*|[a-z]+)$`)
 	prose := map[string]bool{"md": true, "yaml": true, "txt": true}

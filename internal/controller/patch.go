@@ -27,7 +27,7 @@ const fieldOwner = client.FieldOwner("toolgate-manager")
 //     controller writes only status.schedule: refusal, the admission of a
 //     nested call (executionMode, released), and released and
 //     commitSequence of a call that never starts or of any call of a
-//     session being deleted (sessionPlan.work). scheduleWriters, in
+//     session being deleted (toolcalls.SessionPlan.Work). scheduleWriters, in
 //     patch_test.go, holds the two lists to this.
 //   - a ToolCall's metadata and spec: the caller (cancelRequested) and
 //     the API server (deletion) beside the finalizer toolgate sets and
@@ -49,9 +49,9 @@ func patch(ctx context.Context, c client.Client, obj, base client.Object, status
 
 // patchCall is patch for the ToolCall controller's own writes on a call,
 // always locked: it records the version the write replaced, so that a
-// reconcile from a cache behind it waits for the watch (ownWrites), and,
+// reconcile from a cache behind it waits for the watch (toolcalls.OwnWrites), and,
 // for a status write, keeps the call as written for the plans of the calls
-// after it (ownWrites.current). It returns the call as written, which may
+// after it (toolcalls.OwnWrites.Current). It returns the call as written, which may
 // not be changed.
 func (r *ToolCallReconciler) patchCall(ctx context.Context, tc, base *toolgatev1alpha1.ToolCall, status bool) (*toolgatev1alpha1.ToolCall, error) {
 	if err := patch(ctx, r.Client, tc, base, status, true); err != nil {
@@ -62,10 +62,10 @@ func (r *ToolCallReconciler) patchCall(ctx context.Context, tc, base *toolgatev1
 	}
 	written := tc.DeepCopy()
 	if status {
-		r.own.wroteCall(base.ResourceVersion, written)
+		r.own.WroteCall(base.ResourceVersion, written)
 		statusWrites.WithLabelValues("toolcall").Inc()
 	} else {
-		r.own.wrote(client.ObjectKeyFromObject(tc), base.ResourceVersion)
+		r.own.Wrote(client.ObjectKeyFromObject(tc), base.ResourceVersion)
 	}
 	return written, nil
 }

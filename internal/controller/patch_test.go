@@ -13,6 +13,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	tu "github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // scheduleWriters is who writes each field of status.schedule (patch.go):
@@ -75,15 +76,15 @@ func TestScheduleWriters(t *testing.T) {
 			for i, w := range tt.calls {
 				calls[i] = w.Obj()
 			}
-			sortModelOrder(calls)
-			work := planSession(session(tt.deleted), calls, nil).work()
+			toolcalls.SortModelOrder(calls)
+			work := toolcalls.PlanSession(session(tt.deleted), calls, nil).Work()
 			if len(work) != tt.writes {
 				t.Fatalf("%d writes, want %d", len(work), tt.writes)
 			}
 			for _, w := range work {
-				before := w.call.Status.Schedule
+				before := w.Call.Status.Schedule
 				after := *before.DeepCopy()
-				for _, edit := range w.edits {
+				for _, edit := range w.Edits {
 					edit(&after)
 				}
 				bv, av := reflect.ValueOf(before), reflect.ValueOf(after)
@@ -94,11 +95,11 @@ func TestScheduleWriters(t *testing.T) {
 					}
 					changed++
 					if f := typ.Field(i).Name; !slices.Contains(scheduleWriters[f], "agentsession") {
-						t.Errorf("the session writes status.schedule.%s of %s, which patch.go leaves to the call", f, w.call.Name)
+						t.Errorf("the session writes status.schedule.%s of %s, which patch.go leaves to the call", f, w.Call.Name)
 					}
 				}
 				if changed == 0 {
-					t.Errorf("a write of %s that changes nothing", w.call.Name)
+					t.Errorf("a write of %s that changes nothing", w.Call.Name)
 				}
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // Config is what the composition (internal/compose, for cmd/manager and the
@@ -59,7 +60,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 		cfg.Wake = NewWake(1024)
 	}
 	profiles := NewProfiles(mgr.GetClient())
-	index, err := newCallIndex(context.Background(), mgr.GetCache())
+	index, err := toolcalls.NewIndex(context.Background(), mgr.GetCache())
 	if err != nil {
 		return fmt.Errorf("controller setup: %w", err)
 	}

@@ -8,9 +8,10 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
-// A call schedules itself, from the session's plan (planner): it admits
+// A call schedules itself, from the session's plan (toolcalls.Planner): it admits
 // itself when the plan starts it and releases itself when the plan lets it
 // settle, each written with the call's own next boundary. The session
 // writes the rest of the schedule (patch.go lists who writes what).
@@ -31,19 +32,19 @@ func (r *ToolCallReconciler) admitSelf(ctx context.Context, s *callScope) (bool,
 	if sch.ExecutionMode != "" || s.session == nil || s.pipe == nil || tc.Spec.ParentRef != nil || sch.Refusal != "" || pipeline.PastPreExecute(s.st.Next) {
 		return false, nil
 	}
-	sp, err := r.plans().plan(ctx, s.session, &self{uid: tc.UID, next: s.st.Next, classify: func() pipeline.Mode {
-		return s.pipe.Classify(requestOf(tc))
+	sp, err := r.plans().Plan(ctx, s.session, &toolcalls.Self{UID: tc.UID, Next: s.st.Next, Classify: func() pipeline.Mode {
+		return s.pipe.Classify(toolcalls.RequestOf(tc))
 	}})
 	if err != nil {
 		return false, fmt.Errorf("listing the session's calls: %w", err)
 	}
-	if !sp.admits() {
+	if !sp.Admits() {
 		return false, nil
 	}
-	log.FromContext(ctx).V(1).Info("call admitted", "call", tc.Name, "mode", sp.plan.AdmitMode)
-	sch.ExecutionMode = toolgatev1alpha1.ExecutionMode(sp.plan.AdmitMode)
-	if sp.releases() {
-		seq := sp.nextPlace()
+	log.FromContext(ctx).V(1).Info("call admitted", "call", tc.Name, "mode", sp.AdmitMode())
+	sch.ExecutionMode = toolgatev1alpha1.ExecutionMode(sp.AdmitMode())
+	if sp.Releases() {
+		seq := sp.NextPlace()
 		sch.Released, sch.CommitSequence = true, &seq
 	}
 	return true, nil
@@ -61,14 +62,14 @@ func (r *ToolCallReconciler) releaseSelf(ctx context.Context, s *callScope) (boo
 	if sch.Released || s.session == nil || tc.Spec.ParentRef != nil || sch.Refusal != "" || !pipeline.BodyDone(s.st.Next) {
 		return false, nil
 	}
-	sp, err := r.plans().plan(ctx, s.session, &self{uid: tc.UID, next: s.st.Next})
+	sp, err := r.plans().Plan(ctx, s.session, &toolcalls.Self{UID: tc.UID, Next: s.st.Next})
 	if err != nil {
 		return false, fmt.Errorf("listing the session's calls: %w", err)
 	}
-	if !sp.releases() {
+	if !sp.Releases() {
 		return false, nil
 	}
-	seq := sp.nextPlace()
+	seq := sp.NextPlace()
 	sch.Released, sch.CommitSequence = true, &seq
 	return true, nil
 }
@@ -82,10 +83,10 @@ func gateOpen(s *callScope) bool {
 	tc, st := s.tc, s.st
 	sch := tc.Status.Schedule
 	switch {
-	case outOfLog(sch.Refusal) || s.session == nil:
+	case toolcalls.OutOfLog(sch.Refusal) || s.session == nil:
 		return true
 	case !pipeline.PastPreExecute(st.Next):
-		return sch.ExecutionMode != "" || tc.Spec.CancelRequested || deleting(tc) || sch.Refusal != ""
+		return sch.ExecutionMode != "" || tc.Spec.CancelRequested || toolcalls.Deleting(tc) || sch.Refusal != ""
 	case pipeline.BodyDone(st.Next):
 		return sch.Released
 	}

@@ -39,7 +39,7 @@ func durableSettlement(res *toolgatev1alpha1.ToolCallResult) settlement {
 
 // announceLive is the live tools/result of the seed: once the observe
 // stage has run, a failure's frozen outcome is written to the call's
-// status (writeState keeps it as a settled failure before finalization)
+// status (toolcalls.WriteState keeps it as a settled failure before finalization)
 // and then announced (its Settled Event), before the durable result is
 // written. The durable result repeats what the status froze: a process
 // that finds a frozen failure left by a predecessor that stopped before
@@ -133,16 +133,6 @@ func orNone(s string) string {
 // with its session.
 func subjectOf(tc *toolgatev1alpha1.ToolCall) approval.Subject {
 	return approval.Subject{Owner: tc, Session: tc.Spec.SessionRef.Name}
-}
-
-// askedApproval reports whether pre-execute asked a person about the call.
-func askedApproval(tc *toolgatev1alpha1.ToolCall) bool {
-	for _, r := range tc.Status.Stages {
-		if r.Stage == string(pipeline.StagePreExecute) && r.Verdict == pipeline.VerdictAsk {
-			return true
-		}
-	}
-	return false
 }
 
 // observeStages counts the boundaries a write made durable, from the

@@ -10,6 +10,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // auditCall writes the settled call's audit record, once per process. A
@@ -39,7 +40,7 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 		}
 	}
 	var ar *toolgatev1alpha1.ApprovalRequest
-	if askedApproval(tc) {
+	if toolcalls.AskedApproval(tc) {
 		// From the API server: the question's end was written by this
 		// reconcile (Close), which the cache may not show yet.
 		ar = &toolgatev1alpha1.ApprovalRequest{}

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // callFinalizer keeps a deleted call until its work has stopped, its one
@@ -81,9 +82,9 @@ type ToolCallReconciler struct {
 	audited sync.Map // types.NamespacedName -> types.UID
 	// own remembers the versions this process's writes replaced, so that a
 	// reconcile from a cache behind them waits for the watch instead.
-	own ownWrites
+	own toolcalls.OwnWrites
 	// index reads a session's calls in place (Setup; nil: listed).
-	index *callIndex
+	index *toolcalls.Index
 }
 
 type attemptKey struct {
@@ -123,7 +124,7 @@ type callScope struct {
 	// (settleWithoutBody); empty otherwise.
 	without pipeline.Code
 	// frozen is the failure the status froze before announcing it
-	// (frozenOf); the result repeats it.
+	// (toolcalls.FrozenOf); the result repeats it.
 	frozen *pipeline.Failure
 
 	pipe    *pipeline.Pipeline
@@ -155,11 +156,11 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			r.stamps.forget(req.NamespacedName)
 			r.audited.Delete(req.NamespacedName)
 			r.prepared.Delete(req.NamespacedName)
-			r.own.forget(req.NamespacedName)
+			r.own.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.own.behind(req.NamespacedName, tc.ResourceVersion) {
+	if r.own.Behind(req.NamespacedName, tc.ResourceVersion) {
 		// The write's watch event reconciles the call; the requeue is a
 		// safety net only.
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
@@ -191,8 +192,8 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // scopeOf is the one place a reconcile builds the call's pipeline state:
 // from its status, with what this process knows of its current attempt.
 func (r *ToolCallReconciler) scopeOf(tc *toolgatev1alpha1.ToolCall) *callScope {
-	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now(), wasSettled: tc.Settled(), frozen: frozenOf(tc)}
-	s.st = stateOf(tc)
+	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now(), wasSettled: tc.Settled(), frozen: toolcalls.FrozenOf(tc)}
+	s.st = toolcalls.StateOf(tc)
 	r.restore(tc.UID, s.st)
 	return s
 }
@@ -202,8 +203,8 @@ func (s *callScope) settling() bool { return s.without != "" }
 
 // plans is the planner of this controller: the cache, and this process's
 // own writes where the cache is behind them.
-func (r *ToolCallReconciler) plans() planner {
-	return planner{reader: r.Client, index: r.index, own: &r.own}
+func (r *ToolCallReconciler) plans() toolcalls.Planner {
+	return toolcalls.Planner{Reader: r.Client, Index: r.index, Own: &r.own}
 }
 
 // SetupWithManager registers the reconciler.

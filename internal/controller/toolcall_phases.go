@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // The phases of a ToolCall reconcile, in the order Reconcile runs them,
@@ -83,7 +84,7 @@ func (r *ToolCallReconciler) loadParent(ctx context.Context, s *callScope) error
 	}
 	// As this process last wrote it, when the cache is behind: the
 	// parent's write that its body ended wakes the call at once.
-	parent = r.own.current(parent)
+	parent = r.own.Current(parent)
 	s.parent = parent
 	if s.st.Request.Parent = parent.Status.Token; s.st.Request.Parent == "" {
 		s.st.Request.Parent = "parent:" + ref.Name // still nested: no contexts
@@ -102,7 +103,7 @@ func (r *ToolCallReconciler) reconcileFinalizer(ctx context.Context, s *callScop
 	// it); it is cancelled instead, and nothing more starts.
 	// A call without a session has no work to protect: it settles at
 	// once.
-	if controllerutil.ContainsFinalizer(s.tc, callFinalizer) || deleting(s.tc) || s.session == nil {
+	if controllerutil.ContainsFinalizer(s.tc, callFinalizer) || toolcalls.Deleting(s.tc) || s.session == nil {
 		return ctrl.Result{}, false, nil
 	}
 	base := s.tc.DeepCopy()
@@ -203,7 +204,7 @@ func (r *ToolCallReconciler) reconcileRefusal(ctx context.Context, s *callScope)
 // running the body) and once at the end, never when nothing changed.
 func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
 	callCtx := callContext(ctx, s.tc, s.session, s.parent)
-	heldAt := heldExecute(s.tc)
+	heldAt := toolcalls.HeldExecute(s.tc)
 	var requeue time.Duration
 	childrenChecked := false
 	for !s.st.Done() {
@@ -278,7 +279,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		// calls before it wake it (nextInLine); the poll is a safety net.
 		return ctrl.Result{RequeueAfter: r.PollInterval}, true, nil
 	}
-	if !s.st.Done() && pipeline.BodyDone(s.st.Next) && !gateOpen(s) && pipeline.PastPreExecute(nextStage(s.base)) {
+	if !s.st.Done() && pipeline.BodyDone(s.st.Next) && !gateOpen(s) && pipeline.PastPreExecute(toolcalls.NextStage(s.base)) {
 		// The body is done and the call waits for its turn: its output
 		// stays in the sandbox and is collected again once the call is
 		// released. The boundary before the body is durable; nothing
@@ -325,7 +326,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 // sandboxesTaken names the sandboxes the durable records of the other
 // unsettled calls of the call's session name: never given to the call.
 func (r *ToolCallReconciler) sandboxesTaken(ctx context.Context, tc *toolgatev1alpha1.ToolCall) []string {
-	calls, err := r.plans().calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	calls, err := r.plans().Calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
 	if err != nil {
 		return nil // the cache answers: an error is its absence
 	}
@@ -345,21 +346,16 @@ func (r *ToolCallReconciler) childrenSettled(ctx context.Context, s *callScope) 
 	if s.tc.Spec.ParentRef != nil || s.st.Attempt == 0 {
 		return true, nil
 	}
-	calls, err := r.plans().calls(ctx, s.tc.Namespace, s.tc.Spec.SessionRef.Name)
+	calls, err := r.plans().Calls(ctx, s.tc.Namespace, s.tc.Spec.SessionRef.Name)
 	if err != nil {
 		return false, fmt.Errorf("listing the session's calls: %w", err)
 	}
 	for _, c := range calls {
-		if nestedIn(c, s.tc.Name) && c.Status.Result == nil {
+		if toolcalls.NestedIn(c, s.tc.Name) && c.Status.Result == nil {
 			return false, nil
 		}
 	}
 	return true, nil
-}
-
-// nestedIn reports whether c is a nested call of the call named parent.
-func nestedIn(c *toolgatev1alpha1.ToolCall, parent string) bool {
-	return c.Spec.ParentRef != nil && c.Spec.ParentRef.Name == parent
 }
 
 // reconcileSettled does what follows a durable result, idempotently, every
@@ -370,7 +366,7 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 	if !tc.Settled() {
 		return ctrl.Result{}, false, nil
 	}
-	if askedApproval(tc) {
+	if toolcalls.AskedApproval(tc) {
 		subj := subjectOf(tc)
 		for _, a := range r.Approvals.All() {
 			if err := a.Close(ctx, subj, pipeline.Code(tc.Status.Result.ErrorCode)); err != nil {
@@ -379,7 +375,7 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 		}
 	}
 	workLeft := false
-	if s.wasSettled || deleting(tc) {
+	if s.wasSettled || toolcalls.Deleting(tc) {
 		// A pod left behind (by a crash between the result and its
 		// cleanup) goes now, and providers forget the call's attempts; a
 		// deleted call waits until nothing of it is left. A call settled
@@ -398,7 +394,7 @@ func (r *ToolCallReconciler) reconcileSettled(ctx context.Context, s *callScope)
 	}
 	// Before a deleted call lets go: the record outlives it.
 	r.auditCall(ctx, s)
-	if deleting(tc) {
+	if toolcalls.Deleting(tc) {
 		return r.letGo(ctx, s, workLeft)
 	}
 	return ctrl.Result{}, true, nil
@@ -450,7 +446,7 @@ func (r *ToolCallReconciler) placeHeld(ctx context.Context, s *callScope) (bool,
 			return false, fmt.Errorf("reading the session: %w", err)
 		}
 	}
-	return session.DeletionTimestamp.IsZero() && completeThrough(session) < tc.Spec.Turn, nil
+	return session.DeletionTimestamp.IsZero() && toolcalls.CompleteThrough(session) < tc.Spec.Turn, nil
 }
 
 // stopInFlight stops the work of an attempt in flight before the call is
@@ -526,15 +522,15 @@ var (
 func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *toolgatev1alpha1.AgentSession, parent *toolgatev1alpha1.ToolCall) context.Context {
 	var why error
 	switch {
-	case deleting(tc):
+	case toolcalls.Deleting(tc):
 		why = errCallDeleted
 	case session != nil && !session.DeletionTimestamp.IsZero():
 		why = errSessionDeleted
 	case tc.Spec.CancelRequested:
 		why = context.Canceled // the caller asked: nothing to add
-	case parent != nil && (parent.Spec.CancelRequested || deleting(parent)):
+	case parent != nil && (parent.Spec.CancelRequested || toolcalls.Deleting(parent)):
 		why = errParentCancelled
-	case parent != nil && pipeline.BodyDone(nextStage(parent)): // a parent with its result too
+	case parent != nil && pipeline.BodyDone(toolcalls.NextStage(parent)): // a parent with its result too
 		// A sub-call is its parent's owned work: once the parent's body
 		// has ended (whatever the outcome: a timeout, say), nobody waits
 		// for the sub-call's result, and it stops; the parent settles
@@ -548,16 +544,6 @@ func callContext(ctx context.Context, tc *toolgatev1alpha1.ToolCall, session *to
 		cancel(why)
 	}
 	return callCtx
-}
-
-// heldExecute is when the body ended of a call whose output is held by the
-// sandbox (PipelineCheckpoint.BodyHeld); zero otherwise.
-func heldExecute(tc *toolgatev1alpha1.ToolCall) time.Time {
-	stages := tc.Status.Stages
-	if cp := tc.Status.Checkpoint; cp == nil || !cp.BodyHeld || len(stages) == 0 || stages[len(stages)-1].Stage != string(pipeline.StageExecute) {
-		return time.Time{}
-	}
-	return stages[len(stages)-1].Time.Time
 }
 
 // warmPods is how many sandboxes the provider may keep ready for the

@@ -13,6 +13,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/textutil"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // persist writes the call's status when the state changed it, counts the
@@ -24,7 +25,7 @@ import (
 func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	tc := s.tc
 	before := len(s.base.Status.Stages)
-	writeState(tc, s.st, r.Clock.Now())
+	toolcalls.WriteState(tc, s.st, r.Clock.Now())
 	if equality.Semantic.DeepEqual(s.base.Status, tc.Status) {
 		return nil // nothing new: no API write
 	}
@@ -37,7 +38,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		// one is announced too.
 		r.announced.Delete(client.ObjectKeyFromObject(tc))
 		tc.Status = *s.base.Status.DeepCopy()
-		writeState(tc, s.st, r.Clock.Now())
+		toolcalls.WriteState(tc, s.st, r.Clock.Now())
 		written, err = r.patchCall(ctx, tc, s.base, true)
 	}
 	if err != nil {
@@ -49,7 +50,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		r.traceCommit(written)
 	}
 	moved, settledNow := planMoved(s.base, written), s.base.Status.Result == nil && written.Status.Result != nil
-	s.base = written // read only, as ownWrites keeps it
+	s.base = written // read only, as toolcalls.OwnWrites keeps it
 	s.runner.record(tc.UID, s.st.Attempt, written.Status.Sandbox)
 	if moved || settledNow {
 		r.wakeNext(ctx, written, settledNow)

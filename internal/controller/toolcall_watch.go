@@ -9,11 +9,12 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // What wakes a call besides its own events: the calls before it in its
 // session (nextInLine, and wakeNext, which does not wait for the watch),
-// and its session (deletedCallsOf). The planner says whom (nextOf).
+// and its session (deletedCallsOf). The toolcalls.Planner says whom (toolcalls.NextOf).
 
 // turnRecorded reports whether a session update may let a deleted call go:
 // a turn was recorded complete, or the session is being deleted.
@@ -26,13 +27,13 @@ func turnRecorded(before, after client.Object) bool {
 // hold their finalizer, and the calls next in line (a turn recorded
 // complete may let the next one start).
 func (r *ToolCallReconciler) deletedCallsOf(ctx context.Context, o client.Object) []reconcile.Request {
-	calls, err := r.plans().calls(ctx, o.GetNamespace(), o.GetName())
+	calls, err := r.plans().Calls(ctx, o.GetNamespace(), o.GetName())
 	if err != nil {
 		return nil
 	}
-	out := nextOf(calls)
+	out := toolcalls.NextOf(calls)
 	for _, c := range calls {
-		if deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
+		if toolcalls.Deleting(c) && controllerutil.ContainsFinalizer(c, callFinalizer) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 		}
 	}
@@ -40,10 +41,10 @@ func (r *ToolCallReconciler) deletedCallsOf(ctx context.Context, o client.Object
 }
 
 // nextInLine maps a call whose place in its session's plan changed to the
-// calls that may now move (nextOf).
+// calls that may now move (toolcalls.NextOf).
 func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []reconcile.Request {
 	tc := o.(*toolgatev1alpha1.ToolCall)
-	next, err := r.plans().next(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	next, err := r.plans().Next(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
 	if err != nil {
 		return nil
 	}
@@ -53,11 +54,11 @@ func (r *ToolCallReconciler) nextInLine(ctx context.Context, o client.Object) []
 // planMoved reports whether a call's update may let another call of its
 // session start or settle: what the plan reads of it changed.
 func planMoved(before, after client.Object) bool {
-	return turnCallOf(before.(*toolgatev1alpha1.ToolCall)) != turnCallOf(after.(*toolgatev1alpha1.ToolCall))
+	return toolcalls.TurnCallOf(before.(*toolgatev1alpha1.ToolCall)) != toolcalls.TurnCallOf(after.(*toolgatev1alpha1.ToolCall))
 }
 
 // wakeNext wakes the calls of tc's session that may move now that tc's
-// write is durable (nextOf, planning from it: ownWrites.current), without
+// write is durable (toolcalls.NextOf, planning from it: toolcalls.OwnWrites.Current), without
 // waiting for the write's watch event (nextInLine, which follows); once
 // tc's body has ended, tc's nested calls, which then stop (callContext);
 // and, when a nested call settles, its parent, which settles only after
@@ -69,24 +70,21 @@ func (r *ToolCallReconciler) wakeNext(ctx context.Context, tc *toolgatev1alpha1.
 		}
 		return
 	}
-	calls, err := r.plans().calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
+	calls, err := r.plans().Calls(ctx, tc.Namespace, tc.Spec.SessionRef.Name)
 	if err != nil {
 		return
 	}
-	for _, req := range nextOf(calls) {
+	for _, req := range toolcalls.NextOf(calls) {
 		if req.Name != tc.Name {
 			r.Wake.Notify(req.NamespacedName)
 		}
 	}
-	if !settled && !pipeline.BodyDone(nextStage(tc)) {
+	if !settled && !pipeline.BodyDone(toolcalls.NextStage(tc)) {
 		return
 	}
 	for _, c := range calls {
-		if nestedIn(c, tc.Name) && !c.Settled() {
+		if toolcalls.NestedIn(c, tc.Name) && !c.Settled() {
 			r.Wake.Notify(client.ObjectKeyFromObject(c))
 		}
 	}
 }
-
-// deleting reports whether someone deleted the call.
-func deleting(tc *toolgatev1alpha1.ToolCall) bool { return !tc.DeletionTimestamp.IsZero() }

@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	tu "github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
 // API writes are toolgate's cost: the API server, not toolgate's CPU, bounds
@@ -192,7 +193,7 @@ func scheduleOnlyWrites(versions []*toolgatev1alpha1.ToolCall) int {
 func stageTraces(versions []*toolgatev1alpha1.ToolCall) []string {
 	var out []string
 	for _, v := range versions {
-		out = append(out, fmt.Sprintf("next=%s mode=%s released=%t phase=%s finalizers=%d", nextStage(v), v.Status.Schedule.ExecutionMode, v.Status.Schedule.Released, v.Status.Phase, len(v.Finalizers)))
+		out = append(out, fmt.Sprintf("next=%s mode=%s released=%t phase=%s finalizers=%d", toolcalls.NextStage(v), v.Status.Schedule.ExecutionMode, v.Status.Schedule.Released, v.Status.Phase, len(v.Finalizers)))
 	}
 	return out
 }
@@ -409,7 +410,7 @@ var _ = Describe("a session's retention under a backlog", Ordered, func() {
 		for _, name := range []string{"c0", "c1"} {
 			c := &toolgatev1alpha1.ToolCall{}
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c)
-			Expect(apierrors.IsNotFound(err) || (err == nil && deleting(c))).To(BeTrue(), name+" is still held")
+			Expect(apierrors.IsNotFound(err) || (err == nil && toolcalls.Deleting(c))).To(BeTrue(), name+" is still held")
 		}
 	})
 })

@@ -1,4 +1,4 @@
-package controller
+package toolcalls
 
 import (
 	"fmt"
@@ -14,12 +14,12 @@ import (
 
 // The pipeline's State lives in ToolCall.status: the visible part in
 // token, executionMode, stages, attempt, startTime and result; the rest in
-// checkpoint. stateOf and writeState translate a whole state both ways;
-// the planner reads only a call's place from the status (nextStage here,
-// turnCallOf in planner.go).
+// checkpoint. StateOf and WriteState translate a whole state both ways;
+// the Planner reads only a call's place from the status (NextStage here,
+// TurnCallOf in Planner.go).
 
-// requestOf is the pipeline request of a call: its immutable identity.
-func requestOf(tc *toolgatev1alpha1.ToolCall) pipeline.Request {
+// RequestOf is the pipeline request of a call: its immutable identity.
+func RequestOf(tc *toolgatev1alpha1.ToolCall) pipeline.Request {
 	r := pipeline.Request{
 		CallID: tc.Spec.CallID, Tool: tc.Spec.Tool, Arguments: tc.Spec.Arguments,
 		Requester: tc.Spec.Requester, Session: tc.Spec.SessionRef.Name,
@@ -31,9 +31,9 @@ func requestOf(tc *toolgatev1alpha1.ToolCall) pipeline.Request {
 	return r
 }
 
-// stateOf rebuilds the pipeline state from a call's status.
-func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
-	st := pipeline.NewState(requestOf(tc))
+// StateOf rebuilds the pipeline state from a call's status.
+func StateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
+	st := pipeline.NewState(RequestOf(tc))
 	s := &tc.Status
 	st.Token = s.Token
 	st.Mode = pipeline.Mode(s.Schedule.ExecutionMode)
@@ -55,7 +55,7 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts), Truncated: b.Truncated}
 		}
 		if cp.BodyHeld {
-			// The output is with the sandbox (see writeState): the execute
+			// The output is with the sandbox (see WriteState): the execute
 			// stage runs again to collect it. The attempt re-attaches, so
 			// nothing runs twice; its record is written again when it has.
 			st.Next = pipeline.StageExecute
@@ -65,8 +65,8 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 			st.Failure = &pipeline.Failure{Code: pipeline.Code(f.Code), Message: f.Message}
 		}
 		st.Decisions = contextsIn(cp.Decisions)
-		if frozenOf(tc) != nil {
-			// The frozen failure (see writeState): finalize and observe run
+		if FrozenOf(tc) != nil {
+			// The frozen failure (see WriteState): finalize and observe run
 			// again on it, so their records are written again when they
 			// have.
 			st.Records = trimTrailing(st.Records, pipeline.StageObserve, pipeline.StageFinalize)
@@ -82,11 +82,11 @@ func stateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 	return st
 }
 
-// writeState stores st in the call's status. The result, once written, is
+// WriteState stores st in the call's status. The result, once written, is
 // never rewritten. Every time is stored at the precision the API keeps
 // (microTime, wholeTime), so a status that did not change compares equal
 // to the one read back and costs no write.
-func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time) {
+func WriteState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time) {
 	s := &tc.Status
 	s.Token = st.Token
 	s.Attempt = int32(st.Attempt)
@@ -120,7 +120,7 @@ func writeState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 		// settled failure before finalization (a failure has no body), its
 		// finalize and observe records after it. A successor reruns
 		// finalize and observe from it, never the body, and its result
-		// repeats it (frozenOf, keepAnnounced).
+		// repeats it (FrozenOf, keepAnnounced).
 		cp.Next, cp.Body, cp.BodyHeld = string(pipeline.StageFinalize), nil, false
 		cp.Failure = &toolgatev1alpha1.CheckpointFailure{Code: string(r.Code), Message: r.Message}
 	}
@@ -155,10 +155,10 @@ func setCallConditions(tc *toolgatev1alpha1.ToolCall, now time.Time) {
 			if seq := s.Schedule.CommitSequence; seq != nil {
 				committed.Message = fmt.Sprintf("committed at sequence %d", *seq)
 			}
-		case tc.Spec.ParentRef != nil && !outOfLog(s.Schedule.Refusal):
+		case tc.Spec.ParentRef != nil && !OutOfLog(s.Schedule.Refusal):
 			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
 			committed.Message = "a nested call has no place in the session's log; its parent's result does"
-		case outOfLog(s.Schedule.Refusal):
+		case OutOfLog(s.Schedule.Refusal):
 			committed.Status, committed.Reason = metav1.ConditionFalse, toolgatev1alpha1.ToolCallReasonNotCommitted
 			committed.Message = "the session kept the call out of its log (" + s.Schedule.Refusal + ")"
 		default:
@@ -199,11 +199,11 @@ func phaseOf(st *pipeline.State, released bool) toolgatev1alpha1.ToolCallPhase {
 	}
 }
 
-// frozenOf is the failure a call's status holds as frozen: written before
-// it was announced live (writeState), not yet as the durable result. A
+// FrozenOf is the failure a call's status holds as frozen: written before
+// it was announced live (WriteState), not yet as the durable result. A
 // settled failure waiting at finalize whose last record is observe is
 // one; nil otherwise.
-func frozenOf(tc *toolgatev1alpha1.ToolCall) *pipeline.Failure {
+func FrozenOf(tc *toolgatev1alpha1.ToolCall) *pipeline.Failure {
 	cp, stages := tc.Status.Checkpoint, tc.Status.Stages
 	if tc.Status.Result != nil || cp == nil || cp.Failure == nil || cp.Next != string(pipeline.StageFinalize) ||
 		len(stages) == 0 || stages[len(stages)-1].Stage != string(pipeline.StageObserve) {
@@ -223,8 +223,8 @@ func trimTrailing(recs []pipeline.Record, stages ...pipeline.Stage) []pipeline.R
 	return recs
 }
 
-// nextStage is where a call stands in the pipeline, from its status.
-func nextStage(c *toolgatev1alpha1.ToolCall) pipeline.Stage {
+// NextStage is where a call stands in the pipeline, from its status.
+func NextStage(c *toolgatev1alpha1.ToolCall) pipeline.Stage {
 	switch {
 	case c.Status.Checkpoint != nil && c.Status.Checkpoint.Next != "":
 		return pipeline.Stage(c.Status.Checkpoint.Next)

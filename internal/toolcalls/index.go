@@ -1,4 +1,4 @@
-package controller
+package toolcalls
 
 import (
 	"context"
@@ -11,11 +11,16 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
+// IndexCallSession indexes ToolCalls by their session's name: the field
+// index the Planner lists by where the cache has no store for Index
+// (NewIndex), and the API server's selectable field.
+const IndexCallSession = "spec.sessionRef.name"
+
 // callIndexName is the ToolCall informer's index by namespace and session,
-// read by callIndex.
+// read by Index.
 const callIndexName = "toolgate.dev/session"
 
-// callIndex reads a session's calls straight from the cache's store,
+// Index reads a session's calls straight from the cache's store,
 // without copying them. A session's calls are read several times per call
 // (planning, waking the next in line, the session's dry run of its
 // schedule), and the cache's List copies every one of them each time: with
@@ -23,20 +28,20 @@ const callIndexName = "toolgate.dev/session"
 // most of the manager's CPU, and a session's rate fell as it grew
 // (docs/performance.md, "A session's calls read in place"). The calls it
 // returns are the cache's own: read only, as with UnsafeDisableDeepCopy.
-type callIndex struct{ indexer toolscache.Indexer }
+type Index struct{ indexer toolscache.Indexer }
 
-// newCallIndex adds the index to the cache's ToolCall informer. A cache
+// NewIndex adds the index to the cache's ToolCall informer. A cache
 // whose informer has no store of its own (a cache of several namespaces
-// joins one informer per namespace) gets the field index the planner
+// joins one informer per namespace) gets the field index the Planner
 // lists by instead, and nil: one index of a session's calls either way.
-func newCallIndex(ctx context.Context, c cache.Cache) (*callIndex, error) {
+func NewIndex(ctx context.Context, c cache.Cache) (*Index, error) {
 	inf, err := c.GetInformer(ctx, &toolgatev1alpha1.ToolCall{})
 	if err != nil {
 		return nil, fmt.Errorf("the ToolCall informer: %w", err)
 	}
 	store, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
 	if !ok {
-		if err := c.IndexField(ctx, &toolgatev1alpha1.ToolCall{}, indexCallSession, func(o client.Object) []string {
+		if err := c.IndexField(ctx, &toolgatev1alpha1.ToolCall{}, IndexCallSession, func(o client.Object) []string {
 			return []string{o.(*toolgatev1alpha1.ToolCall).Spec.SessionRef.Name}
 		}); err != nil {
 			return nil, fmt.Errorf("indexing ToolCalls by session: %w", err)
@@ -46,7 +51,7 @@ func newCallIndex(ctx context.Context, c cache.Cache) (*callIndex, error) {
 	if err := inf.AddIndexers(toolscache.Indexers{callIndexName: callIndexKeys}); err != nil {
 		return nil, fmt.Errorf("indexing ToolCalls by session: %w", err)
 	}
-	return &callIndex{indexer: store.GetIndexer()}, nil
+	return &Index{indexer: store.GetIndexer()}, nil
 }
 
 // callIndexKeys is the index function: a call's namespace and session.
@@ -61,7 +66,7 @@ func callIndexKeys(o any) ([]string, error) {
 func callIndexKey(namespace, session string) string { return namespace + "/" + session }
 
 // calls are the session's calls in the cache, in no particular order.
-func (x *callIndex) calls(namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
+func (x *Index) Calls(namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
 	objs, err := x.indexer.ByIndex(callIndexName, callIndexKey(namespace, session))
 	if err != nil {
 		return nil, err

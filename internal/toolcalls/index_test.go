@@ -1,4 +1,4 @@
-package controller
+package toolcalls
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
-// The planner reads a session's calls in place from the index, and finds
+// The Planner reads a session's calls in place from the index, and finds
 // what it found by listing: the session's calls in its namespace only,
 // with this process's own writes where the cache is behind them.
 func TestTheCallIndexFindsWhatTheListFinds(t *testing.T) {
@@ -33,7 +33,7 @@ func TestTheCallIndexFindsWhatTheListFinds(t *testing.T) {
 	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	builder := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&toolgatev1alpha1.ToolCall{}, indexCallSession, func(o client.Object) []string {
+	builder := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&toolgatev1alpha1.ToolCall{}, IndexCallSession, func(o client.Object) []string {
 		return []string{o.(*toolgatev1alpha1.ToolCall).Spec.SessionRef.Name}
 	})
 	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{callIndexName: callIndexKeys})
@@ -44,10 +44,10 @@ func TestTheCallIndexFindsWhatTheListFinds(t *testing.T) {
 		}
 	}
 	reader := builder.Build()
-	var own ownWrites
+	var own OwnWrites
 	written := calls[1].DeepCopy()
 	written.ResourceVersion, written.Status.Phase = "2", toolgatev1alpha1.PhaseRunning
-	own.wroteCall("1", written)
+	own.WroteCall("1", written)
 
 	names := func(cs []*toolgatev1alpha1.ToolCall) []string {
 		var out []string
@@ -58,11 +58,11 @@ func TestTheCallIndexFindsWhatTheListFinds(t *testing.T) {
 		return out
 	}
 	for _, tt := range []struct{ ns, session string }{{"a", "s"}, {"b", "s"}, {"a", "other"}, {"a", "none"}} {
-		listed, err := planner{reader: reader, own: &own}.calls(context.Background(), tt.ns, tt.session)
+		listed, err := Planner{Reader: reader, Own: &own}.Calls(context.Background(), tt.ns, tt.session)
 		if err != nil {
 			t.Fatal(err)
 		}
-		read, err := planner{reader: reader, index: &callIndex{indexer: indexer}, own: &own}.calls(context.Background(), tt.ns, tt.session)
+		read, err := Planner{Reader: reader, Index: &Index{indexer: indexer}, Own: &own}.Calls(context.Background(), tt.ns, tt.session)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestTheCallIndexFindsWhatTheListFinds(t *testing.T) {
 			t.Errorf("session %s/%s: the index read %v, the list %v", tt.ns, tt.session, names(read), names(listed))
 		}
 	}
-	read, _ := planner{reader: reader, index: &callIndex{indexer: indexer}, own: &own}.calls(context.Background(), "a", "s")
+	read, _ := Planner{Reader: reader, Index: &Index{indexer: indexer}, Own: &own}.Calls(context.Background(), "a", "s")
 	if want := []string{"a/c1/", "a/c2/Running"}; !slices.Equal(names(read), want) {
 		t.Errorf("session a/s: read %v, want %v (c2 as this process wrote it)", names(read), want)
 	}

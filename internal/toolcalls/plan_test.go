@@ -1,19 +1,15 @@
-package controller
+package toolcalls
 
 import (
-	"errors"
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
 
@@ -75,10 +71,10 @@ func TestSessionPlanFromStatus(t *testing.T) {
 			for i, w := range tt.calls {
 				calls[len(calls)-1-i] = w.Obj() // listed out of order
 			}
-			sortModelOrder(calls)
+			SortModelOrder(calls)
 			view := make([]pipeline.TurnCall, len(calls))
 			for i, c := range calls {
-				view[i] = turnCallOf(c)
+				view[i] = TurnCallOf(c)
 			}
 			got := pipeline.PlanTurn(view, tt.max, func(int) pipeline.Mode { return pipeline.Parallel })
 			if !slices.Equal(got.Refuse, tt.want.Refuse) || got.Admit != tt.want.Admit || got.AdmitMode != tt.want.AdmitMode || got.Release != tt.want.Release {
@@ -111,7 +107,7 @@ func TestDrainRelease(t *testing.T) {
 		}, -1},
 		{"nothing left", []pipeline.TurnCall{{Turn: 0, Index: 0, Size: 1, Committed: true}}, -1},
 	} {
-		if got := drainRelease(tt.view); got != tt.want {
+		if got := DrainRelease(tt.view); got != tt.want {
 			t.Errorf("%s: release %d, want %d", tt.name, got, tt.want)
 		}
 	}
@@ -134,7 +130,7 @@ func TestClosedTurnHasNoSize(t *testing.T) {
 	}
 	s := tu.MakeAgentSession("ns", "s", "p").Obj()
 	s.Status.CommittedCalls, s.Status.CommittedTurn = 1, 0
-	setSessionStatus(s, calls)
+	SetSessionStatus(s, calls)
 	if s.Status.CurrentTurn != 2 || s.Status.CommittedTurn != 0 {
 		t.Errorf("current turn %d, committed turn %d; want 2 and 0", s.Status.CurrentTurn, s.Status.CommittedTurn)
 	}
@@ -148,7 +144,7 @@ func TestSessionLogHead(t *testing.T) {
 		tu.MakeToolCall("ns", "c", "s").At(1, 0).Admitted(toolgatev1alpha1.ModeExclusive).Released(2).NextStage(string(pipeline.StageExecute)).Obj(),
 	}
 	s := tu.MakeAgentSession("ns", "s", "p").Obj()
-	setSessionStatus(s, calls)
+	SetSessionStatus(s, calls)
 	st := s.Status
 	if st.Counts.Succeeded != 1 || st.Counts.Denied != 1 || st.CommittedTurn != 0 || st.CurrentTurn != 1 || st.NextSequence != 3 {
 		t.Errorf("log head %+v", st)
@@ -164,9 +160,9 @@ func TestSessionLogHead(t *testing.T) {
 // however many times the status is derived again.
 func TestCompleteTurnOutlivesItsCalls(t *testing.T) {
 	s := tu.MakeAgentSession("ns", "s", "p").Obj()
-	setSessionStatus(s, []*toolgatev1alpha1.ToolCall{tu.MakeToolCall("ns", "a", "s").At(0, 0).Committed(0).Obj()})
+	SetSessionStatus(s, []*toolgatev1alpha1.ToolCall{tu.MakeToolCall("ns", "a", "s").At(0, 0).Committed(0).Obj()})
 	for range 2 {
-		setSessionStatus(s, nil)
+		SetSessionStatus(s, nil)
 		st := s.Status
 		if st.CommittedTurn != 0 || st.NextSequence != 1 || st.CommittedCalls != 0 {
 			t.Fatalf("committed turn %d, next sequence %d, committed calls %d; want 0, 1, 0", st.CommittedTurn, st.NextSequence, st.CommittedCalls)
@@ -239,7 +235,7 @@ func TestScreen(t *testing.T) {
 			for i, w := range tt.calls {
 				calls[i] = w.Obj()
 			}
-			sortModelOrder(calls)
+			SortModelOrder(calls)
 			logged, nested, out := screen("agent", calls)
 			got := map[string]string{}
 			for c, code := range out {
@@ -252,31 +248,5 @@ func TestScreen(t *testing.T) {
 				t.Errorf("%d logged + %d nested + %d out != %d calls", len(logged), len(nested), len(out), len(calls))
 			}
 		})
-	}
-}
-
-// validatingSandbox is a sandbox provider refusing every policy.
-type validatingSandbox struct{ sandbox.Provider }
-
-func (validatingSandbox) Validate(toolgatev1alpha1.SandboxPolicy) error {
-	return errors.New("cpu 8 exceeds the cap 4")
-}
-
-// TestRefusedPolicy: a profile whose policy the mounted provider refuses
-// is not Ready, with the provider's reason.
-func TestRefusedPolicy(t *testing.T) {
-	scope := lifecycle.NewScope()
-	defer scope.Dispose()
-	mounts := &sandbox.Mounts{}
-	if err := mounts.Mount(scope, "Pod", validatingSandbox{}); err != nil {
-		t.Fatal(err)
-	}
-	spec := &toolgatev1alpha1.ToolProfileSpec{Sandbox: toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod}}
-	if got := refusedPolicy(spec, mounts); !strings.Contains(got, "cpu 8 exceeds the cap 4") {
-		t.Errorf("refusal %q", got)
-	}
-	spec.Sandbox.Provider = toolgatev1alpha1.SandboxProviderProcess // not mounted: reported elsewhere
-	if got := refusedPolicy(spec, mounts); got != "" {
-		t.Errorf("an unmounted provider refused: %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package toolcalls
 
 import (
 	"slices"
@@ -20,9 +20,9 @@ import (
 // if its parent is a call of the same session whose body is executing;
 // otherwise it is refused (invalid_parent).
 
-// outOfLog reports whether a refusal keeps a call out of the session's log
+// OutOfLog reports whether a refusal keeps a call out of the session's log
 // (a turn_closed call still commits in its place).
-func outOfLog(refusal string) bool {
+func OutOfLog(refusal string) bool {
 	switch pipeline.Code(refusal) {
 	case pipeline.CodeDuplicateCall, pipeline.CodeTurnSizeMismatch, pipeline.CodeInvalidParent, pipeline.CodeNotSessionOwner:
 		return true
@@ -51,7 +51,7 @@ func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*t
 	}
 	for _, c := range all {
 		switch {
-		case outOfLog(c.Status.Schedule.Refusal):
+		case OutOfLog(c.Status.Schedule.Refusal):
 			out[c] = c.Status.Schedule.Refusal
 		case c.Spec.Requester != owner && c.Status.Schedule.ExecutionMode == "":
 			out[c] = string(pipeline.CodeNotSessionOwner) // never recorded in someone else's session
@@ -98,7 +98,7 @@ func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*t
 // session) is running its body: the only time its body can ask for a
 // nested call.
 func parentExecuting(parent *toolgatev1alpha1.ToolCall) bool {
-	return parent != nil && parent.Spec.ParentRef == nil && nextStage(parent) == pipeline.StageExecute
+	return parent != nil && parent.Spec.ParentRef == nil && NextStage(parent) == pipeline.StageExecute
 }
 
 // byPrecedence orders calls for screening: started calls first, then by

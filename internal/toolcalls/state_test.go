@@ -1,10 +1,9 @@
-package controller
+package toolcalls
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -78,7 +77,7 @@ func TestDeadlinesSurviveTheStatus(t *testing.T) {
 	// restored is st after its status went through the API server.
 	restored := func(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) *pipeline.State {
 		t.Helper()
-		writeState(tc, st, clk.Now())
+		WriteState(tc, st, clk.Now())
 		data, err := json.Marshal(tc)
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +87,7 @@ func TestDeadlinesSurviveTheStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		*tc = *back
-		return stateOf(tc)
+		return StateOf(tc)
 	}
 	stepUntil := func(st *pipeline.State, next pipeline.Stage) {
 		t.Helper()
@@ -106,7 +105,7 @@ func TestDeadlinesSurviveTheStatus(t *testing.T) {
 	t.Run("the approval deadline", func(t *testing.T) {
 		clk.SetTime(start)
 		tc := call("ask")
-		st := stateOf(tc)
+		st := StateOf(tc)
 		stepUntil(st, pipeline.StageApproval)
 		p.Step(context.Background(), st) // asks: no answer yet
 		deadline := start.Add(10 * time.Second)
@@ -133,7 +132,7 @@ func TestDeadlinesSurviveTheStatus(t *testing.T) {
 	t.Run("the retry backoff", func(t *testing.T) {
 		clk.SetTime(start)
 		tc := call("flaky")
-		st := stateOf(tc)
+		st := StateOf(tc)
 		stepUntil(st, pipeline.StageExecute)
 		p.Step(context.Background(), st) // attempt 1 fails; retried after the backoff
 		notBefore := start.Add(2 * time.Second)
@@ -152,7 +151,7 @@ func TestDeadlinesSurviveTheStatus(t *testing.T) {
 	t.Run("the timeout from the attempt's start", func(t *testing.T) {
 		clk.SetTime(start)
 		tc := call("slow")
-		st := stateOf(tc)
+		st := StateOf(tc)
 		stepUntil(st, pipeline.StageExecute)
 		st = restored(tc, st)
 		if !st.AttemptStartedAt.Equal(start) {
@@ -202,100 +201,6 @@ func TestFinalCondition(t *testing.T) {
 			}
 			if final := c.Status == metav1.ConditionTrue; final != tc.Final() {
 				t.Errorf("Final condition %s, but ToolCall.Final() is %t", c.Status, tc.Final())
-			}
-		})
-	}
-}
-
-// TestTheFrozenFailureIsDurable: a failure's frozen outcome, written to
-// the status before it is announced, is not yet the durable result, and a
-// state restored from it reaches the same result by rerunning only
-// finalize and observe (never the body); when that rerun now ends
-// otherwise (the finalizer fails this time), the result repeats the frozen
-// failure (keepAnnounced). No Event is read for any of it.
-func TestTheFrozenFailureIsDurable(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
-	scope := lifecycle.NewScope()
-	defer scope.Dispose()
-	reg := pipeline.NewRegistry()
-	runs, finalizerFails := 0, false
-	if err := reg.Register(scope, pipeline.Definition{
-		Name: "fails", Parameters: `{"type":"object"}`, Output: pipeline.Output{Schema: `{"type":"string"}`},
-		Execute: func(context.Context, pipeline.Arguments, *pipeline.Exec) (any, error) {
-			runs++
-			return nil, errors.New("the disk is full")
-		},
-		FinalizeContent: func(content string, _ pipeline.ResultView) string {
-			if finalizerFails {
-				panic("the finalizer changed")
-			}
-			return content
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.OnPreExecute(scope, "policy", 0, func(context.Context, pipeline.Call) pipeline.Decision {
-		return pipeline.Decision{Action: pipeline.Allow, Reason: "allow"}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	p := pipeline.New(reg, pipeline.Options{Clock: clk, PollInterval: time.Second})
-	stepTo := func(st *pipeline.State, next pipeline.Stage) {
-		t.Helper()
-		for i := 0; st.Next != next; i++ {
-			if i > 12 || st.Done() {
-				t.Fatalf("never reached %s: at %s", next, st.Next)
-			}
-			p.Step(context.Background(), st)
-		}
-	}
-	tc := tu.MakeToolCall("ns", "c", "s").Tool("fails", `{}`).Admitted(toolgatev1alpha1.ModeExclusive).Released(0).Obj()
-	st := stateOf(tc)
-	stepTo(st, pipeline.StageResult)
-	frozen := *st.Result
-	records := len(st.Records)
-
-	writeState(tc, st, clk.Now())
-	data, err := json.Marshal(tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back := &toolgatev1alpha1.ToolCall{}
-	if err := json.Unmarshal(data, back); err != nil {
-		t.Fatal(err)
-	}
-	if back.Status.Result != nil || back.Status.Phase == toolgatev1alpha1.PhaseCommitted || back.Final() {
-		t.Fatalf("the frozen failure was written as the durable result (phase %s)", back.Status.Phase)
-	}
-	f := frozenOf(back)
-	if f == nil || f.Code != frozen.Code || f.Message != frozen.Message {
-		t.Fatalf("the status froze %+v, want %s: %s", f, frozen.Code, frozen.Message)
-	}
-	if frozenOf(tu.MakeToolCall("ns", "d", "s").Admitted(toolgatev1alpha1.ModeExclusive).NextStage(string(pipeline.StageFinalize)).Obj()) != nil {
-		t.Error("a call waiting at finalize that never observed its outcome reads as frozen")
-	}
-
-	for _, tt := range []struct {
-		name     string
-		finFails bool
-	}{{"the rerun agrees", false}, {"the finalizer now fails", true}} {
-		t.Run(tt.name, func(t *testing.T) {
-			finalizerFails = tt.finFails
-			in := back.DeepCopy()
-			s := &callScope{tc: in, st: stateOf(in), frozen: frozenOf(in)}
-			if s.st.Next != pipeline.StageFinalize {
-				t.Fatalf("restored at %s, want %s", s.st.Next, pipeline.StageFinalize)
-			}
-			stepTo(s.st, pipeline.StageResult)
-			keepAnnounced(context.Background(), s)
-			if runs != 1 {
-				t.Errorf("the body ran %d times", runs)
-			}
-			if got := s.st.Result; got.Code != frozen.Code || got.Outcome != frozen.Outcome || !strings.Contains(got.Message, "the disk is full") {
-				t.Errorf("the result is %s (%s: %s), want the frozen %s (%s)", got.Outcome, got.Code, got.Message, frozen.Outcome, frozen.Code)
-			}
-			if len(s.st.Records) != records {
-				t.Errorf("%d stage records after the rerun, want %d (finalize and observe once each)", len(s.st.Records), records)
 			}
 		})
 	}

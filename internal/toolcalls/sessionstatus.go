@@ -1,16 +1,16 @@
-package controller
+package toolcalls
 
 import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
-// setSessionStatus derives the session's log head from its calls, so it is
+// SetSessionStatus derives the session's log head from its calls, so it is
 // always consistent with them (and idempotent after a crash between a
 // commit and this write).
-func setSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) {
+func SetSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) {
 	st := &s.Status
-	through := completeThrough(s)
+	through := CompleteThrough(s)
 	st.Counts, st.CommittedCalls = toolgatev1alpha1.OutcomeCounts{}, 0
 	st.NextSequence = max(nextSequence(calls), st.NextSequence)
 	st.CommittedTurn = -1
@@ -86,10 +86,10 @@ func countOutcome(counts *toolgatev1alpha1.OutcomeCounts, outcome toolgatev1alph
 	}
 }
 
-// completeThrough is the last turn the session has recorded complete (-1
+// CompleteThrough is the last turn the session has recorded complete (-1
 // before any): a turn once complete stays complete, even when its committed
 // calls are deleted, all of them included.
-func completeThrough(s *toolgatev1alpha1.AgentSession) int64 {
+func CompleteThrough(s *toolgatev1alpha1.AgentSession) int64 {
 	if s.Status.NextSequence == 0 {
 		return -1 // nothing ever released: a status never written, or nothing committed yet
 	}

@@ -1,4 +1,4 @@
-package controller
+package toolcalls
 
 import (
 	"context"
@@ -13,37 +13,37 @@ import (
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
-// planner is the one place a session is planned, for the session's
+// Planner is the one place a session is planned, for the session's
 // reconciler (schedule), its event handler (onlyCounts) and each call's
 // own reconcile (admitSelf, releaseSelf, and the watches that wake the
 // next in line). It lists a session's calls as this process knows them,
 // screens them, plans the calls in the log with pipeline.PlanTurn, and
 // says which calls may move next.
-type planner struct {
-	reader client.Reader
-	// index, when set, reads a session's calls in place (callIndex);
+type Planner struct {
+	Reader client.Reader
+	// index, when set, reads a session's calls in place (Index);
 	// otherwise they are listed from reader.
-	index *callIndex
+	Index *Index
 	// own, when set, stands in for the cache where it is behind this
-	// process's own writes of a call (ownWrites.current). The ToolCall
+	// process's own writes of a call (OwnWrites.current). The ToolCall
 	// controller plans from its own writes; the session plans from the
 	// cache alone, and its writes are optimistically locked.
-	own *ownWrites
+	Own *OwnWrites
 }
 
 // calls lists a session's calls from the cache without copying them (a
 // session may hold thousands), in no particular order: read only. A write
 // copies the call first.
-func (p planner) calls(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
+func (p Planner) Calls(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
 	var out []*toolgatev1alpha1.ToolCall
-	if p.index != nil {
+	if p.Index != nil {
 		var err error
-		if out, err = p.index.calls(namespace, session); err != nil {
+		if out, err = p.Index.Calls(namespace, session); err != nil {
 			return nil, err
 		}
 	} else {
 		list := &toolgatev1alpha1.ToolCallList{}
-		if err := p.reader.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexCallSession: session}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := p.Reader.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{IndexCallSession: session}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
 		out = make([]*toolgatev1alpha1.ToolCall, len(list.Items))
@@ -51,53 +51,53 @@ func (p planner) calls(ctx context.Context, namespace, session string) ([]*toolg
 			out[i] = &list.Items[i]
 		}
 	}
-	if p.own != nil {
+	if p.Own != nil {
 		for i := range out {
-			out[i] = p.own.current(out[i])
+			out[i] = p.Own.Current(out[i])
 		}
 	}
 	return out, nil
 }
 
 // inModelOrder lists a session's calls (calls), in model order.
-func (p planner) inModelOrder(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
-	calls, err := p.calls(ctx, namespace, session)
+func (p Planner) InModelOrder(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
+	calls, err := p.Calls(ctx, namespace, session)
 	if err != nil {
 		return nil, err
 	}
-	sortModelOrder(calls)
+	SortModelOrder(calls)
 	return calls, nil
 }
 
-// next are the calls of a session that may move now (nextOf).
-func (p planner) next(ctx context.Context, namespace, session string) ([]reconcile.Request, error) {
-	calls, err := p.calls(ctx, namespace, session)
+// next are the calls of a session that may move now (NextOf).
+func (p Planner) Next(ctx context.Context, namespace, session string) ([]reconcile.Request, error) {
+	calls, err := p.Calls(ctx, namespace, session)
 	if err != nil {
 		return nil, err
 	}
-	return nextOf(calls), nil
+	return NextOf(calls), nil
 }
 
-// self is a call planning itself: its stage as its reconcile knows it
+// Self is a call planning itself: its stage as its reconcile knows it
 // (ahead of the cache), and how it classifies itself just before it
 // starts (nil: it is not starting).
-type self struct {
-	uid      types.UID
-	next     pipeline.Stage
-	classify func() pipeline.Mode
+type Self struct {
+	UID      types.UID
+	Next     pipeline.Stage
+	Classify func() pipeline.Mode
 }
 
-// plan lists, screens and plans a session's calls (planSession).
-func (p planner) plan(ctx context.Context, s *toolgatev1alpha1.AgentSession, me *self) (*sessionPlan, error) {
-	all, err := p.inModelOrder(ctx, s.Namespace, s.Name)
+// plan lists, screens and plans a session's calls (PlanSession).
+func (p Planner) Plan(ctx context.Context, s *toolgatev1alpha1.AgentSession, me *Self) (*SessionPlan, error) {
+	all, err := p.InModelOrder(ctx, s.Namespace, s.Name)
 	if err != nil {
 		return nil, err
 	}
-	return planSession(s, all, me), nil
+	return PlanSession(s, all, me), nil
 }
 
-// sessionPlan is one plan of a session.
-type sessionPlan struct {
+// SessionPlan is one plan of a session.
+type SessionPlan struct {
 	session *toolgatev1alpha1.AgentSession
 	// all are the session's calls in model order; logged those in its
 	// log, nested the nested calls that may run, out those kept out of
@@ -111,57 +111,63 @@ type sessionPlan struct {
 	me int
 }
 
-// planSession screens all (in model order) and plans the calls in the log.
+// Logged are the session's calls in its log, in model order (read only).
+func (sp *SessionPlan) Logged() []*toolgatev1alpha1.ToolCall { return sp.logged }
+
+// AdmitMode is how the planning call is admitted (its classification).
+func (sp *SessionPlan) AdmitMode() pipeline.Mode { return sp.plan.AdmitMode }
+
+// PlanSession screens all (in model order) and plans the calls in the log.
 // Only me, when set, is classified: every other call is Exclusive to this
 // plan, since it is not this plan's to start (each call admits only
 // itself). A deleted session releases its calls one by one past any gap
-// (drainRelease).
-func planSession(s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall, me *self) *sessionPlan {
-	sp := &sessionPlan{session: s, all: all, me: -1}
+// (DrainRelease).
+func PlanSession(s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall, me *Self) *SessionPlan {
+	sp := &SessionPlan{session: s, all: all, me: -1}
 	sp.logged, sp.nested, sp.out = screen(s.Spec.Owner, all)
-	sp.view = planView(sp.logged, completeThrough(s))
+	sp.view = planView(sp.logged, CompleteThrough(s))
 	if me != nil {
-		sp.me = slices.IndexFunc(sp.logged, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == me.uid })
+		sp.me = slices.IndexFunc(sp.logged, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == me.UID })
 		if sp.me >= 0 {
-			sp.view[sp.me].Next = me.next
+			sp.view[sp.me].Next = me.Next
 		}
 	}
 	sp.plan = pipeline.PlanTurn(sp.view, int(s.Spec.MaxParallel), func(i int) pipeline.Mode {
-		if i == sp.me && me.classify != nil {
-			return me.classify()
+		if i == sp.me && me.Classify != nil {
+			return me.Classify()
 		}
 		return pipeline.Exclusive
 	})
 	if !s.DeletionTimestamp.IsZero() {
 		// Every call is cancelled: none may wait for a call the model
 		// will never send (a missing index, a turn short of its size).
-		sp.plan.Release = drainRelease(sp.view)
+		sp.plan.Release = DrainRelease(sp.view)
 	}
 	return sp
 }
 
 // admits reports whether the plan starts the planning call now.
-func (sp *sessionPlan) admits() bool {
+func (sp *SessionPlan) Admits() bool {
 	return sp.me >= 0 && sp.plan.Admit == sp.me && !slices.Contains(sp.plan.Refuse, sp.me)
 }
 
 // releases reports whether the plan lets the planning call settle now.
-func (sp *sessionPlan) releases() bool { return sp.me >= 0 && sp.plan.Release == sp.me }
+func (sp *SessionPlan) Releases() bool { return sp.me >= 0 && sp.plan.Release == sp.me }
 
 // nextPlace is the place in the session's log of the next call released:
 // never below what the session already handed out (a deleted call must not
 // free its number).
-func (sp *sessionPlan) nextPlace() int64 {
+func (sp *SessionPlan) NextPlace() int64 {
 	return max(nextSequence(sp.logged), sp.session.Status.NextSequence)
 }
 
-// callWork is what the session writes on one call: its edits, and what
+// CallWork is what the session writes on one call: its edits, and what
 // they are for the log.
-type callWork struct {
-	call    *toolgatev1alpha1.ToolCall
-	edits   []func(*toolgatev1alpha1.CallSchedule)
-	refusal string // the call is refused with this code
-	nested  bool   // a nested call is admitted
+type CallWork struct {
+	Call    *toolgatev1alpha1.ToolCall
+	Edits   []func(*toolgatev1alpha1.CallSchedule)
+	Refusal string // the call is refused with this code
+	Nested  bool   // a nested call is admitted
 }
 
 // work is the session's part of the plan, in the order it is written:
@@ -169,11 +175,11 @@ type callWork struct {
 // in the log, refusals of late calls and the release of a call that never
 // starts (or of any call, in a session being deleted). The calls that
 // start admit and release themselves (admitSelf, releaseSelf).
-func (sp *sessionPlan) work() []callWork {
-	var work []callWork
+func (sp *SessionPlan) Work() []CallWork {
+	var work []CallWork
 	for _, c := range sp.all { // in model order
 		if code := sp.out[c]; code != "" && c.Status.Schedule.Refusal != code {
-			work = append(work, callWork{call: c, refusal: code, edits: []func(*toolgatev1alpha1.CallSchedule){
+			work = append(work, CallWork{Call: c, Refusal: code, Edits: []func(*toolgatev1alpha1.CallSchedule){
 				func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = code }}})
 		}
 	}
@@ -191,27 +197,27 @@ func (sp *sessionPlan) work() []callWork {
 		parent := c.Spec.ParentRef.Name
 		if c.Status.Schedule.ExecutionMode == "" && running[parent] < nestedBound(sp.session) {
 			running[parent]++
-			work = append(work, callWork{call: c, nested: true, edits: []func(*toolgatev1alpha1.CallSchedule){
+			work = append(work, CallWork{Call: c, Nested: true, Edits: []func(*toolgatev1alpha1.CallSchedule){
 				func(sch *toolgatev1alpha1.CallSchedule) {
 					sch.ExecutionMode, sch.Released = toolgatev1alpha1.ModeParallel, true
 				}}})
 		}
 	}
 	for i, c := range sp.logged { // in model order
-		w := callWork{call: c}
+		w := CallWork{Call: c}
 		if slices.Contains(sp.plan.Refuse, i) {
-			w.refusal = string(pipeline.CodeTurnClosed)
-			w.edits = append(w.edits, func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = string(pipeline.CodeTurnClosed) })
+			w.Refusal = string(pipeline.CodeTurnClosed)
+			w.Edits = append(w.Edits, func(sch *toolgatev1alpha1.CallSchedule) { sch.Refusal = string(pipeline.CodeTurnClosed) })
 		}
 		if i == sp.plan.Release && (sp.plan.NeverStarts(sp.view, i) || !sp.session.DeletionTimestamp.IsZero()) {
 			// A call that starts is released by itself: the first of a
 			// turn with its admission (admitSelf), any other once its body
 			// is done (releaseSelf), its place written with its result,
 			// which saves this write and a round trip.
-			seq := sp.nextPlace()
-			w.edits = append(w.edits, func(sch *toolgatev1alpha1.CallSchedule) { sch.Released, sch.CommitSequence = true, &seq })
+			seq := sp.NextPlace()
+			w.Edits = append(w.Edits, func(sch *toolgatev1alpha1.CallSchedule) { sch.Released, sch.CommitSequence = true, &seq })
 		}
-		if len(w.edits) > 0 {
+		if len(w.Edits) > 0 {
 			work = append(work, w)
 		}
 	}
@@ -224,23 +230,23 @@ func nestedBound(s *toolgatev1alpha1.AgentSession) int {
 	return int(max(1, s.Spec.MaxParallel))
 }
 
-// nextOf are the calls of a session (in any order) that may move: the
+// NextOf are the calls of a session (in any order) that may move: the
 // first uncommitted one in model order (which may release itself) and the
 // first that has not started (which may admit itself).
-func nextOf(items []*toolgatev1alpha1.ToolCall) []reconcile.Request {
+func NextOf(items []*toolgatev1alpha1.ToolCall) []reconcile.Request {
 	calls := make([]*toolgatev1alpha1.ToolCall, 0, len(items))
 	for _, c := range items {
 		if !c.Committed() && c.Spec.ParentRef == nil && c.Status.Schedule.Refusal == "" {
 			calls = append(calls, c)
 		}
 	}
-	sortModelOrder(calls)
+	SortModelOrder(calls)
 	var out []reconcile.Request
 	if len(calls) > 0 {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(calls[0])})
 	}
 	for i, c := range calls {
-		if v := turnCallOf(c); !v.Started() && !v.BodyDone() {
+		if v := TurnCallOf(c); !v.Started() && !v.BodyDone() {
 			if i > 0 {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 			}
@@ -250,11 +256,11 @@ func nextOf(items []*toolgatev1alpha1.ToolCall) []reconcile.Request {
 	return out
 }
 
-// drainRelease is the call a deleted session releases: the first
+// DrainRelease is the call a deleted session releases: the first
 // uncommitted call in model order, whatever turn it is in and whatever
 // index is missing before it, so that every call still commits, in model
 // order. It is -1 while that call is released and not yet committed.
-func drainRelease(view []pipeline.TurnCall) int {
+func DrainRelease(view []pipeline.TurnCall) int {
 	for i, c := range view {
 		switch {
 		case c.Committed:
@@ -278,9 +284,9 @@ func nextSequence(calls []*toolgatev1alpha1.ToolCall) int64 {
 	return next
 }
 
-// sortModelOrder sorts calls by (turn, index), then name for determinism
+// SortModelOrder sorts calls by (turn, index), then name for determinism
 // (the names of a session's calls are unique: no stable sort is needed).
-func sortModelOrder(calls []*toolgatev1alpha1.ToolCall) {
+func SortModelOrder(calls []*toolgatev1alpha1.ToolCall) {
 	slices.SortFunc(calls, func(a, b *toolgatev1alpha1.ToolCall) int {
 		switch {
 		case a.Spec.Turn != b.Spec.Turn:
@@ -302,13 +308,13 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// turnCallOf is what turn planning needs to know of a call, read from its
+// TurnCallOf is what turn planning needs to know of a call, read from its
 // status.
-func turnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
+func TurnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
 	sch := c.Status.Schedule
 	return pipeline.TurnCall{
 		Turn: c.Spec.Turn, Index: int(c.Spec.Index), Size: int(c.Spec.TurnSize), Mode: pipeline.Mode(sch.ExecutionMode),
-		Next: nextStage(c), Released: sch.Released, Refused: sch.Refusal != "", Committed: c.Committed(),
+		Next: NextStage(c), Released: sch.Released, Refused: sch.Refusal != "", Committed: c.Committed(),
 	}
 }
 
@@ -318,7 +324,7 @@ func planView(calls []*toolgatev1alpha1.ToolCall, through int64) []pipeline.Turn
 	closed := closedTurns(calls)
 	view := make([]pipeline.TurnCall, len(calls))
 	for i, c := range calls {
-		view[i] = turnCallOf(c)
+		view[i] = TurnCallOf(c)
 		if c.Spec.Turn <= through || closed[c.Spec.Turn] {
 			view[i].Size = 0
 		}

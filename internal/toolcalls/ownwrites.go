@@ -1,4 +1,4 @@
-package controller
+package toolcalls
 
 import (
 	"slices"
@@ -9,7 +9,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
 
-// ownWrites remembers, per call, the resourceVersions this process's own
+// OwnWrites remembers, per call, the resourceVersions this process's own
 // writes replaced since its cache last showed the call as written. A
 // reconcile that reads one of them from the cache is behind a write this
 // process made (a body that ends within milliseconds wakes its call before
@@ -21,14 +21,14 @@ import (
 // shows that write: the calls after it in its session plan from it
 // (current), so the next in line starts or commits as soon as the write
 // is durable, not once its watch event has come back.
-type ownWrites struct {
+type OwnWrites struct {
 	mu       sync.Mutex
 	replaced map[types.NamespacedName][]string
 	written  map[types.NamespacedName]*toolgatev1alpha1.ToolCall
 }
 
 // wrote records that a write replaced version rv of the call.
-func (o *ownWrites) wrote(key types.NamespacedName, rv string) {
+func (o *OwnWrites) Wrote(key types.NamespacedName, rv string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.replaced == nil {
@@ -41,9 +41,9 @@ func (o *ownWrites) wrote(key types.NamespacedName, rv string) {
 // wroteCall records a status write that replaced version rv of the call,
 // and keeps the call as written (the API server's answer: its own, never
 // to be changed) for current.
-func (o *ownWrites) wroteCall(rv string, written *toolgatev1alpha1.ToolCall) {
+func (o *OwnWrites) WroteCall(rv string, written *toolgatev1alpha1.ToolCall) {
 	key := types.NamespacedName{Namespace: written.Namespace, Name: written.Name}
-	o.wrote(key, rv)
+	o.Wrote(key, rv)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.written == nil {
@@ -55,7 +55,7 @@ func (o *ownWrites) wroteCall(rv string, written *toolgatev1alpha1.ToolCall) {
 // current is the newer of c, read from the cache, and the call as this
 // process last wrote it: the latter while the cache is behind that write.
 // Neither may be changed.
-func (o *ownWrites) current(c *toolgatev1alpha1.ToolCall) *toolgatev1alpha1.ToolCall {
+func (o *OwnWrites) Current(c *toolgatev1alpha1.ToolCall) *toolgatev1alpha1.ToolCall {
 	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -68,7 +68,7 @@ func (o *ownWrites) current(c *toolgatev1alpha1.ToolCall) *toolgatev1alpha1.Tool
 // behind reports whether version rv, read from the cache, is one this
 // process's writes replaced. Any other version is current (this process's
 // last write, or a later one by someone else), and the record is dropped.
-func (o *ownWrites) behind(key types.NamespacedName, rv string) bool {
+func (o *OwnWrites) Behind(key types.NamespacedName, rv string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if slices.Contains(o.replaced[key], rv) {
@@ -80,7 +80,7 @@ func (o *ownWrites) behind(key types.NamespacedName, rv string) bool {
 }
 
 // forget drops what is known of a call that is gone.
-func (o *ownWrites) forget(key types.NamespacedName) {
+func (o *OwnWrites) Forget(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.replaced, key)
