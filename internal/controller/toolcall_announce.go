@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -95,7 +94,8 @@ func keepAnnounced(ctx context.Context, s *callScope) {
 
 // announce counts the call's outcome in the metrics and, for an outcome
 // other than success, emits its Settled Event (Warning), which carries the
-// code in an annotation (keepAnnounced): someone may act on a failure,
+// code in an annotation (for people and tools that read Events): someone
+// may act on a failure,
 // nobody on a success, which would cost a write per call.
 // A failure is counted once per outcome: the Event's name is derived from
 // the call and the outcome, so a second manager (or this one after a
@@ -103,15 +103,12 @@ func keepAnnounced(ctx context.Context, s *callScope) {
 // counted once per process, after its result is durable. Only a result
 // the API server refused (result_rejected) differs from a failure
 // announced live; it is then announced too.
-// Events are for people; the result depends on one only as above: a
-// failure to create one is logged, and the metrics still count the call.
+// Events are for people, and no result depends on one: a failure to
+// create one is logged, and the metrics still count the call.
 func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.ToolCall, res settlement) {
-	key := client.ObjectKeyFromObject(tc)
-	if uid, done := r.announced.Load(key); done && uid == tc.UID {
-		return
-	}
-	if r.Clock.Since(res.at) > announceWindow {
-		r.announced.Store(key, tc.UID)
+	first := false
+	r.mem.with(tc, func(m *memo) { first, m.announced = !m.announced, true })
+	if !first || r.Clock.Since(res.at) > announceWindow {
 		return
 	}
 	if res.outcome == toolgatev1alpha1.OutcomeSucceeded || emit(ctx, r.Client, r.Clock.Now(), regardingCall(tc), eventName(tc, strings.ToLower(string(res.outcome))),
@@ -119,7 +116,6 @@ func (r *ToolCallReconciler) announce(ctx context.Context, tc *toolgatev1alpha1.
 		callsSettled.WithLabelValues(toolLabel(tc), string(res.outcome), orNone(res.code)).Inc()
 		callDuration.WithLabelValues(string(res.outcome)).Observe(res.at.Sub(tc.CreationTimestamp.Time).Seconds())
 	}
-	r.announced.Store(key, tc.UID)
 }
 
 func orNone(s string) string {
@@ -139,7 +135,7 @@ func subjectOf(tc *toolgatev1alpha1.ToolCall) approval.Subject {
 // state's records (precise times; the status keeps whole seconds).
 func (r *ToolCallReconciler) observeStages(s *callScope, before int) {
 	recs := s.st.Records
-	times := r.stamps.of(s.tc, recs)
+	times := r.stampsOf(s.tc, recs)
 	r.traceBoundaries(s.tc, s.st, times, before)
 	for i := min(before, len(recs)); i < len(recs); i++ {
 		rec := recs[i]

@@ -23,11 +23,12 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 	if r.Audit == nil || tc.Status.Result == nil {
 		return
 	}
-	key := client.ObjectKeyFromObject(tc)
-	if uid, done := r.audited.Load(key); done && uid == tc.UID {
+	first := false
+	r.mem.with(tc, func(m *memo) { first, m.audited = !m.audited, true })
+	if !first {
 		return
 	}
-	r.audited.Store(key, tc.UID)
+	key := client.ObjectKeyFromObject(tc)
 	if r.Clock.Since(tc.Status.Result.SettledAt.Time) > announceWindow {
 		return
 	}

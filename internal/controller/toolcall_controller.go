@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,36 +59,14 @@ type ToolCallReconciler struct {
 	Audit        audit.Sink
 	AuditDigests audit.Digests
 
-	// live remembers, per attempt, that this process dispatched it and
-	// invoked its body; after a restart it is empty, which is what makes a
-	// resumed attempt look interrupted to the pipeline.
-	live sync.Map // attemptKey -> pipeline.LiveAttempt
-	// prepared remembers, per call, the last attempt whose sandbox this
-	// process prepared (sandbox.Preparer); one beyond the call's durable
-	// attempts is released before the call settles without it.
-	prepared sync.Map // types.NamespacedName -> attemptKey
-	// announced remembers the settled calls whose Event and metrics this
-	// process emitted (or found emitted); an entry goes with its call.
-	announced sync.Map // types.NamespacedName -> types.UID
-	// resultAt remembers, while tracing, when this process saw a call's
-	// durable result, to the microsecond: the start of its commit span.
-	resultAt sync.Map // types.NamespacedName -> time.Time
-	// stamps keeps the times of a call's boundaries to the microsecond
-	// while it runs here (the status keeps whole seconds).
-	stamps stamps
-	// audited remembers the settled calls whose audit record this process
-	// wrote (or left to a predecessor); an entry goes with its call.
-	audited sync.Map // types.NamespacedName -> types.UID
+	// mem is what this process remembers of each call between its
+	// reconciles (callMemory); forget drops it with the call.
+	mem callMemory
 	// own remembers the versions this process's writes replaced, so that a
 	// reconcile from a cache behind them waits for the watch instead.
 	own toolcalls.OwnWrites
 	// index reads a session's calls in place (Setup; nil: listed).
 	index *toolcalls.Index
-}
-
-type attemptKey struct {
-	uid     types.UID
-	attempt int
 }
 
 // Wake is the sandbox providers' Notifier: it wakes a call whose work
@@ -151,12 +128,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	tc := &toolgatev1alpha1.ToolCall{}
 	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.announced.Delete(req.NamespacedName)
-			r.resultAt.Delete(req.NamespacedName)
-			r.stamps.forget(req.NamespacedName)
-			r.audited.Delete(req.NamespacedName)
-			r.prepared.Delete(req.NamespacedName)
-			r.own.Forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -194,8 +166,15 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 func (r *ToolCallReconciler) scopeOf(tc *toolgatev1alpha1.ToolCall) *callScope {
 	s := &callScope{tc: tc, base: tc.DeepCopy(), now: r.Clock.Now(), wasSettled: tc.Settled(), frozen: toolcalls.FrozenOf(tc)}
 	s.st = toolcalls.StateOf(tc)
-	r.restore(tc.UID, s.st)
+	r.restore(tc, s.st)
 	return s
+}
+
+// forget drops everything this process remembers of a call that is gone:
+// its memory and its own writes.
+func (r *ToolCallReconciler) forget(key types.NamespacedName) {
+	r.mem.forget(key)
+	r.own.Forget(key)
 }
 
 // settling reports whether a phase settles the call without its body.

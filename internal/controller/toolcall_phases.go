@@ -243,7 +243,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 			// The boundary is written next: its sandbox first, so that a
 			// successor finds it (idle) whenever this process dies.
 			if s.runner.prepare(ctx, s.st) {
-				r.prepared.Store(client.ObjectKeyFromObject(s.tc), attemptKey{s.tc.UID, s.st.Attempt})
+				r.mem.with(s.tc, func(m *memo) { m.prepared = s.st.Attempt })
 			}
 			// The boundary names the attempt's sandbox, when prepared,
 			// and never the previous attempt's: its body is handed only
@@ -254,7 +254,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 			// Collected again: the body ended when it first did.
 			s.st.Records[n-1].Time, heldAt = heldAt, time.Time{}
 		}
-		r.remember(s.tc.UID, s.st)
+		r.remember(s.tc, s.st)
 		if err := r.announceLive(ctx, s); err != nil {
 			return ctrl.Result{}, true, err
 		}
@@ -306,10 +306,9 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	if !s.st.Done() {
 		return ctrl.Result{RequeueAfter: requeue}, true, nil
 	}
-	r.prepared.Delete(client.ObjectKeyFromObject(s.tc))
+	r.mem.with(s.tc, func(m *memo) { m.prepared, m.live = 0, nil })
 	r.announceDurable(ctx, s.tc)
 	for a := 1; a <= s.st.Attempt; a++ {
-		r.live.Delete(attemptKey{s.tc.UID, a})
 		if s.runner.provider != nil {
 			s.runner.provider.Discard(ctx, sandbox.Key(s.tc.UID, a))
 		}
@@ -464,8 +463,9 @@ func (r *ToolCallReconciler) stopInFlight(ctx context.Context, tc *toolgatev1alp
 // attempt of the call beyond those st holds (its boundary was never
 // written).
 func (r *ToolCallReconciler) preparedAhead(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) bool {
-	v, ok := r.prepared.Load(client.ObjectKeyFromObject(tc))
-	return ok && v.(attemptKey).uid == tc.UID && v.(attemptKey).attempt > st.Attempt
+	ahead := false
+	r.mem.with(tc, func(m *memo) { ahead = m.prepared > st.Attempt })
+	return ahead
 }
 
 // release asks every mounted sandbox provider to stop and forget the call's
@@ -492,17 +492,24 @@ func (r *ToolCallReconciler) reader() client.Reader {
 
 // remember records what this process knows of the current attempt, and
 // restore puts it back into a state rebuilt from status.
-func (r *ToolCallReconciler) remember(uid types.UID, st *pipeline.State) {
+func (r *ToolCallReconciler) remember(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) {
 	if st.Attempt == 0 {
 		return
 	}
-	r.live.Store(attemptKey{uid, st.Attempt}, st.Live())
+	r.mem.with(tc, func(m *memo) {
+		if m.live == nil {
+			m.live = map[int]pipeline.LiveAttempt{}
+		}
+		m.live[st.Attempt] = st.Live()
+	})
 }
 
-func (r *ToolCallReconciler) restore(uid types.UID, st *pipeline.State) {
-	if v, ok := r.live.Load(attemptKey{uid, st.Attempt}); ok {
-		st.SetLive(v.(pipeline.LiveAttempt))
-	}
+func (r *ToolCallReconciler) restore(tc *toolgatev1alpha1.ToolCall, st *pipeline.State) {
+	r.mem.with(tc, func(m *memo) {
+		if l, ok := m.live[st.Attempt]; ok {
+			st.SetLive(l)
+		}
+	})
 }
 
 // Why a call was cancelled, for its result's message.

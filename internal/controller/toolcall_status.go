@@ -7,7 +7,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -36,7 +35,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		s.st.FailResult(pipeline.CodeResultRejected, "the API server refused to store the result: "+textutil.OneLine(err.Error(), 512))
 		// The live announcement told of the refused result; the durable
 		// one is announced too.
-		r.announced.Delete(client.ObjectKeyFromObject(tc))
+		r.mem.with(tc, func(m *memo) { m.announced = false })
 		tc.Status = *s.base.Status.DeepCopy()
 		toolcalls.WriteState(tc, s.st, r.Clock.Now())
 		written, err = r.patchCall(ctx, tc, s.base, true)

@@ -1,12 +1,9 @@
 package controller
 
 import (
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -37,7 +34,7 @@ func (r *ToolCallReconciler) traceBoundaries(tc *toolgatev1alpha1.ToolCall, st *
 			attribute.String("toolgate.reason", rec.Reason))
 		if rec.Stage == pipeline.StageResult {
 			c.Settled(earlier(times[0], at), at, callAttributes(tc, st, rec.Verdict)...)
-			r.resultAt.Store(client.ObjectKeyFromObject(tc), at)
+			r.mem.with(tc, func(m *memo) { m.resultAt = at })
 		}
 	}
 }
@@ -87,10 +84,11 @@ func (r *ToolCallReconciler) traceCommit(tc *toolgatev1alpha1.ToolCall) {
 	if !tracing.Active() {
 		return
 	}
-	key := client.ObjectKeyFromObject(tc)
 	start := r.Clock.Now()
-	if at, ok := r.resultAt.LoadAndDelete(key); ok {
-		start = at.(time.Time)
+	var at time.Time
+	r.mem.with(tc, func(m *memo) { at, m.resultAt = m.resultAt, time.Time{} })
+	if !at.IsZero() {
+		start = at
 	} else if res := tc.Status.Result; res != nil {
 		start = res.SettledAt.Time
 	}
@@ -102,40 +100,25 @@ func (r *ToolCallReconciler) traceCommit(tc *toolgatev1alpha1.ToolCall) {
 	callTrace(tc).Boundary("commit", earlier(start, end), end, attrs...)
 }
 
-// stamps keeps, per call, the times of its boundaries to the microsecond
-// where this process crossed them: a call's status keeps whole seconds, so
-// a state rebuilt from it in a later reconcile (after the body, say) would
-// give its spans and stage durations whole-second starts.
-type stamps struct{ m sync.Map } // types.NamespacedName -> stamped
-
-type stamped struct {
-	uid   types.UID
-	times []time.Time
-}
-
-// of returns the times of recs, the call's records: each as this process
-// first saw it where the record holds that time cut to the second. It
-// remembers them for the call's next write, until its result.
-func (s *stamps) of(tc *toolgatev1alpha1.ToolCall, recs []pipeline.Record) []time.Time {
-	key := client.ObjectKeyFromObject(tc)
-	var prev []time.Time
-	if v, ok := s.m.Load(key); ok && v.(stamped).uid == tc.UID {
-		prev = v.(stamped).times
-	}
+// stampsOf returns the times of recs, the call's records: each as this
+// process first saw it where the record holds that time cut to the
+// second. The status keeps whole seconds, so a state rebuilt from it in a
+// later reconcile (after the body, say) would give its spans and stage
+// durations whole-second starts. The times are remembered (memo.stamps)
+// for the call's next write, until its result.
+func (r *ToolCallReconciler) stampsOf(tc *toolgatev1alpha1.ToolCall, recs []pipeline.Record) []time.Time {
 	times := make([]time.Time, len(recs))
-	for i, rec := range recs {
-		times[i] = rec.Time
-		if i < len(prev) && rec.Time.Equal(prev[i].Truncate(time.Second)) {
-			times[i] = prev[i]
+	r.mem.with(tc, func(m *memo) {
+		for i, rec := range recs {
+			times[i] = rec.Time
+			if i < len(m.stamps) && rec.Time.Equal(m.stamps[i].Truncate(time.Second)) {
+				times[i] = m.stamps[i]
+			}
 		}
-	}
-	if tc.Status.Result == nil {
-		s.m.Store(key, stamped{uid: tc.UID, times: times})
-	} else {
-		s.m.Delete(key) // nothing follows a result
-	}
+		m.stamps = times
+		if tc.Status.Result != nil {
+			m.stamps = nil // nothing follows a result
+		}
+	})
 	return times
 }
-
-// forget drops a call's times (it is gone; a result drops them in of).
-func (s *stamps) forget(key types.NamespacedName) { s.m.Delete(key) }
