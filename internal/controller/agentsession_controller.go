@@ -282,33 +282,6 @@ func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolga
 	return cond, obj
 }
 
-// isolationCondition audits the session's namespace for what widens its
-// tool pods' isolation, when the profile's sandbox provider can tell (nil
-// otherwise: the condition keeps its last value).
-func (r *AgentSessionReconciler) isolationCondition(ctx context.Context, s *toolgatev1alpha1.AgentSession, obj *toolgatev1alpha1.ToolProfile) *metav1.Condition {
-	if obj == nil {
-		return nil
-	}
-	provider, ok := r.Sandboxes.Get(string(obj.Spec.Sandbox.Provider))
-	if !ok {
-		return nil
-	}
-	auditor, ok := provider.(sandbox.IsolationAuditor)
-	if !ok {
-		return nil
-	}
-	widened, err := auditor.Audit(ctx, s.Namespace, obj.Spec.Sandbox)
-	if err != nil {
-		log.FromContext(ctx).Error(err, "sandbox isolation not audited", "session", s.Name)
-		return nil
-	}
-	c := &metav1.Condition{Type: toolgatev1alpha1.ConditionSandboxIsolated, ObservedGeneration: s.Generation,
-		Status: metav1.ConditionTrue, Reason: toolgatev1alpha1.AgentSessionReasonIsolated, Message: "nothing else in the namespace selects this session's tool pods"}
-	if widened != "" {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonAdditiveNetworkPolicy, widened
-	}
-	return c
-}
 
 // reconcileWorkspace creates the session's workspace claim from its
 // template, owned by the session, and records the claim to mount.

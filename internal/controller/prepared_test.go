@@ -50,6 +50,14 @@ func (p *preparing) Prepare(ctx context.Context, job sandbox.Job) error {
 	return k8s.Patch(ctx, tc, client.MergeFrom(base))
 }
 
+// Where names no sandbox, and Recorded has nothing to hand over: the
+// stand-in is only what Prepare made.
+func (p *preparing) Where(string) string { return "" }
+
+func (p *preparing) Recorded(string, string) {}
+
+var _ sandbox.Preparer = (*preparing)(nil)
+
 func (p *preparing) Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (bool, error) {
 	p.mu.Lock()
 	made := p.made[uid]

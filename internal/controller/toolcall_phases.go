@@ -242,13 +242,14 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		if before == pipeline.StageDispatch && s.st.Next == pipeline.StageExecute {
 			// The boundary is written next: its sandbox first, so that a
 			// successor finds it (idle) whenever this process dies.
-			if s.runner.prepare(ctx, s.st) {
-				r.mem.with(s.tc, func(m *memo) { m.prepared = s.st.Attempt })
-			}
 			// The boundary names the attempt's sandbox, when prepared,
 			// and never the previous attempt's: its body is handed only
 			// to a sandbox the status names.
-			s.st.Sandbox = s.runner.where(s.tc.UID, s.st.Attempt)
+			where, prepared := s.runner.dispatched(ctx, s.st)
+			if prepared {
+				r.mem.with(s.tc, func(m *memo) { m.prepared = s.st.Attempt })
+			}
+			s.st.Sandbox = where
 		}
 		if n := len(s.st.Records); !heldAt.IsZero() && n > 0 && s.st.Records[n-1].Stage == pipeline.StageExecute {
 			// Collected again: the body ended when it first did.
@@ -308,11 +309,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	}
 	r.mem.with(s.tc, func(m *memo) { m.prepared, m.live = 0, nil })
 	r.announceDurable(ctx, s.tc)
-	for a := 1; a <= s.st.Attempt; a++ {
-		if s.runner.provider != nil {
-			s.runner.provider.Discard(ctx, sandbox.Key(s.tc.UID, a))
-		}
-	}
+	s.runner.discard(ctx, s.tc.UID, s.st.Attempt)
 	logger := log.FromContext(ctx)
 	if seq := s.tc.Status.Schedule.CommitSequence; s.tc.Status.Phase == toolgatev1alpha1.PhaseCommitted && seq != nil {
 		logger.Info("call committed", "call", s.tc.Name, "token", s.st.Token, "sequence", *seq, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)
@@ -468,18 +465,10 @@ func (r *ToolCallReconciler) preparedAhead(tc *toolgatev1alpha1.ToolCall, st *pi
 	return ahead
 }
 
-// release asks every mounted sandbox provider to stop and forget the call's
-// work; it reports whether nothing is left.
+// release stops and forgets the call's work wherever it runs
+// (releaseCall); it reports whether nothing is left.
 func (r *ToolCallReconciler) release(ctx context.Context, tc *toolgatev1alpha1.ToolCall) (bool, error) {
-	gone := true
-	for _, p := range r.Sandboxes.All() {
-		g, err := p.Release(ctx, client.ObjectKeyFromObject(tc), tc.UID)
-		if err != nil {
-			return false, err
-		}
-		gone = gone && g
-	}
-	return gone, nil
+	return releaseCall(ctx, r.Sandboxes, client.ObjectKeyFromObject(tc), tc.UID)
 }
 
 // reader reads from the API server itself when one is configured.

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -21,7 +20,6 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
-	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // ToolProfileReconciler resolves ToolProfiles: it compiles them and reports
@@ -111,51 +109,6 @@ func unmountedProviders(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandb
 		}
 	}
 	return strings.Join(missing, "; ")
-}
-
-// refusedPolicy says why the mounted sandbox provider cannot run spec's
-// sandbox policy at all, or "".
-func refusedPolicy(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandbox.Mounts) string {
-	if sandboxes == nil {
-		return ""
-	}
-	p, ok := sandboxes.Get(string(spec.Sandbox.Provider))
-	if !ok {
-		return ""
-	}
-	if err := p.Validate(spec.Sandbox); err != nil {
-		return "the " + string(spec.Sandbox.Provider) + " sandbox provider refuses the policy: " + err.Error()
-	}
-	return ""
-}
-
-// resolveSandbox reports the policy as the mounted provider enforces it,
-// and what of the profile's tools it will not run in this install; recheck
-// when that depends on objects nothing here watches (a RuntimeClass).
-func (r *ToolProfileReconciler) resolveSandbox(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) (_ *toolgatev1alpha1.ResolvedSandbox, recheck bool) {
-	p := spec.Sandbox
-	out := &toolgatev1alpha1.ResolvedSandbox{Mode: p.Mode, WorkspaceRoot: p.WorkspaceRoot, Provider: p.Provider, RuntimeClassName: ptr.Deref(p.RuntimeClassName, "")}
-	provider, ok := r.Sandboxes.Get(string(p.Provider))
-	if !ok {
-		out.Enforcement = toolgatev1alpha1.EnforcementPartial
-		out.EnforcementReason = "the " + string(p.Provider) + " sandbox provider is not mounted in this manager; calls fail until it is"
-		return out, false
-	}
-	full, reason := provider.Enforcement(p)
-	var reasons []string
-	if !full {
-		reasons = append(reasons, reason)
-	}
-	if c, ok := provider.(sandbox.ProfileChecker); ok {
-		var more []string
-		more, recheck = c.CheckProfile(ctx, spec)
-		reasons = append(reasons, more...)
-	}
-	out.Enforcement = toolgatev1alpha1.EnforcementFull
-	if len(reasons) > 0 {
-		out.Enforcement, out.EnforcementReason = toolgatev1alpha1.EnforcementPartial, textutil.Truncate(strings.Join(reasons, "; "), maxEnforcementReason)
-	}
-	return out, recheck
 }
 
 // recheckEvery is how often a profile whose enforcement depends on

@@ -56,12 +56,14 @@ type Job struct {
 	// ready ahead of the session's next calls (the session's warmPods,
 	// bounded by its maxParallel); 0: none.
 	WarmPods int
-	// Records says the caller writes where the attempt runs (Locator's
-	// Where) durably, and Recorded is what it last wrote for this attempt
-	// ("": nothing yet). A Recorder then hands the body only to a sandbox
-	// so recorded, so a successor that finds no sandbox where the record
-	// names none knows nothing ran: never a body lost with a sandbox
-	// nobody had written down.
+	// The call's durable record of where its attempts run, when its
+	// caller keeps one (the ToolCall controller writes Result.Where and
+	// Preparer.Where in the call's status): Records says it does, and
+	// Recorded is what it last wrote for this attempt ("": nothing yet).
+	// A Preparer then hands the body only to a sandbox so recorded, so a
+	// successor that finds no sandbox where the record names none knows
+	// nothing ran: never a body lost with a sandbox nobody had written
+	// down.
 	Records  bool
 	Recorded string
 	// Taken names the sandboxes the durable records of the session's other
@@ -169,6 +171,11 @@ type Result struct {
 	Contexts []string
 	// Truncated says Stdout hit its bound and was cut.
 	Truncated bool
+	// Where names where the attempt runs, as the provider knows it (the
+	// pod provider: its pod), with every answer of Run, ErrPending
+	// included; "" when the provider does not say. The call records it
+	// durably and hands it back as Job.Recorded.
+	Where string
 }
 
 var (
@@ -178,6 +185,9 @@ var (
 	// ErrLost means the attempt was started but its work no longer exists
 	// (for example it died with a previous manager process).
 	ErrLost = errors.New("sandbox: the attempt's work was lost")
+	// ErrNotApplicable means the provider has nothing of the kind asked
+	// to check (Audit of a provider whose isolation nothing widens).
+	ErrNotApplicable = errors.New("sandbox: not applicable to this provider")
 )
 
 // Provider runs attempts. Run starts the job's work the first time it sees
@@ -202,50 +212,36 @@ type Provider interface {
 	// left with work behind after a crash. It reports whether nothing of
 	// the call is left running; callers ask again until it is.
 	Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (gone bool, err error)
-}
-
-// ProfileChecker is implemented by a provider that can tell, beyond the
-// sandbox policy, what of a profile it will not enforce: tools' own needs
-// it cannot meet in this install, and objects the policy names that do
-// not exist. Each reason makes the profile's enforcement Partial; recheck
-// says the answer rests on objects that may appear later (the profile is
-// checked again).
-type ProfileChecker interface {
+	// CheckProfile tells, beyond the sandbox policy, what of a profile the
+	// provider will not enforce: tools' own needs it cannot meet in this
+	// install, and objects the policy names that do not exist. Each reason
+	// makes the profile's enforcement Partial; recheck says the answer
+	// rests on objects that may appear later (the profile is checked
+	// again). A provider with nothing to add returns nil, false.
 	CheckProfile(ctx context.Context, spec *toolgatev1alpha1.ToolProfileSpec) (reasons []string, recheck bool)
+	// Audit says what widens the isolation of policy's sandboxes in
+	// namespace, "" when nothing does: other objects of a namespace may
+	// (the pod provider: NetworkPolicies add up, so another policy
+	// selecting tool pods allows what toolgate's deny). A provider whose
+	// isolation nothing in a namespace can widen returns ErrNotApplicable.
+	Audit(ctx context.Context, namespace string, policy toolgatev1alpha1.SandboxPolicy) (string, error)
 }
 
-// Preparer is implemented by a provider that can get an attempt's sandbox
-// ready before the attempt's dispatch boundary is written, holding nothing
-// of the call and running nothing until Run (the pod provider: the pod,
-// whose runner waits to be handed the call). A manager that dies right
-// after writing the boundary then leaves a sandbox its successor finds
-// idle, and hands the call to it, instead of an attempt it cannot account
-// for. Prepare is best effort: Run does whatever Prepare did not.
+// Preparer is the seam's one optional capability: a provider that can
+// get an attempt's sandbox ready before the attempt's dispatch boundary is
+// written, holding nothing of the call and running nothing until Run (the
+// pod provider: the pod, whose runner waits to be handed the call). A
+// manager that dies right after writing the boundary then leaves a sandbox
+// its successor finds idle, and hands the call to it, instead of an
+// attempt it cannot account for. Prepare is best effort: Run does
+// whatever Prepare did not. Where names the sandbox Prepare got ready, for
+// the boundary to record ("" when none); Recorded tells the provider that
+// the call's status now durably names where the attempt runs (Job.Records):
+// its sandbox may be handed the body from then on.
 type Preparer interface {
 	Prepare(ctx context.Context, job Job) error
-}
-
-// Locator is implemented by a provider that can name where an attempt
-// runs (the pod provider: the attempt's pod). Where returns "" for an
-// attempt it does not know.
-type Locator interface {
 	Where(key string) string
-}
-
-// Recorder is a Locator told when where an attempt runs is durably
-// recorded (Job.Records): its sandbox may be handed the body from then on.
-type Recorder interface {
-	Locator
 	Recorded(key, where string)
-}
-
-// IsolationAuditor is implemented by a provider whose isolation other
-// objects of a namespace can widen (the pod provider: NetworkPolicies add
-// up, so another policy selecting tool pods allows what toolgate's deny).
-// Audit says what widens the isolation of policy's sandboxes in namespace,
-// "" when nothing does.
-type IsolationAuditor interface {
-	Audit(ctx context.Context, namespace string, policy toolgatev1alpha1.SandboxPolicy) (string, error)
 }
 
 // Mounts are the mounted sandbox providers, by the profile's provider name.

@@ -10,10 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/providers/sandbox"
 )
-
-var _ sandbox.ProfileChecker = (*Provider)(nil)
 
 // CheckProfile says what of spec this install will not run as written:
 // tools naming their hosts where no egress proxy is configured, and a

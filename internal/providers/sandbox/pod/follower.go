@@ -33,7 +33,7 @@ type follower struct {
 	recorded bool
 }
 
-// Recorded implements sandbox.Recorder: the attempt's pod named where is
+// Recorded implements sandbox.Preparer's Recorded: the attempt's pod named where is
 // durably recorded, and may be handed its body.
 func (p *Provider) Recorded(key, where string) {
 	p.mu.Lock()

@@ -124,10 +124,17 @@ func (p *Provider) Where(key string) string {
 	return ""
 }
 
-var _ sandbox.Recorder = (*Provider)(nil)
+var _ sandbox.Preparer = (*Provider)(nil)
 
-// Run creates, adopts, polls or stops the attempt's pod.
+// Run creates, adopts, polls or stops the attempt's pod, and names it
+// (Result.Where) with every answer.
 func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
+	res, err := p.run(ctx, job)
+	res.Where = p.Where(job.Key)
+	return res, err
+}
+
+func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
 	if len(job.Arguments) > MaxArguments {
 		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf("arguments larger than %d bytes cannot be passed to a pod", MaxArguments))
 	}

@@ -148,6 +148,17 @@ func timedOut(err error) bool {
 	return errors.As(err, &f) && f.Code == pipeline.CodeTimeout
 }
 
+// CheckProfile has nothing to add: the process provider's enforcement is
+// its policy's (Enforcement).
+func (p *Provider) CheckProfile(context.Context, *toolgatev1alpha1.ToolProfileSpec) ([]string, bool) {
+	return nil, false
+}
+
+// Audit: nothing in a namespace widens a local process's reach.
+func (p *Provider) Audit(context.Context, string, toolgatev1alpha1.SandboxPolicy) (string, error) {
+	return "", sandbox.ErrNotApplicable
+}
+
 // Release stops every running attempt of the call and forgets them all.
 func (p *Provider) Release(_ context.Context, _ types.NamespacedName, uid types.UID) (bool, error) {
 	p.mu.Lock()
