@@ -282,7 +282,6 @@ func (r *AgentSessionReconciler) profileCondition(ctx context.Context, s *toolga
 	return cond, obj
 }
 
-
 // reconcileWorkspace creates the session's workspace claim from its
 // template, owned by the session, and records the claim to mount.
 // A claim the session did not create is never adopted (it could be another

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -60,12 +61,28 @@ func startKubeletAt(t *testing.T, c client.Client, pod *corev1.Pod, podIP string
 // the stand-in that echoes what it was handed).
 func startKubeletWith(t *testing.T, c client.Client, pod *corev1.Pod, podIP string, body bodyFunc) *kubelet {
 	t.Helper()
+	k, err := runKubelet(c, pod, podIP, body)
+	must(t, err)
+	t.Cleanup(k.stop)
+	return k
+}
+
+// runKubelet is startKubeletWith answering its failure (the pod's status
+// write can conflict with another write of the pod) with its runner
+// stopped; k.stop stops it otherwise.
+func runKubelet(c client.Client, pod *corev1.Pod, podIP string, body bodyFunc) (*kubelet, error) {
 	k := &kubelet{}
 	pub, err := runner.ParseManagerKey(pod.Spec.Containers[0].Env[0].Value)
-	must(t, err)
+	if err != nil {
+		return nil, err
+	}
 	s, err := runner.NewServer(pub)
-	must(t, err)
-	s.ArgumentsDir = t.TempDir()
+	if err != nil {
+		return nil, err
+	}
+	if s.ArgumentsDir, err = os.MkdirTemp("", "kubelet-"); err != nil {
+		return nil, err
+	}
 	s.Execute = func(ctx context.Context, spec runner.Spec, args []byte, sub runner.SubCaller) (runner.Header, []byte, []byte) {
 		k.runs.Add(1)
 		k.handed.Store(spec)
@@ -75,17 +92,22 @@ func startKubeletWith(t *testing.T, c client.Client, pod *corev1.Pod, podIP stri
 		return runner.Header{BodyMillis: 1}, append([]byte("ran with "), args...), nil
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	k.stop = cancel
+	dir := s.ArgumentsDir
+	k.stop = func() { cancel(); _ = os.RemoveAll(dir) }
 	go func() { _ = s.Serve(ctx, ln) }()
 	k.addr = ln.Addr().String()
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: podIP, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: containerTool, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
 	}}}
-	must(t, c.Status().Update(context.Background(), pod))
-	return k
+	if err := c.Status().Update(context.Background(), pod); err != nil {
+		k.stop()
+		return nil, err
+	}
+	return k, nil
 }
 
 func (k *kubelet) dial(ctx context.Context, _ string) (net.Conn, error) {

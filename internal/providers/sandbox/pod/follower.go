@@ -94,7 +94,9 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 			p.Notify(job.Owner)
 		}
 	}()
-	ctx := context.Background()
+	// Ended by Stop: nothing of the provider outlives its scope. The pod
+	// stays, for a successor to adopt.
+	ctx := p.lifeContext()
 	workspace := ""
 	if job.Workspace.ClaimName != "" {
 		workspace = job.Policy.WorkspaceRoot
@@ -116,6 +118,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 		case <-f.wake:
 		case <-t.C:
 			backoff = min(2*backoff, most)
+		case <-ctx.Done():
 		}
 	}
 	notReady := func() error {
@@ -128,13 +131,22 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 	}
 	if c := p.claimOf(job.Key); c != nil {
 		// A warm pod is handed its call only once its claim is durable.
-		<-c.done
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			f.err = errStopped
+			return
+		}
 		if c.err != nil {
 			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the warm pod reserved for the call could not be claimed (changed or deleted by someone else); the body never started")
 			return
 		}
 	}
 	for {
+		if ctx.Err() != nil {
+			f.err = errStopped
+			return
+		}
 		pod, err := first, error(nil)
 		first = nil
 		if pod == nil { // looks after the first read the pod

@@ -75,6 +75,11 @@ type Provider struct {
 	greetings map[string]*greeting
 	warm      pools
 	proxy     proxyCache
+	// stopped is set by Stop: Run and Prepare then start nothing, and
+	// life, which every follower runs under, is ended.
+	stopped bool
+	life    context.Context
+	endLife context.CancelFunc
 	// minPoll and maxPoll replace the followers' poll bounds, and
 	// refillAfter refillDelay (tests).
 	minPoll, maxPoll, refillAfter time.Duration
@@ -129,6 +134,9 @@ var _ sandbox.Preparer = (*Provider)(nil)
 // Run creates, adopts, polls or stops the attempt's pod, and names it
 // (Result.Where) with every answer.
 func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
+	if p.isStopped() {
+		return sandbox.Result{}, errStopped
+	}
 	res, err := p.run(ctx, job)
 	res.Where = p.Where(job.Key)
 	return res, err
@@ -275,6 +283,29 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	return sandbox.Result{}, sandbox.ErrPending
 }
 
+// errStopped answers every Run and Prepare once the provider was stopped.
+var errStopped = pipeline.Fail(pipeline.CodeSandboxUnavailable, "the pod sandbox provider was stopped (its scope was disposed)")
+
+func (p *Provider) isStopped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped
+}
+
+// lifeContext is what the provider's own work in this process runs under
+// (its followers): ended by Stop.
+func (p *Provider) lifeContext() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.life == nil {
+		p.life, p.endLife = context.WithCancel(context.Background())
+		if p.stopped {
+			p.endLife()
+		}
+	}
+	return p.life
+}
+
 // remaking tells whether this process deleted the attempt's unsealed pod
 // to make it again (the pipeline then asks as if resuming).
 func (p *Provider) remaking(key string) bool {
@@ -310,6 +341,9 @@ func (p *Provider) seenOn(f *follower) error {
 // handed to it until Run, which the pipeline calls only once the boundary
 // is durable.
 func (p *Provider) Prepare(ctx context.Context, job sandbox.Job) error {
+	if p.isStopped() {
+		return errStopped
+	}
 	api := context.WithoutCancel(ctx)
 	if p.follower(job.Key) != nil {
 		return nil

@@ -557,10 +557,29 @@ func (p *Provider) sweep(ctx context.Context) {
 	}
 }
 
-// Stop ends the sweeper and waits for the warm pods being started; no
-// pool work starts afterwards (the warm pods stay: a restarted manager
-// claims them, or releases them once idle).
+// Stop ends the provider's work in this process and waits for it to be
+// gone: the followers (their pods stay, for a successor to adopt), the
+// sweeper, the warm pods being started and claimed; Run and Prepare start
+// nothing afterwards (sandbox_unavailable). The warm pods stay too: a
+// restarted manager claims them, or releases them once idle.
 func (p *Provider) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopped = true
+	if p.endLife != nil {
+		p.endLife()
+	}
+	var following []chan struct{}
+	for _, f := range p.followers {
+		following = append(following, f.done)
+	}
+	p.mu.Unlock()
+	for _, done := range following {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	p.warm.mu.Lock()
 	started := p.warm.started
 	if started {

@@ -132,7 +132,9 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		// cancelled) keeps the timeout as its outcome.
 		r.cancelled.Store(true)
 		r.stop()
-		<-r.done
+		// Reported once nothing of the run is left: its processes reaped
+		// and its arguments file removed (gone), not only its outcome set.
+		<-r.gone
 		if timedOut(r.err) {
 			return r.result, r.err
 		}
