@@ -145,7 +145,9 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	if o.ProcessSandbox {
 		box := process.New(o.ProcessWorkspaceDir, cfg.Wake.Notify)
 		if o.ProcessSubCalls {
-			box.SubCalls = controller.SubCalls(mgr.GetClient(), mgr.GetAPIReader())
+			if box.SubCalls, err = controller.SubCalls(mgr); err != nil {
+				return cfg, err
+			}
 		}
 		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)); err != nil {
 			return cfg, err
@@ -199,9 +201,13 @@ var (
 // podProvider makes the Pod sandbox provider with the channel key, and
 // wakes its follower at every change of a tool pod.
 func podProvider(mgr ctrl.Manager, o Options, key pod.ChannelKeys, wake *controller.Wake) (*pod.Provider, error) {
+	subCalls, err := controller.SubCalls(mgr)
+	if err != nil {
+		return nil, err
+	}
 	provider := &pod.Provider{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key.Current, Previous: key.Previous, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
-		SubCalls: controller.SubCalls(mgr.GetClient(), mgr.GetAPIReader()),
+		SubCalls: subCalls,
 		Config:   pod.Config{RunnerImage: o.RunnerImage, RunnerImageVolume: o.RunnerImageVolume, ImagePullPolicy: corev1.PullIfNotPresent, ManagerNamespace: o.Namespace, ManagerLabels: o.ManagerLabels, EgressService: o.EgressService},
 	}
 	// A tool pod's change wakes its follower: a cold pod is handed its

@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -24,9 +25,16 @@ import (
 // within the caller's slot, outside the log. Its name is derived from the
 // caller's attempt and the sub-call's ID, so a sub-call asked again (the
 // runner resends it to a restarted manager) is the same ToolCall, answered
-// once. It waits for the nested call's result, read from the cache (c), or
-// from the API server (api) when the cache left part of it out.
-func SubCalls(c client.Client, api client.Reader) sandbox.SubCalls {
+// once. It waits for the nested call's result, woken by the manager's
+// informer as the result arrives (settledCalls; a read every
+// subCallSafetyNet in case an event was missed), read from the cache, or
+// from the API server when the cache left part of it out.
+func SubCalls(mgr ctrl.Manager) (sandbox.SubCalls, error) {
+	settled, err := newSettledCalls(context.Background(), mgr.GetCache())
+	if err != nil {
+		return nil, err
+	}
+	c, api := mgr.GetClient(), mgr.GetAPIReader()
 	return func(ctx context.Context, parent sandbox.Job, call runner.SubCall) runner.SubResult {
 		failed := func(code, format string, args ...any) runner.SubResult {
 			return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeFailed), Code: code, Message: fmt.Sprintf(format, args...)}
@@ -56,6 +64,7 @@ func SubCalls(c client.Client, api client.Reader) sandbox.SubCalls {
 		}
 		key := client.ObjectKeyFromObject(nested)
 		for checked := false; ; {
+			woken, stop := settled.await(key)
 			got := &toolgatev1alpha1.ToolCall{}
 			err := c.Get(ctx, key, got)
 			if err == nil && (!checked || got.Status.Result != nil) && strippedInCache(got) {
@@ -64,21 +73,33 @@ func SubCalls(c client.Client, api client.Reader) sandbox.SubCalls {
 			if err == nil && !checked && !sameSubCall(got, nested) {
 				// Its name is easy to foresee: someone else's call under
 				// it is never this sub-call's result.
+				stop()
 				return failed(codes.DuplicateCall, "another call holds the sub-call's name (%s); it was not made", key.Name)
 			}
 			checked = checked || err == nil
 			if err == nil && got.Status.Result != nil {
+				stop()
 				r := got.Status.Result
 				return runner.SubResult{Outcome: string(r.Outcome), Code: r.ErrorCode, Message: r.Message, Value: r.Value, Content: r.Content}
 			}
+			safety := time.NewTimer(subCallSafetyNet)
 			select {
 			case <-ctx.Done():
+				safety.Stop()
+				stop()
 				return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeCancelled), Code: codes.Cancelled, Message: "the calling body was stopped before the sub-call settled"}
-			case <-time.After(100 * time.Millisecond):
+			case <-woken:
+			case <-safety.C:
 			}
+			safety.Stop()
+			stop()
 		}
-	}
+	}, nil
 }
+
+// subCallSafetyNet is how often a sub-call's result is read again while no
+// event woke its wait (one missed, or the call not in the cache yet).
+const subCallSafetyNet = 5 * time.Second
 
 // nestedName is base-suffix, kept within 63 characters (a hash of base
 // replaces its tail when it is longer), so it is a valid name and callID.

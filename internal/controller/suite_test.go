@@ -242,7 +242,9 @@ func composeForTests(mgr ctrl.Manager) Config {
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderAPIServer), ap)).To(Succeed())
 	Expect(cfg.Approvals.Mount(scope, string(toolgatev1alpha1.ApprovalProviderNone), approvalnone.Provider{})).To(Succeed())
 	box := process.New(workspaceDir, cfg.Wake.Notify)
-	box.SubCalls, box.RunnerPath = SubCalls(mgr.GetClient(), mgr.GetAPIReader()), runnerPath
+	subCalls, err := SubCalls(mgr)
+	Expect(err).NotTo(HaveOccurred())
+	box.SubCalls, box.RunnerPath = subCalls, runnerPath
 	Expect(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), wrapSandbox(box))).To(Succeed())
 	return cfg
 }

@@ -65,7 +65,7 @@ func callIndexKeys(o any) ([]string, error) {
 
 func callIndexKey(namespace, session string) string { return namespace + "/" + session }
 
-// calls are the session's calls in the cache, in no particular order.
+// Calls are the session's calls in the cache, in no particular order.
 func (x *Index) Calls(namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
 	objs, err := x.indexer.ByIndex(callIndexName, callIndexKey(namespace, session))
 	if err != nil {

@@ -27,7 +27,7 @@ type OwnWrites struct {
 	written  map[types.NamespacedName]*toolgatev1alpha1.ToolCall
 }
 
-// wrote records that a write replaced version rv of the call.
+// Wrote records that a write replaced version rv of the call.
 func (o *OwnWrites) Wrote(key types.NamespacedName, rv string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -38,7 +38,7 @@ func (o *OwnWrites) Wrote(key types.NamespacedName, rv string) {
 	delete(o.written, key) // what was kept is older than this write
 }
 
-// wroteCall records a status write that replaced version rv of the call,
+// WroteCall records a status write that replaced version rv of the call,
 // and keeps the call as written (the API server's answer: its own, never
 // to be changed) for current.
 func (o *OwnWrites) WroteCall(rv string, written *toolgatev1alpha1.ToolCall) {
@@ -52,7 +52,7 @@ func (o *OwnWrites) WroteCall(rv string, written *toolgatev1alpha1.ToolCall) {
 	o.written[key] = written
 }
 
-// current is the newer of c, read from the cache, and the call as this
+// Current is the newer of c, read from the cache, and the call as this
 // process last wrote it: the latter while the cache is behind that write.
 // Neither may be changed.
 func (o *OwnWrites) Current(c *toolgatev1alpha1.ToolCall) *toolgatev1alpha1.ToolCall {
@@ -65,7 +65,7 @@ func (o *OwnWrites) Current(c *toolgatev1alpha1.ToolCall) *toolgatev1alpha1.Tool
 	return c
 }
 
-// behind reports whether version rv, read from the cache, is one this
+// Behind reports whether version rv, read from the cache, is one this
 // process's writes replaced. Any other version is current (this process's
 // last write, or a later one by someone else), and the record is dropped.
 func (o *OwnWrites) Behind(key types.NamespacedName, rv string) bool {
@@ -79,7 +79,7 @@ func (o *OwnWrites) Behind(key types.NamespacedName, rv string) bool {
 	return false
 }
 
-// forget drops what is known of a call that is gone.
+// Forget drops what is known of a call that is gone.
 func (o *OwnWrites) Forget(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

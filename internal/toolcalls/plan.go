@@ -31,7 +31,7 @@ type Planner struct {
 	Own *OwnWrites
 }
 
-// calls lists a session's calls from the cache without copying them (a
+// Calls lists a session's calls from the cache without copying them (a
 // session may hold thousands), in no particular order: read only. A write
 // copies the call first.
 func (p Planner) Calls(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
@@ -59,7 +59,7 @@ func (p Planner) Calls(ctx context.Context, namespace, session string) ([]*toolg
 	return out, nil
 }
 
-// inModelOrder lists a session's calls (calls), in model order.
+// InModelOrder lists a session's calls (calls), in model order.
 func (p Planner) InModelOrder(ctx context.Context, namespace, session string) ([]*toolgatev1alpha1.ToolCall, error) {
 	calls, err := p.Calls(ctx, namespace, session)
 	if err != nil {
@@ -69,7 +69,7 @@ func (p Planner) InModelOrder(ctx context.Context, namespace, session string) ([
 	return calls, nil
 }
 
-// next are the calls of a session that may move now (NextOf).
+// Next are the calls of a session that may move now (NextOf).
 func (p Planner) Next(ctx context.Context, namespace, session string) ([]reconcile.Request, error) {
 	calls, err := p.Calls(ctx, namespace, session)
 	if err != nil {
@@ -87,7 +87,7 @@ type Self struct {
 	Classify func() pipeline.Mode
 }
 
-// plan lists, screens and plans a session's calls (PlanSession).
+// Plan lists, screens and plans a session's calls (PlanSession).
 func (p Planner) Plan(ctx context.Context, s *toolgatev1alpha1.AgentSession, me *Self) (*SessionPlan, error) {
 	all, err := p.InModelOrder(ctx, s.Namespace, s.Name)
 	if err != nil {
@@ -146,15 +146,15 @@ func PlanSession(s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolC
 	return sp
 }
 
-// admits reports whether the plan starts the planning call now.
+// Admits reports whether the plan starts the planning call now.
 func (sp *SessionPlan) Admits() bool {
 	return sp.me >= 0 && sp.plan.Admit == sp.me && !slices.Contains(sp.plan.Refuse, sp.me)
 }
 
-// releases reports whether the plan lets the planning call settle now.
+// Releases reports whether the plan lets the planning call settle now.
 func (sp *SessionPlan) Releases() bool { return sp.me >= 0 && sp.plan.Release == sp.me }
 
-// nextPlace is the place in the session's log of the next call released:
+// NextPlace is the place in the session's log of the next call released:
 // never below what the session already handed out (a deleted call must not
 // free its number).
 func (sp *SessionPlan) NextPlace() int64 {
@@ -170,7 +170,7 @@ type CallWork struct {
 	Nested  bool   // a nested call is admitted
 }
 
-// work is the session's part of the plan, in the order it is written:
+// Work is the session's part of the plan, in the order it is written:
 // refusals of calls kept out of the log, admissions of nested calls, and,
 // in the log, refusals of late calls and the release of a call that never
 // starts (or of any call, in a session being deleted). The calls that

@@ -156,7 +156,8 @@ func (p *Provider) CheckProfile(context.Context, *toolgatev1alpha1.ToolProfileSp
 	return nil, false
 }
 
-// Audit: nothing in a namespace widens a local process's reach.
+// Audit answers ErrNotApplicable: nothing in a namespace widens a local
+// process's reach.
 func (p *Provider) Audit(context.Context, string, toolgatev1alpha1.SandboxPolicy) (string, error) {
 	return "", sandbox.ErrNotApplicable
 }

@@ -7,7 +7,6 @@ package sandboxtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -223,7 +222,7 @@ func eventually(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("waited 30s for %s", what))
+			t.Fatalf("waited 30s for %s", what)
 		}
 	}
 }
