@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -14,12 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -67,12 +66,19 @@ type AgentSessionReconciler struct {
 
 	// index reads a session's calls in place (Setup; nil: listed).
 	index *toolcalls.Index
+	// counting holds, per session, since when a change of only its counts
+	// and cursor has waited to be written (deferCounts).
+	counting sync.Map // types.NamespacedName -> time.Time
 }
 
-// Reconcile schedules one session and patches its status once.
-func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+// Reconcile schedules one session and patches its status once. Every
+// event of one of its calls brings it here (the event handler does no
+// work of its own); a change of only the session's counts and cursor is
+// written at most once per countsDelay (deferCounts).
+func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	s := &toolgatev1alpha1.AgentSession{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+		r.counting.Delete(req.NamespacedName)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	calls, err := r.plans().InModelOrder(ctx, s.Namespace, s.Name)
@@ -91,13 +97,25 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	base := s.DeepCopy()
+	wroteCalls := false
 	defer func() {
 		if equality.Semantic.DeepEqual(base.Status, s.Status) {
+			r.counting.Delete(req.NamespacedName)
 			return // nothing new: no API write (an empty patch still costs a request)
+		}
+		if retErr == nil && !wroteCalls {
+			if wait := r.deferCounts(req.NamespacedName, base, s); wait > 0 {
+				if res.RequeueAfter == 0 || wait < res.RequeueAfter {
+					res.RequeueAfter = wait
+				}
+				return
+			}
 		}
 		if err := patch(ctx, r.Client, s, base, true, false); err != nil && retErr == nil {
 			retErr = client.IgnoreNotFound(err)
+			return
 		}
+		r.counting.Delete(req.NamespacedName)
 	}()
 	ready, profile := r.profileCondition(ctx, s)
 	conflict, err := r.reconcileWorkspace(ctx, s, profile)
@@ -117,6 +135,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	sp := toolcalls.PlanSession(s, calls, nil)
 	logged := sp.Logged()
+	wroteCalls = len(sp.Work()) > 0
 	if conflict.reason != "" {
 		// No call starts without the workspace it was promised.
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, conflict.reason, conflict.message
@@ -209,7 +228,7 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 	return next, writeEach(ctx, due, func(ctx context.Context, c *toolgatev1alpha1.ToolCall) error {
 		uid := c.UID
 		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("toolcalls.Deleting an expired call: %w", err)
+			return fmt.Errorf("deleting an expired call: %w", err)
 		}
 		log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
 		return nil
@@ -380,17 +399,11 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&toolgatev1alpha1.AgentSession{}).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles)).
 		Owns(&corev1.PersistentVolumeClaim{}).
-		Watches(&toolgatev1alpha1.ToolCall{}, handler.Funcs{
-			CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.enqueue(ctx, e.Object, q)
-			},
-			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.enqueue(ctx, e.ObjectNew, q)
-			},
-			DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				q.Add(sessionOf(e.Object))
-			},
-		}).
+		// A call's event queues its session, nothing more: the plan is
+		// made in Reconcile, which the queue runs once for a burst.
+		Watches(&toolgatev1alpha1.ToolCall{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{sessionOf(o)}
+		})).
 		Watches(&toolgatev1alpha1.ToolProfile{}, handler.EnqueueRequestsFromMapFunc(r.sessionsOfProfile)).
 		Named("agentsession").
 		Complete(r)
@@ -413,39 +426,31 @@ func (r *AgentSessionReconciler) sessionsOfProfile(ctx context.Context, o client
 // it cost the session one status write, not one each.
 const countsDelay = 2 * time.Second
 
-// enqueue asks for a reconcile of the session of call o: after countsDelay
-// when it would only record counts and its cursor (onlyCounts), at once
-// otherwise.
-func (r *AgentSessionReconciler) enqueue(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if r.onlyCounts(ctx, o) {
-		q.AddAfter(sessionOf(o), countsDelay)
-		return
-	}
-	q.Add(sessionOf(o))
-}
-
 // sessionOf is the request of a call's session.
 func sessionOf(o client.Object) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*toolgatev1alpha1.ToolCall).Spec.SessionRef.Name}}
 }
 
-// onlyCounts reports whether the session, reconciled after this call's
-// event, would only record counts and its cursor: no call to write (a
-// refusal, a nested call's admission, the release of a call that never
-// starts), no turn newly complete (its contexts are released, and the
-// agent waits for them), and the session is not being deleted. The calls
-// in flight admit and release themselves meanwhile.
-func (r *AgentSessionReconciler) onlyCounts(ctx context.Context, o client.Object) bool {
-	tc := o.(*toolgatev1alpha1.ToolCall)
-	session := &toolgatev1alpha1.AgentSession{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil || !session.DeletionTimestamp.IsZero() {
-		return false
+// deferCounts says how long the status write of a reconcile that changed
+// only the session's counts and cursor (currentTurn, committedCalls,
+// commitCursor, nextSequence, counts) waits, 0 to write it now: such a
+// change waits up to countsDelay from the first of them, so that a turn's
+// calls cost one write. Anything else (a turn newly complete and its
+// contexts, a condition) is written at once, with the counts.
+func (r *AgentSessionReconciler) deferCounts(key types.NamespacedName, base, s *toolgatev1alpha1.AgentSession) time.Duration {
+	if !onlyCounts(base.Status, s.Status) {
+		return 0
 	}
-	sp, err := r.plans().Plan(ctx, session, nil)
-	if err != nil || len(sp.Work()) > 0 {
-		return false
+	now := r.Clock.Now()
+	v, _ := r.counting.LoadOrStore(key, now)
+	return max(0, countsDelay-now.Sub(v.(time.Time)))
+}
+
+// onlyCounts reports whether before and after differ in the session's
+// counts and cursor alone.
+func onlyCounts(before, after toolgatev1alpha1.AgentSessionStatus) bool {
+	for _, st := range []*toolgatev1alpha1.AgentSessionStatus{&before, &after} {
+		st.CurrentTurn, st.CommittedCalls, st.CommitCursor, st.NextSequence, st.Counts = 0, 0, nil, 0, toolgatev1alpha1.OutcomeCounts{}
 	}
-	through := session.Status.CommittedTurn
-	toolcalls.SetSessionStatus(session, sp.Logged()) // the session is this function's copy
-	return session.Status.CommittedTurn == through
+	return equality.Semantic.DeepEqual(before, after)
 }

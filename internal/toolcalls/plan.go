@@ -14,9 +14,8 @@ import (
 )
 
 // Planner is the one place a session is planned, for the session's
-// reconciler (schedule), its event handler (onlyCounts) and each call's
-// own reconcile (admitSelf, releaseSelf, and the watches that wake the
-// next in line). It lists a session's calls as this process knows them,
+// reconciler (schedule) and each call's own reconcile (admitSelf,
+// releaseSelf, and the watches that wake the next in line). It lists a session's calls as this process knows them,
 // screens them, plans the calls in the log with pipeline.PlanTurn, and
 // says which calls may move next.
 type Planner struct {
