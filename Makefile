@@ -87,6 +87,10 @@ promtool: ## Build promtool from source into the cache (once; hack/build-promtoo
 test: envtest-bins helm promtool ## Run every test: unit and envtest (real kube-apiserver), and promtool on the alerts.
 	go test ./... -count=1 -v
 
+.PHONY: test-race
+test-race: envtest-bins helm promtool ## make test under the race detector (about 2.8 times as long; README says why CI does not run it).
+	go test -race ./... -count=1
+
 ##@ Local cluster and demo
 
 .PHONY: test-e2e
