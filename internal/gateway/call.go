@@ -15,8 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -101,10 +99,10 @@ func (g *Gateway) call(ctx context.Context, c *caller, r *mcp.CallToolRequest) (
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	defer cancel()
-	tc, err = g.await(waitCtx, c, tc, g.progress(ctx, r))
+	tc, err = agent.AwaitCall(waitCtx, c.client, tc, g.progress(ctx, r))
 	switch {
 	case err == nil:
-	case errors.Is(err, errDeleted):
+	case errors.Is(err, agent.ErrCallDeleted):
 		return g.answer(start, label, refusal(CodeCallDeleted, fmt.Sprintf("toolcall %s was deleted before it committed", tc.Name))), nil
 	case ctx.Err() != nil:
 		// The client is gone (it cancelled, or dropped the request): nobody
@@ -305,79 +303,6 @@ func createRefusal(err error) *mcp.CallToolResult {
 		return refusal(CodeRefused, "the API server refused the call: "+err.Error())
 	}
 	return refusal(CodeRefused, "the API server did not take the call: "+err.Error())
-}
-
-// errDeleted says the watched call was deleted before it committed.
-var errDeleted = errors.New("the call was deleted")
-
-// await watches the call, as the caller, until its result is final,
-// telling observe of every version seen. A watch the API server ends is
-// resumed from the last version seen (or from a fresh read when that
-// version is too old).
-func (g *Gateway) await(ctx context.Context, c *caller, tc *toolgatev1alpha1.ToolCall, observe func(*toolgatev1alpha1.ToolCall)) (*toolgatev1alpha1.ToolCall, error) {
-	for {
-		observe(tc)
-		if tc.Final() {
-			return tc, nil
-		}
-		w, err := c.client.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, &client.ListOptions{
-			Namespace:     tc.Namespace,
-			FieldSelector: fields.OneTermEqualSelector("metadata.name", tc.Name),
-			Raw:           &metav1.ListOptions{ResourceVersion: tc.ResourceVersion},
-		})
-		if err != nil {
-			return tc, err
-		}
-		next, err := follow(ctx, w, tc, observe)
-		w.Stop()
-		if err != nil {
-			return tc, err
-		}
-		if next != nil {
-			return next, nil
-		}
-		// The watch ended without a final result: read the call again and
-		// watch from there.
-		fresh := &toolgatev1alpha1.ToolCall{}
-		if err := c.client.Get(ctx, client.ObjectKeyFromObject(tc), fresh); err != nil {
-			if apierrors.IsNotFound(err) {
-				return tc, errDeleted
-			}
-			return tc, err
-		}
-		tc = fresh
-	}
-}
-
-// follow reads one watch until the call is final (returned), the watch ends
-// (nil, nil) or the context does.
-func follow(ctx context.Context, w watch.Interface, tc *toolgatev1alpha1.ToolCall, observe func(*toolgatev1alpha1.ToolCall)) (*toolgatev1alpha1.ToolCall, error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, nil
-			}
-			switch ev.Type {
-			case watch.Deleted:
-				return nil, errDeleted
-			case watch.Error:
-				return nil, nil
-			case watch.Added, watch.Modified:
-				got, isCall := ev.Object.(*toolgatev1alpha1.ToolCall)
-				if !isCall {
-					continue
-				}
-				*tc = *got
-				observe(tc)
-				if tc.Final() {
-					return tc, nil
-				}
-			}
-		}
-	}
 }
 
 // progress returns the observer that sends the client a progress

@@ -230,6 +230,34 @@ var _ = Describe("the agent client", func() {
 		Expect(res).To(HaveLen(2))
 	})
 
+	It("awaits one call's result by watch, as the agent, telling of each version seen (AwaitCall, the gateway's wait too)", func() {
+		s, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
+		Expect(err).NotTo(HaveOccurred())
+		turn, err := s.Submit(ctx, []agent.Call{{Tool: "read", Arguments: json.RawMessage(`{"text":"x"}`)}})
+		Expect(err).NotTo(HaveOccurred())
+		wc, err := client.NewWithWatch(as(user), client.Options{Scheme: k8s.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		tc := &toolgatev1alpha1.ToolCall{}
+		Expect(wc.Get(ctx, client.ObjectKey{Namespace: ns, Name: turn.Names[0]}, tc)).To(Succeed())
+		var phases []toolgatev1alpha1.ToolCallPhase
+		got, err := agent.AwaitCall(ctx, wc, tc, func(v *toolgatev1alpha1.ToolCall) { phases = append(phases, v.Status.Phase) })
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got.Final()).To(BeTrue())
+		Expect(got.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		Expect(got.Status.Result.Value).To(ContainSubstring(`read {\"text\":\"x\"}`))
+		Expect(phases).NotTo(BeEmpty())
+		Expect(phases[len(phases)-1]).To(Equal(toolgatev1alpha1.PhaseCommitted))
+
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		slow, err := s.Submit(ctx, []agent.Call{{Tool: "slow", Arguments: json.RawMessage(`{"text":"x"}`)}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(wc.Get(ctx, client.ObjectKey{Namespace: ns, Name: slow.Names[0]}, tc)).To(Succeed())
+		_, err = agent.AwaitCall(short, wc, tc, nil)
+		Expect(err).To(MatchError(context.DeadlineExceeded), "a wait ends with its context")
+		Expect(slow.Cancel(ctx)).To(Succeed())
+	})
+
 	It("cancels a turn: the running call settles as cancelled", func() {
 		s, err := c.Open(ctx, ns, "s", agent.SessionOptions{Profile: "p"})
 		Expect(err).NotTo(HaveOccurred())
