@@ -197,7 +197,7 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			log.FromContext(ctx).Info("attempt's pod not found on resume", "call", job.Owner.Name, "attempt", job.Attempt)
 			return sandbox.Result{}, sandbox.ErrLost
 		}
-		return sandbox.Result{}, p.start(api, job, true, false)
+		return sandbox.Result{}, p.start(api, job, startFollowed)
 	case err != nil:
 		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
 	}
@@ -237,7 +237,7 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		// Someone else's pod holds the attempt's name (a name is easy to
 		// foresee): it is never handed anything, and the attempt's own
 		// pod is made beside it (find finds it by its labels and seal).
-		return sandbox.Result{}, p.start(api, job, true, true)
+		return sandbox.Result{}, p.start(api, job, startBeside)
 	}
 	if ctx.Err() != nil {
 		// Stop the pod and report only once it is gone.
@@ -357,7 +357,7 @@ func (p *Provider) Prepare(ctx context.Context, job sandbox.Job) error {
 	if _, err := p.find(api, p.Client, job, nil); !apierrors.IsNotFound(err) {
 		return err // there already, or unknown: Run decides
 	}
-	if err := p.start(api, job, false, false); !errors.Is(err, sandbox.ErrPending) {
+	if err := p.start(api, job, startPrepared); !errors.Is(err, sandbox.ErrPending) {
 		return err
 	}
 	return nil
@@ -436,10 +436,24 @@ func (p *Provider) buildPod(job sandbox.Job, name string) (*corev1.Pod, error) {
 	return BuildPod(cfg, job, name)
 }
 
+// startMode is how start gives an attempt its pod.
+type startMode int
+
+const (
+	// startPrepared: ahead of the attempt's dispatch boundary (Prepare);
+	// the pod is followed, and handed the call, only once Run asks.
+	startPrepared startMode = iota
+	// startFollowed: followed at once; the call is handed to the pod once
+	// it listens (and is recorded).
+	startFollowed
+	// startBeside: as startFollowed, under a generated name, beside a pod
+	// someone else made under the attempt's name.
+	startBeside
+)
+
 // start gives the attempt a pod: a warm one of its session if one is
 // ready, else a new one; either way the session's pool is replenished.
-// With follow, the call is handed to the pod once it listens.
-func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bool) error {
+func (p *Provider) start(ctx context.Context, job sandbox.Job, mode startMode) error {
 	if p.Key == nil {
 		return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the pod sandbox has no channel key")
 	}
@@ -458,12 +472,12 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bo
 		p.claimInBackground(job, warm.DeepCopy(), c)
 		// What the pod is once claimed: the hand-over waits for the claim.
 		p.applyClaim(warm, job)
-		if !follow {
+		if mode == startPrepared {
 			// Prepared ahead of the boundary: the runner is greeted while
 			// the boundary and the claim are written.
 			p.greetEarly(job.Key, warm)
 		}
-		p.made(job, warm, follow)
+		p.made(job, warm, mode)
 		p.replenishAfter(job, template)
 		return sandbox.ErrPending
 	} else if job.WarmPods > 0 {
@@ -473,7 +487,7 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bo
 	defer p.replenish(job, template)
 	pod.Labels[toolgatev1alpha1.LabelCallUID] = string(job.OwnerUID)
 	pod.OwnerReferences = []metav1.OwnerReference{callOwner(job)}
-	if beside {
+	if mode == startBeside {
 		pod.Name, pod.GenerateName = "", pod.Name+"-"
 	}
 	if err := p.Client.Create(ctx, pod); err != nil {
@@ -488,14 +502,14 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, follow, beside bo
 	if err := p.sealCreated(ctx, pod); err != nil {
 		return sandbox.ErrPending // the next poll waits for it to go and creates another
 	}
-	p.made(job, pod, follow)
+	p.made(job, pod, mode)
 	return sandbox.ErrPending
 }
 
-// made records the attempt's new pod: followed at once, or named for
-// Release until Run follows it.
-func (p *Provider) made(job sandbox.Job, pod *corev1.Pod, follow bool) {
-	if follow {
+// made records the attempt's new pod: followed at once, or (prepared)
+// named for Release until Run follows it.
+func (p *Provider) made(job sandbox.Job, pod *corev1.Pod, mode startMode) {
+	if mode != startPrepared {
 		p.adopt(job, pod)
 		return
 	}
