@@ -61,8 +61,11 @@ func (r callRunner) dispatched(ctx context.Context, st *pipeline.State) (where s
 		job.Attempt = st.Attempt
 		job.Key = key
 		job.Dispatched = st.AttemptStartedAt
+		// Before its boundary the attempt has no record of its own yet:
+		// only the sandboxes others' records name.
+		job.Record = &sandbox.Record{}
 		if r.taken != nil {
-			job.Taken = r.taken(ctx)
+			job.Record.Taken = r.taken(ctx)
 		}
 		if err := p.Prepare(ctx, job); err != nil {
 			log.FromContext(ctx).Info("sandbox not prepared ahead of dispatch", "call", job.Owner.Name, "attempt", st.Attempt, "reason", err.Error())
@@ -73,9 +76,22 @@ func (r callRunner) dispatched(ctx context.Context, st *pipeline.State) (where s
 	return p.Where(key), prepared
 }
 
-// record tells the provider that the call's status now durably names
+// record is the call's durable record of its sandboxes (sandbox.Record), nil
+// when this runner was given none.
+func (r callRunner) record(ctx context.Context) *sandbox.Record {
+	if r.recorded == nil {
+		return nil
+	}
+	rec := &sandbox.Record{Where: r.recorded()}
+	if r.taken != nil {
+		rec.Taken = r.taken(ctx)
+	}
+	return rec
+}
+
+// recorded tells the provider that the call's status now durably names
 // where its attempt runs (sandbox.Preparer's Recorded).
-func (r callRunner) record(uid types.UID, attempt int, where string) {
+func (r callRunner) recordedNow(uid types.UID, attempt int, where string) {
 	if rec, ok := r.provider.(sandbox.Preparer); ok && where != "" && attempt > 0 {
 		rec.Recorded(sandbox.Key(uid, attempt), where)
 	}
@@ -197,12 +213,7 @@ func (r callRunner) Run(ctx context.Context, spec any, args pipeline.Arguments, 
 	job.Key = sandbox.Key(job.OwnerUID, exec.Attempt)
 	job.Resumed = exec.Resumed
 	job.Dispatched = exec.StartedAt
-	if r.recorded != nil {
-		job.Records, job.Recorded = true, r.recorded()
-	}
-	if r.taken != nil {
-		job.Taken = r.taken(ctx)
-	}
+	job.Record = r.record(ctx)
 	res, err := r.provider.Run(ctx, job)
 	exec.Sandbox = res.Where
 	switch {

@@ -50,7 +50,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	}
 	moved, settledNow := planMoved(s.base, written), s.base.Status.Result == nil && written.Status.Result != nil
 	s.base = written // read only, as toolcalls.OwnWrites keeps it
-	s.runner.record(tc.UID, s.st.Attempt, written.Status.Sandbox)
+	s.runner.recordedNow(tc.UID, s.st.Attempt, written.Status.Sandbox)
 	if moved || settledNow {
 		r.wakeNext(ctx, written, settledNow)
 	}

@@ -56,17 +56,23 @@ type Job struct {
 	// ready ahead of the session's next calls (the session's warmPods,
 	// bounded by its maxParallel); 0: none.
 	WarmPods int
-	// The call's durable record of where its attempts run, when its
-	// caller keeps one (the ToolCall controller writes Result.Where and
-	// Preparer.Where in the call's status): Records says it does, and
-	// Recorded is what it last wrote for this attempt ("": nothing yet).
-	// A Preparer then hands the body only to a sandbox so recorded, so a
-	// successor that finds no sandbox where the record names none knows
-	// nothing ran: never a body lost with a sandbox nobody had written
-	// down.
-	Records  bool
-	Recorded string
-	// Taken names the sandboxes the durable records of the session's other
+	// Record is the call's durable record of where its attempts run, when
+	// its caller keeps one (nil: it does not, and a provider hands a body
+	// to its sandbox at once).
+	Record *Record
+}
+
+// Record is a call's durable record of its sandboxes, as its caller (the
+// ToolCall controller) last wrote it: the call records Result.Where and
+// Preparer.Where in its status. A Preparer hands the body only to a
+// sandbox so recorded, so a successor that finds no sandbox where the
+// record names none knows nothing ran: never a body lost with a sandbox
+// nobody had written down.
+type Record struct {
+	// Where is what the call's status names for this attempt ("": nothing
+	// yet).
+	Where string
+	// Taken names the sandboxes the records of the session's other
 	// unsettled calls name: a provider never gives one of them to this
 	// attempt (a manager that stopped may have recorded one before it
 	// finished taking it).
@@ -174,7 +180,7 @@ type Result struct {
 	// Where names where the attempt runs, as the provider knows it (the
 	// pod provider: its pod), with every answer of Run, ErrPending
 	// included; "" when the provider does not say. The call records it
-	// durably and hands it back as Job.Recorded.
+	// durably and hands it back as Job.Record.Where.
 	Where string
 }
 
@@ -236,7 +242,7 @@ type Provider interface {
 // attempt it cannot account for. Prepare is best effort: Run does
 // whatever Prepare did not. Where names the sandbox Prepare got ready, for
 // the boundary to record ("" when none); Recorded tells the provider that
-// the call's status now durably names where the attempt runs (Job.Records):
+// the call's status now durably names where the attempt runs (Job.Record):
 // its sandbox may be handed the body from then on.
 type Preparer interface {
 	Prepare(ctx context.Context, job Job) error

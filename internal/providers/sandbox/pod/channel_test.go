@@ -872,7 +872,7 @@ func TestAPreparedPodIsHandedOverWithoutReadingItAgain(t *testing.T) {
 	_, p, _, reads, j, _ := slowFollower(t)
 	ctx := context.Background()
 	must(t, p.Prepare(ctx, j))
-	j.Records, j.Recorded = true, p.Where(j.Key)
+	j.Record = &sandbox.Record{Where: p.Where(j.Key)}
 	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
 		t.Fatalf("run: %v", err)
 	}
@@ -1034,7 +1034,7 @@ func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
 
 	// Another call's record names the warm pod: it is not reserved.
 	taken := job(4)
-	taken.Taken = []string{warm.Name}
+	taken.Record = &sandbox.Record{Taken: []string{warm.Name}}
 	must(t, p.Prepare(ctx, taken))
 	if got := p.Where(taken.Key); got == warm.Name || got == "" {
 		t.Fatalf("prepared %q, want a pod of its own", got)
@@ -1052,7 +1052,7 @@ func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
 	if got := p.Where(j.Key); got != warm.Name {
 		t.Fatalf("prepared %q, want the warm pod %s", got, warm.Name)
 	}
-	j.Records, j.Recorded = true, warm.Name
+	j.Record = &sandbox.Record{Where: warm.Name}
 	for range 3 {
 		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
 			t.Fatalf("run while the claim is on its way: %v", err)
@@ -1087,7 +1087,7 @@ func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
 	if got := p.Where(j.Key); got != next.Name {
 		t.Fatalf("prepared %q, want the warm pod %s", got, next.Name)
 	}
-	j.Records, j.Recorded = true, next.Name
+	j.Record = &sandbox.Record{Where: next.Name}
 	_, err := settle(t, p, j)
 	var f *pipeline.Failure
 	if !errors.As(err, &f) || f.Code != pipeline.CodeSandboxLost || !strings.Contains(f.Message, "never started") {
@@ -1104,7 +1104,7 @@ func TestAWarmPodServesOnlyOnceClaimed(t *testing.T) {
 	successor.Dial = net.dial
 	t.Cleanup(func() { _ = successor.Stop(context.Background()) })
 	j = job(3)
-	j.Resumed, j.Records, j.Recorded = true, true, next.Name
+	j.Resumed, j.Record = true, &sandbox.Record{Where: next.Name}
 	if res, err := settle(t, successor, j); err != nil || res.Stdout != `ran with {"n":3}` {
 		t.Fatalf("resumed on the recorded warm pod: %+v %v", res, err)
 	}

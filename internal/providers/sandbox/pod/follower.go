@@ -77,7 +77,7 @@ func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
 	}
 	delete(p.prepared, job.Key) // followed from now on
 	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1),
-		recorded: !job.Records || job.Recorded == pod.Name}
+		recorded: job.Record == nil || job.Record.Where == pod.Name}
 	p.followers[job.Key] = f
 	go p.follow(f, job, pod.DeepCopy())
 	return f

@@ -188,7 +188,7 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			return sandbox.Result{}, f.err
 		case f != nil:
 			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
-		case job.Resumed && !p.remaking(job.Key) && (!job.Records || job.Recorded != ""):
+		case job.Resumed && !p.remaking(job.Key) && (job.Record == nil || job.Record.Where != ""):
 			// Started by a previous manager, recorded, and gone: its
 			// outcome is unknowable. Logged, since the call then ends
 			// interrupted (or is run again) and the pod that would say
@@ -255,8 +255,8 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 		return sandbox.Result{}, sandbox.ErrPending
 	}
 	f = p.adopt(job, pod)
-	if job.Records && job.Recorded == f.pod.Name {
-		p.Recorded(job.Key, job.Recorded)
+	if r := job.Record; r != nil && r.Where == f.pod.Name {
+		p.Recorded(job.Key, r.Where)
 	}
 	select {
 	case <-f.done:

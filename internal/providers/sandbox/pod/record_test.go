@@ -10,7 +10,7 @@ import (
 )
 
 // TestABodyIsHandedOnlyToARecordedPod: when the caller records where an
-// attempt runs (Job.Records), its body is handed only to the pod the
+// attempt runs (Job.Record), its body is handed only to the pod the
 // call's durable status names. So a successor resuming an attempt whose
 // status names no pod, and finding none, knows nothing ran and makes it
 // again; one whose status names a pod that is gone cannot know, and
@@ -28,7 +28,7 @@ func TestABodyIsHandedOnlyToARecordedPod(t *testing.T) {
 	p := newProvider()
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	j := job(1)
-	j.Resumed, j.Records = true, true
+	j.Resumed, j.Record = true, &sandbox.Record{}
 	if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
 		t.Fatalf("resumed, nothing recorded, no pod: %v, want the pod made (pending)", err)
 	}
@@ -50,7 +50,7 @@ func TestABodyIsHandedOnlyToARecordedPod(t *testing.T) {
 	}
 	// Recorded: handed at once, and runs once.
 	p.Recorded(j.Key, pod.Name)
-	j.Recorded = pod.Name
+	j.Record.Where = pod.Name
 	if _, err := settle(t, p, j); err != nil {
 		t.Fatalf("recorded: %v", err)
 	}
@@ -63,7 +63,7 @@ func TestABodyIsHandedOnlyToARecordedPod(t *testing.T) {
 	q := newProvider()
 	t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	j2 := job(2)
-	j2.Resumed, j2.Records, j2.Recorded = true, true, Name("call-1", string(j2.OwnerUID), 2)
+	j2.Resumed, j2.Record = true, &sandbox.Record{Where: Name("call-1", string(j2.OwnerUID), 2)}
 	if _, err := q.Run(ctx, j2); !errors.Is(err, sandbox.ErrLost) {
 		t.Fatalf("resumed, recorded, no pod: %v, want ErrLost", err)
 	}

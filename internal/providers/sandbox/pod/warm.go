@@ -95,7 +95,7 @@ func templateOf(pod *corev1.Pod) string {
 
 // Claims. A warm pod is the attempt's once this process reserves it: in
 // memory (never given to two attempts here) and not named by another
-// unsettled call's durable record (job.Taken: a manager that stopped may
+// unsettled call's durable record (job.Record.Taken: a manager that stopped may
 // have recorded one it had not finished taking). The claim itself, one
 // optimistic-locked write moving the pod's control to the ToolCall, runs
 // beside the write of the dispatch boundary that names the pod, not
@@ -128,7 +128,7 @@ func (p *Provider) reserve(ctx context.Context, job sandbox.Job, template string
 	defer p.mu.Unlock()
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if !claimable(pod, now) || !p.ours(pod, sessionOwner(job)) || slices.Contains(job.Taken, pod.Name) || p.reservedLocked(pod.UID) {
+		if !claimable(pod, now) || !p.ours(pod, sessionOwner(job)) || (job.Record != nil && slices.Contains(job.Record.Taken, pod.Name)) || p.reservedLocked(pod.UID) {
 			continue
 		}
 		if p.claims == nil {
@@ -231,11 +231,11 @@ func (p *Provider) applyClaim(pod *corev1.Pod, job sandbox.Job) {
 // body was handed to it (the hand-over waits for the claim). nil when the
 // boundary names no such pod.
 func (p *Provider) claimRecorded(ctx context.Context, job sandbox.Job) (*corev1.Pod, error) {
-	if job.Recorded == "" || job.WarmPods <= 0 {
+	if job.Record == nil || job.Record.Where == "" || job.WarmPods <= 0 {
 		return nil, nil
 	}
 	pod := &corev1.Pod{}
-	if err := p.Reader.Get(ctx, types.NamespacedName{Namespace: job.Owner.Namespace, Name: job.Recorded}, pod); err != nil {
+	if err := p.Reader.Get(ctx, types.NamespacedName{Namespace: job.Owner.Namespace, Name: job.Record.Where}, pod); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	if !toolgatev1alpha1.WarmWaiting(pod) || !p.ours(pod, sessionOwner(job)) || !claimable(pod, p.now()) {
@@ -272,7 +272,7 @@ func (p *Provider) claimed(ctx context.Context, from client.Reader, job sandbox.
 	}
 	var found *corev1.Pod
 	for i := range list.Items {
-		if pod := &list.Items[i]; p.ours(pod, callOwner(job)) && (found == nil || pod.Name == job.Recorded) {
+		if pod := &list.Items[i]; p.ours(pod, callOwner(job)) && (found == nil || pod.Name == recordedWhere(job)) {
 			found = pod
 		}
 	}
@@ -613,4 +613,13 @@ func (p *Provider) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// recordedWhere is where the call's durable record says the attempt runs
+// ("" when it keeps none, or names nothing yet).
+func recordedWhere(job sandbox.Job) string {
+	if job.Record == nil {
+		return ""
+	}
+	return job.Record.Where
 }
