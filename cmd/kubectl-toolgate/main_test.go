@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/testenv"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 )
@@ -262,7 +262,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("rotate-channel-key keeps the current key as the previous", func(t *testing.T) {
 		mgr := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "manager-"}}
 		must(t, c.Create(ctx, mgr))
-		before, err := pod.LoadChannelKeys(ctx, c, mgr.Name, "toolgate-channel-key")
+		before, err := keys.Load(ctx, c, mgr.Name, "toolgate-channel-key")
 		must(t, err)
 		if r := p.run("toolgate", "-n", mgr.Name, "--as", "demo-approver", "rotate-channel-key"); r.code == 0 {
 			t.Errorf("an approver rotated the manager's key: %q", r.out)
@@ -271,7 +271,7 @@ func TestPlugin(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.out, "rollout restart deployment toolgate-controller-manager") {
 			t.Fatalf("exit %d, out %q, err %q", r.code, r.out, r.err)
 		}
-		after, err := pod.LoadChannelKeys(ctx, c, mgr.Name, "toolgate-channel-key")
+		after, err := keys.Load(ctx, c, mgr.Name, "toolgate-channel-key")
 		must(t, err)
 		if after.Current.Equal(before.Current) || after.Previous == nil || !after.Previous.Equal(before.Current) {
 			t.Fatal("the Secret does not hold a new key and the one it replaced")

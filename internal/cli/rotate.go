@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
+	"github.com/toolgate/toolgate/internal/keys"
 )
 
 func rotateCommand(o *Options) *cobra.Command {
@@ -41,7 +41,7 @@ delete and create its Secrets.`,
 			if err != nil {
 				return err
 			}
-			if _, err := pod.RotateChannelKey(cmd.Context(), c, ns, secret); err != nil {
+			if _, err := keys.Rotate(cmd.Context(), c, ns, secret); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(o.Out, "secret/%s rotated in namespace %s: restart the managers to use the new key\n"+

@@ -8,9 +8,7 @@ package compose
 
 import (
 	"context"
-	"crypto/ecdh"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +20,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/controller"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/lifecycle"
 	"github.com/toolgate/toolgate/internal/notify"
 	"github.com/toolgate/toolgate/internal/providers/approval"
@@ -30,7 +29,6 @@ import (
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/providers/sandbox/pod"
 	"github.com/toolgate/toolgate/internal/providers/sandbox/process"
-	"github.com/toolgate/toolgate/internal/runner"
 )
 
 // Options are what a composition of the manager chooses.
@@ -171,36 +169,29 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 // questions under a key derived from it. A composition without a
 // namespace (tests) gets one key per process, so a manager restarted in
 // the same process still reads its predecessor's questions.
-func managerKey(mgr ctrl.Manager, o Options) (pod.ChannelKeys, error) {
+func managerKey(mgr ctrl.Manager, o Options) (keys.Manager, error) {
 	if o.Namespace == "" {
 		if o.RunnerImage != "" {
-			return pod.ChannelKeys{}, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
+			return keys.Manager{}, fmt.Errorf("the pod sandbox needs the manager's namespace (--namespace, or POD_NAMESPACE) for its channel key")
 		}
-		processKeyOnce.Do(func() { processKey, processKeyErr = runner.NewManagerKey() })
-		return pod.ChannelKeys{Current: processKey}, processKeyErr
+		return keys.ForProcess()
 	}
 	// Read directly: the manager's cache is not started, and must never
 	// watch Secrets.
 	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
-		return pod.ChannelKeys{}, err
+		return keys.Manager{}, err
 	}
-	keys, err := pod.LoadChannelKeys(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
+	k, err := keys.Load(context.Background(), direct, o.Namespace, o.ChannelKeySecret)
 	if err != nil || o.EgressService == "" {
-		return keys, err
+		return k, err
 	}
-	return keys, pod.WriteGrantKeys(context.Background(), direct, o.Namespace, o.EgressKeySecret, keys)
+	return k, keys.WriteGrantKeys(context.Background(), direct, o.Namespace, o.EgressKeySecret, k)
 }
-
-var (
-	processKeyOnce sync.Once
-	processKey     *ecdh.PrivateKey
-	processKeyErr  error
-)
 
 // podProvider makes the Pod sandbox provider with the channel key, and
 // wakes its follower at every change of a tool pod.
-func podProvider(mgr ctrl.Manager, o Options, key pod.ChannelKeys, wake *controller.Wake) (*pod.Provider, error) {
+func podProvider(mgr ctrl.Manager, o Options, key keys.Manager, wake *controller.Wake) (*pod.Provider, error) {
 	subCalls, err := controller.SubCalls(mgr)
 	if err != nil {
 		return nil, err

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/runner"
@@ -804,21 +805,21 @@ func TestChannelKeyRotation(t *testing.T) {
 	// The Secret: made on first start, both keys after a rotation, the
 	// oldest dropped at the next.
 	secretNS := namespace(t, c, "manager-", nil)
-	first, err := LoadChannelKeys(ctx, c, secretNS, "key")
+	first, err := keys.Load(ctx, c, secretNS, "key")
 	must(t, err)
 	if first.Previous != nil {
 		t.Fatal("a new Secret has a previous key")
 	}
-	_, err = RotateChannelKey(ctx, c, secretNS, "key")
+	_, err = keys.Rotate(ctx, c, secretNS, "key")
 	must(t, err)
-	second, err := LoadChannelKeys(ctx, c, secretNS, "key")
+	second, err := keys.Load(ctx, c, secretNS, "key")
 	must(t, err)
 	if second.Current.Equal(first.Current) || second.Previous == nil || !second.Previous.Equal(first.Current) {
 		t.Fatal("after a rotation the Secret holds a new key and the one it replaced")
 	}
-	_, err = RotateChannelKey(ctx, c, secretNS, "key")
+	_, err = keys.Rotate(ctx, c, secretNS, "key")
 	must(t, err)
-	third, err := LoadChannelKeys(ctx, c, secretNS, "key")
+	third, err := keys.Load(ctx, c, secretNS, "key")
 	must(t, err)
 	if !third.Previous.Equal(second.Current) {
 		t.Fatal("a second rotation keeps the key it replaced")

@@ -14,8 +14,8 @@
 // follower.go the goroutine that hands each pod its call and collects the
 // frame, greet.go the early greeting of a reserved warm pod's runner,
 // warm.go the warm pods, spec.go the pod itself, seal.go which pods are
-// toolgate's (the seal only the manager can make), channelkey.go the
-// channel keys, failure.go what a pod that can no longer produce a frame
+// toolgate's (the seal only the manager can make, under a key derived
+// from the manager's key, internal/keys), failure.go what a pod that can no longer produce a frame
 // says about why, netpol.go the NetworkPolicies that isolate tool pods,
 // egress.go the egress proxy's grants and policy, check.go what of a
 // profile this install will not run as written, trace.go the body's span,

@@ -149,36 +149,3 @@ func TestTheBodyIsHandedItsProxyAndAGrantForItsPod(t *testing.T) {
 		t.Fatalf("grant expires %v", time.Unix(g.Expires, 0))
 	}
 }
-
-// TestGrantKeysFollowTheChannelKeys: the manager writes the proxy's grant
-// keys derived from its channel keys, creates the Secret once, rewrites it
-// after a rotation, and leaves it alone when it is right.
-func TestGrantKeysFollowTheChannelKeys(t *testing.T) {
-	c, _ := onAPIServer(t)
-	ctx := context.Background()
-	ns := namespace(t, c, "grant-keys-", nil)
-	first, err := runner.NewManagerKey()
-	must(t, err)
-	must(t, WriteGrantKeys(ctx, c, ns, "toolgate-egress-key", ChannelKeys{Current: first}))
-	read := func() *corev1.Secret {
-		s := &corev1.Secret{}
-		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "toolgate-egress-key"}, s))
-		return s
-	}
-	s := read()
-	if string(s.Data[egress.KeyField]) != string(egress.DeriveKey(first.Bytes())) || len(s.Data) != 1 {
-		t.Fatalf("created %v, want the key derived from the channel key alone", s.Data)
-	}
-	must(t, WriteGrantKeys(ctx, c, ns, "toolgate-egress-key", ChannelKeys{Current: first}))
-	if again := read(); again.ResourceVersion != s.ResourceVersion {
-		t.Fatal("rewritten though it was right")
-	}
-	second, err := runner.NewManagerKey()
-	must(t, err)
-	must(t, WriteGrantKeys(ctx, c, ns, "toolgate-egress-key", ChannelKeys{Current: second, Previous: first}))
-	s = read()
-	if string(s.Data[egress.KeyField]) != string(egress.DeriveKey(second.Bytes())) ||
-		string(s.Data[egress.KeyPreviousField]) != string(egress.DeriveKey(first.Bytes())) {
-		t.Fatal("after a rotation the grant keys do not follow the channel keys")
-	}
-}
