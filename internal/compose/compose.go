@@ -107,6 +107,14 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	if err != nil {
 		return cfg, err
 	}
+	// One wait for sub-calls' results per manager, whichever sandboxes
+	// serve them: each listens to every ToolCall event.
+	var subCalls sandbox.SubCalls
+	if (o.ProcessSandbox && o.ProcessSubCalls) || o.RunnerImage != "" {
+		if subCalls, err = controller.SubCalls(mgr); err != nil {
+			return cfg, err
+		}
+	}
 	if o.Notifier != nil {
 		if err := mgr.Add(o.Notifier); err != nil {
 			return cfg, err
@@ -143,16 +151,14 @@ func Providers(mgr ctrl.Manager, scope *lifecycle.Scope, o Options) (controller.
 	if o.ProcessSandbox {
 		box := process.New(o.ProcessWorkspaceDir, cfg.Wake.Notify)
 		if o.ProcessSubCalls {
-			if box.SubCalls, err = controller.SubCalls(mgr); err != nil {
-				return cfg, err
-			}
+			box.SubCalls = subCalls
 		}
 		if err := mount(cfg.Sandboxes.Mount(scope, string(toolgatev1alpha1.SandboxProviderProcess), box)); err != nil {
 			return cfg, err
 		}
 	}
 	if o.RunnerImage != "" {
-		provider, err := podProvider(mgr, o, key, cfg.Wake)
+		provider, err := podProvider(mgr, o, key, cfg.Wake, subCalls)
 		if err != nil {
 			return cfg, err
 		}
@@ -191,11 +197,7 @@ func managerKey(mgr ctrl.Manager, o Options) (keys.Manager, error) {
 
 // podProvider makes the Pod sandbox provider with the channel key, and
 // wakes its follower at every change of a tool pod.
-func podProvider(mgr ctrl.Manager, o Options, key keys.Manager, wake *controller.Wake) (*pod.Provider, error) {
-	subCalls, err := controller.SubCalls(mgr)
-	if err != nil {
-		return nil, err
-	}
+func podProvider(mgr ctrl.Manager, o Options, key keys.Manager, wake *controller.Wake, subCalls sandbox.SubCalls) (*pod.Provider, error) {
 	provider := &pod.Provider{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Key: key.Current, Previous: key.Previous, Notify: wake.Notify, NetworkPolicyEnforced: o.NetworkPolicyEnforced,
 		SubCalls: subCalls,

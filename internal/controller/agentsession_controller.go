@@ -135,11 +135,12 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	sp := toolcalls.PlanSession(s, calls, nil)
 	logged := sp.Logged()
-	wroteCalls = len(sp.Work()) > 0
+	work := sp.Work()
+	wroteCalls = len(work) > 0
 	if conflict.reason != "" {
 		// No call starts without the workspace it was promised.
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, conflict.reason, conflict.message
-	} else if logged, err = r.schedule(ctx, sp); err != nil {
+	} else if logged, err = r.schedule(ctx, logged, work); err != nil {
 		return ctrl.Result{}, err
 	}
 	toolcalls.SetSessionStatus(s, logged)
@@ -264,7 +265,8 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 		return err
 	}
 	if pending {
-		_, err = r.schedule(ctx, toolcalls.PlanSession(s, calls, nil))
+		sp := toolcalls.PlanSession(s, calls, nil)
+		_, err = r.schedule(ctx, sp.Logged(), sp.Work())
 		return err
 	}
 	// Every call committed: they go with the session (a call holds no

@@ -10,15 +10,15 @@ import (
 	"github.com/toolgate/toolgate/internal/toolcalls"
 )
 
-// schedule carries out the session's part of its plan (toolcalls.SessionPlan.Work):
-// refuse the calls that cannot have a place in the log or came too late,
-// admit nested calls, and release the first uncommitted call of the
-// current turn with its place in the log when it never starts (the calls
-// that start admit and release themselves). Each call gets at most one
-// write. It returns the calls in the log, in model order, as written.
-func (r *AgentSessionReconciler) schedule(ctx context.Context, sp *toolcalls.SessionPlan) ([]*toolgatev1alpha1.ToolCall, error) {
-	calls := sp.Logged()
-	for _, w := range sp.Work() {
+// schedule carries out work, the session's part of its plan
+// (toolcalls.SessionPlan.Work): refuse the calls that cannot have a place
+// in the log or came too late, admit nested calls, and release the first
+// uncommitted call of the current turn with its place in the log when it
+// never starts (the calls that start admit and release themselves). Each
+// call gets at most one write. It returns calls, the calls in the log in
+// model order, as written.
+func (r *AgentSessionReconciler) schedule(ctx context.Context, calls []*toolgatev1alpha1.ToolCall, work []toolcalls.CallWork) ([]*toolgatev1alpha1.ToolCall, error) {
+	for _, w := range work {
 		switch {
 		case w.Refusal != "":
 			log.FromContext(ctx).Info("call refused", "call", w.Call.Name, "code", w.Refusal)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,43 +38,50 @@ type callRunner struct {
 	// recorded is where the call's durable status says its attempt runs.
 	recorded func() string
 	// taken names the sandboxes the session's other unsettled calls'
-	// durable records name (sandbox.Job's Taken).
+	// durable records name (sandbox.Record's Taken).
 	taken func(ctx context.Context) []string
+	// prepared is told the attempt whose sandbox Prepare asked for.
+	prepared func(attempt int)
 }
 
-// dispatched gets the sandbox of the attempt just dispatched ready before
-// its boundary is written, when the provider can (sandbox.Preparer; a
-// failure only leaves the work to Run), and names where it is for the
-// boundary to record ("" when the provider does not say). prepared says
-// whether the provider was asked.
-func (r callRunner) dispatched(ctx context.Context, st *pipeline.State) (where string, prepared bool) {
+var (
+	_ pipeline.Runner   = callRunner{}
+	_ pipeline.Preparer = callRunner{}
+)
+
+// Prepare gets the sandbox of the attempt just dispatched ready before
+// its boundary is written (pipeline.Preparer), when the provider can
+// (sandbox.Preparer; a failure only leaves the work to Run), and names
+// where it is for the boundary to record ("" when the provider does not
+// say). The boundary then names the attempt's sandbox, never the previous
+// attempt's: its body is handed only to a sandbox the status names.
+func (r callRunner) Prepare(ctx context.Context, req pipeline.Request, attempt int, dispatched time.Time) string {
 	p, ok := r.provider.(sandbox.Preparer)
 	if !ok {
-		return "", false
+		return ""
 	}
-	key := sandbox.Key(r.job.OwnerUID, st.Attempt)
+	key := sandbox.Key(r.job.OwnerUID, attempt)
 	for i := range r.tools {
-		if r.tools[i].Name != st.Request.Tool {
+		if r.tools[i].Name != req.Tool {
 			continue
 		}
 		job := r.job
 		job.Tool = &r.tools[i]
-		job.Attempt = st.Attempt
+		job.Attempt = attempt
 		job.Key = key
-		job.Dispatched = st.AttemptStartedAt
+		job.Dispatched = dispatched
 		// Before its boundary the attempt has no record of its own yet:
 		// only the sandboxes others' records name.
-		job.Record = &sandbox.Record{}
-		if r.taken != nil {
-			job.Record.Taken = r.taken(ctx)
-		}
+		job.Record = &sandbox.Record{Taken: r.takenNow(ctx)}
 		if err := p.Prepare(ctx, job); err != nil {
-			log.FromContext(ctx).Info("sandbox not prepared ahead of dispatch", "call", job.Owner.Name, "attempt", st.Attempt, "reason", err.Error())
+			log.FromContext(ctx).Info("sandbox not prepared ahead of dispatch", "call", job.Owner.Name, "attempt", attempt, "reason", err.Error())
 		}
-		prepared = true
+		if r.prepared != nil {
+			r.prepared(attempt)
+		}
 		break
 	}
-	return p.Where(key), prepared
+	return p.Where(key)
 }
 
 // record is the call's durable record of its sandboxes (sandbox.Record), nil
@@ -82,11 +90,16 @@ func (r callRunner) record(ctx context.Context) *sandbox.Record {
 	if r.recorded == nil {
 		return nil
 	}
-	rec := &sandbox.Record{Where: r.recorded()}
-	if r.taken != nil {
-		rec.Taken = r.taken(ctx)
+	return &sandbox.Record{Where: r.recorded(), Taken: r.takenNow(ctx)}
+}
+
+// takenNow names the sandboxes the session's other unsettled calls'
+// records name (nil when this runner was given no way to know).
+func (r callRunner) takenNow(ctx context.Context) []string {
+	if r.taken == nil {
+		return nil
 	}
-	return rec
+	return r.taken(ctx)
 }
 
 // recorded tells the provider that the call's status now durably names
@@ -193,8 +206,6 @@ func (r *AgentSessionReconciler) isolationCondition(ctx context.Context, s *tool
 	}
 	return c
 }
-
-var _ pipeline.Runner = callRunner{}
 
 // Run hands one attempt to the sandbox provider and turns its answer into a
 // pipeline answer.

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -53,14 +54,9 @@ func (s *settledCalls) await(key types.NamespacedName) (<-chan struct{}, func())
 	return ch, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		chans := s.waiting[key]
-		for i, c := range chans {
-			if c == ch {
-				s.waiting[key] = append(chans[:i], chans[i+1:]...)
-				break
-			}
-		}
-		if len(s.waiting[key]) == 0 {
+		if rest := slices.DeleteFunc(s.waiting[key], func(c chan struct{}) bool { return c == ch }); len(rest) > 0 {
+			s.waiting[key] = rest
+		} else {
 			delete(s.waiting, key)
 		}
 	}

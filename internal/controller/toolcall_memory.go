@@ -47,10 +47,9 @@ func (c *callMemory) of(tc *toolgatev1alpha1.ToolCall) *memo {
 	if v, ok := c.m.Load(key); ok && v.(*memo).uid == tc.UID {
 		return v.(*memo)
 	}
+	// A call's reconciles never run at once, so nothing else replaces
+	// its entry meanwhile.
 	m := &memo{uid: tc.UID}
-	if v, loaded := c.m.LoadOrStore(key, m); loaded && v.(*memo).uid == tc.UID {
-		return v.(*memo)
-	}
 	c.m.Store(key, m)
 	return m
 }

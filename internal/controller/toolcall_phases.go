@@ -166,6 +166,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	s.runner.tools = spec.Tools
 	s.runner.recorded = func() string { return s.base.Status.Sandbox }
 	s.runner.taken = func(ctx context.Context) []string { return r.sandboxesTaken(ctx, tc) }
+	s.runner.prepared = func(attempt int) { r.mem.with(tc, func(m *memo) { m.prepared = attempt }) }
 	opts.Runner = s.runner
 	s.pipe = pipeline.New(compiled.Registry, opts)
 	if _, ok := compiled.Registry.Lookup(tc.Spec.Tool); !ok && s.st.Next == pipeline.StageExecute {
@@ -237,20 +238,9 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 				break
 			}
 		}
-		before := s.st.Next
+		// A dispatch gets its sandbox ready and named by the call's runner
+		// (callRunner.Prepare) before its boundary is written below.
 		progress, wait := s.pipe.Step(callCtx, s.st)
-		if before == pipeline.StageDispatch && s.st.Next == pipeline.StageExecute {
-			// The boundary is written next: its sandbox first, so that a
-			// successor finds it (idle) whenever this process dies.
-			// The boundary names the attempt's sandbox, when prepared,
-			// and never the previous attempt's: its body is handed only
-			// to a sandbox the status names.
-			where, prepared := s.runner.dispatched(ctx, s.st)
-			if prepared {
-				r.mem.with(s.tc, func(m *memo) { m.prepared = s.st.Attempt })
-			}
-			s.st.Sandbox = where
-		}
 		if n := len(s.st.Records); !heldAt.IsZero() && n > 0 && s.st.Records[n-1].Stage == pipeline.StageExecute {
 			// Collected again: the body ended when it first did.
 			s.st.Records[n-1].Time, heldAt = heldAt, time.Time{}

@@ -81,6 +81,16 @@ type Runner interface {
 	Run(ctx context.Context, spec any, args Arguments, exec *Exec) (string, error)
 }
 
+// Preparer is implemented by a Runner that gets an attempt's sandbox ready
+// as the attempt is dispatched, before its dispatch boundary is persisted
+// (a driver that dies right after persisting it leaves its successor a
+// sandbox that ran nothing). Prepare names where that sandbox is ("" when
+// it does not say); the state keeps it (State.Sandbox), never the previous
+// attempt's. Best effort: Run does whatever Prepare did not.
+type Preparer interface {
+	Prepare(ctx context.Context, req Request, attempt int, dispatched time.Time) (where string)
+}
+
 // Pipeline runs calls through the stages, against a Registry.
 type Pipeline struct {
 	*Registry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -323,5 +324,49 @@ func TestTheStateNamesWhereTheAttemptRan(t *testing.T) {
 		if st.Sandbox != "pod-a1" || restored.Sandbox != "pod-a1" {
 			t.Errorf("fails=%v: the state names %q, persisted %q; want pod-a1", fails, st.Sandbox, restored.Sandbox)
 		}
+	}
+}
+
+// preparingRunner prepares each attempt's sandbox as it is dispatched and
+// names it; it runs nothing itself.
+type preparingRunner struct {
+	asked []int
+	ran   bool // the body ran before its boundary named the sandbox
+	st    *State
+}
+
+func (r *preparingRunner) Prepare(_ context.Context, _ Request, attempt int, _ time.Time) string {
+	r.asked = append(r.asked, attempt)
+	return fmt.Sprintf("pod-a%d", attempt)
+}
+
+func (r *preparingRunner) Run(context.Context, any, Arguments, *Exec) (string, error) {
+	r.ran = r.st.Sandbox == ""
+	return `"ok"`, nil
+}
+
+// TestARunnerPreparesEachAttemptAtItsDispatch: a Runner that can prepare
+// (Preparer) is asked once per attempt as the attempt is dispatched, and
+// the dispatch boundary, persisted before the body, already names its
+// sandbox.
+func TestARunnerPreparesEachAttemptAtItsDispatch(t *testing.T) {
+	h := newHarness(t)
+	h.echo("echo", nil)
+	h.allowAll()
+	r := &preparingRunner{}
+	p := h.pipeline(Options{Runner: r})
+	st := NewState(req("echo", `{"text":"hello"}`))
+	r.st = st
+	for st.Next != StageExecute {
+		if st.Done() {
+			t.Fatalf("settled before its body: %+v", st.Failure)
+		}
+		p.Step(context.Background(), st)
+	}
+	if len(r.asked) != 1 || r.asked[0] != 1 || st.Sandbox != "pod-a1" {
+		t.Fatalf("at the dispatch boundary: asked %v, the state names %q; want attempt 1 asked once and pod-a1", r.asked, st.Sandbox)
+	}
+	if r.ran {
+		t.Error("the body ran before the boundary named its sandbox")
 	}
 }

@@ -232,6 +232,9 @@ func (p *Pipeline) dispatch(ctx context.Context, st *State, snap snapshot) (Prog
 	st.dispatched, st.reattaching, st.timedOut = true, false, false
 	st.record(StageDispatch, VerdictDispatched, attemptReason(st.Attempt), now)
 	st.Next = StageExecute
+	if pr, ok := p.opts.Runner.(Preparer); ok {
+		st.Sandbox = pr.Prepare(ctx, st.Request, st.Attempt, now)
+	}
 	return Advanced, 0
 }
 

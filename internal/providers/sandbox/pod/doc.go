@@ -10,12 +10,14 @@
 // its control to the ToolCall when a call claims it, the call named in its
 // annotations (its labels do not change; warm.go).
 //
-// Files: pod.go is the attempt's lifecycle (Run, Discard, Release),
-// follower.go the goroutine that hands each pod its call and collects the
-// frame, greet.go the early greeting of a reserved warm pod's runner,
-// warm.go the warm pods, spec.go the pod itself, seal.go which pods are
-// toolgate's (the seal only the manager can make, under a key derived
-// from the manager's key, internal/keys), failure.go what a pod that can no longer produce a frame
+// Files: pod.go is the attempt's lifecycle (Run, Prepare, start),
+// release.go the end of its work (Discard, Release), life.go the
+// provider's own life in the process (Stop), follower.go the goroutine
+// that hands each pod its call and collects the frame, greet.go the early
+// greeting of a reserved warm pod's runner, warm.go the warm pods, spec.go
+// the pod itself, seal.go which pods are toolgate's (the seal only the
+// manager can make, under a key derived from the manager's key,
+// internal/keys), failure.go what a pod that can no longer produce a frame
 // says about why, netpol.go the NetworkPolicies that isolate tool pods,
 // egress.go the egress proxy's grants and policy, check.go what of a
 // profile this install will not run as written, trace.go the body's span,

@@ -557,64 +557,6 @@ func (p *Provider) sweep(ctx context.Context) {
 	}
 }
 
-// Stop ends the provider's work in this process and waits for it to be
-// gone: the followers (their pods stay, for a successor to adopt), the
-// sweeper, the warm pods being started and claimed; Run and Prepare start
-// nothing afterwards (sandbox_unavailable). The warm pods stay too: a
-// restarted manager claims them, or releases them once idle.
-func (p *Provider) Stop(ctx context.Context) error {
-	p.mu.Lock()
-	p.stopped = true
-	if p.endLife != nil {
-		p.endLife()
-	}
-	var following []chan struct{}
-	for _, f := range p.followers {
-		following = append(following, f.done)
-	}
-	p.mu.Unlock()
-	for _, done := range following {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	p.warm.mu.Lock()
-	started := p.warm.started
-	if started {
-		close(p.warm.stop)
-		p.warm.started = false
-	}
-	p.warm.stopped = true
-	for key, r := range p.warm.refills {
-		r.timer.Stop()
-		delete(p.warm.refills, key)
-	}
-	done := p.warm.done
-	p.warm.mu.Unlock()
-	p.mu.Lock()
-	greeted := slices.Collect(maps.Keys(p.greetings))
-	p.mu.Unlock()
-	for _, key := range greeted {
-		p.dropGreeting(key, nil)
-	}
-	gone := make(chan struct{})
-	go func() {
-		if started {
-			<-done
-		}
-		p.warm.fills.Wait()
-		close(gone)
-	}()
-	select {
-	case <-gone:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // recordedWhere is where the call's durable record says the attempt runs
 // ("" when it keeps none, or names nothing yet).
 func recordedWhere(job sandbox.Job) string {
