@@ -91,6 +91,10 @@ test: envtest-bins helm promtool ## Run every test: unit and envtest (real kube-
 test-race: envtest-bins helm promtool ## make test under the race detector (about 2.8 times as long; README says why CI does not run it).
 	go test -race ./... -count=1
 
+.PHONY: test-slow-approval
+test-slow-approval: envtest-bins ## A person approves after 310 s while the TypeScript MCP client waits with Node's default HTTP timeouts (300 s); make test runs it scaled down.
+	TOOLGATE_SLOW_APPROVAL=1 go test ./internal/gateway/ -count=1 -run TestGateway -args -ginkgo.focus='waits for a person'
+
 ##@ Local cluster and demo
 
 .PHONY: test-e2e

@@ -455,6 +455,9 @@ type PolicyRule struct {
 
 	// when is a CEL expression over `call` (tool, args, requester, session,
 	// turn, index); the rule matches when it is true. Empty always matches.
+	// A field of call.args that the schemas of the rule's tools cannot hold
+	// makes the profile not Ready (one they do not declare but allow is a
+	// warning in the Ready condition).
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
@@ -537,7 +540,8 @@ type GuardRule struct {
 	Tools []string `json:"tools,omitempty"`
 
 	// deny is a CEL expression over `call`; true denies the call. An
-	// evaluation error also denies (guards fail closed).
+	// evaluation error also denies (guards fail closed), naming a missing
+	// field. Fields are checked against the tools' schemas as for rules.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
@@ -569,8 +573,10 @@ type PostRule struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	Tools []string `json:"tools,omitempty"`
 
-	// when is a CEL expression over `call` and `result` (value, content,
-	// isError); the rule applies when it is true. Empty always applies.
+	// when is a CEL expression over `call` and `result` (value, content:
+	// a post-execute rule sees only successes); the rule applies when it is
+	// true. Empty always applies. Fields of call.args and result.value are
+	// checked against the tools' schemas as for pre-execute rules.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096

@@ -28,7 +28,7 @@ const shutdownGrace = 20 * time.Second
 func main() {
 	var (
 		addr, metricsAddr, audience, certFile, keyFile string
-		reviewTTL, callTimeout                         time.Duration
+		reviewTTL, callTimeout, keepAlive              time.Duration
 		maxCalls                                       int
 		maxBytes                                       int64
 	)
@@ -39,6 +39,7 @@ func main() {
 	flag.StringVar(&keyFile, "tls-key-file", "", "TLS key, with --tls-cert-file.")
 	flag.DurationVar(&reviewTTL, "token-review-ttl", gateway.DefaultReviewTTL, "How long a TokenReview's answer is reused; a revoked token is accepted at most that long.")
 	flag.DurationVar(&callTimeout, "call-timeout", gateway.DefaultCallTimeout, "How long one tools/call waits for its ToolCall to commit; the call goes on after.")
+	flag.DurationVar(&keepAlive, "keep-alive", gateway.DefaultKeepAlive, "How often a waiting tools/call's response stream carries a progress notification or an SSE comment, so that no client's or proxy's idle timeout ends a long wait.")
 	flag.IntVar(&maxCalls, "max-calls-per-identity", gateway.DefaultMaxCallsPerIdentity, "tools/call requests one identity may have in flight.")
 	flag.Int64Var(&maxBytes, "max-request-bytes", gateway.DefaultMaxRequestBytes, "Largest request body accepted.")
 	opts := zap.Options{}
@@ -59,7 +60,7 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw, err := gateway.Build(ctx, ctrl.GetConfigOrDie(), audience, reviewTTL, gateway.Options{
-		MaxCallsPerIdentity: maxCalls, CallTimeout: callTimeout, MaxRequestBytes: maxBytes, Registerer: reg, Log: log,
+		MaxCallsPerIdentity: maxCalls, CallTimeout: callTimeout, KeepAlive: keepAlive, MaxRequestBytes: maxBytes, Registerer: reg, Log: log,
 	})
 	if err != nil {
 		log.Error(err, "gateway not built")

@@ -156,6 +156,24 @@ var _ = Describe("observedGeneration and Ready on every reconcile", func() {
 			HaveField("Note", ContainSubstring("SchemaInvalid: tool echo: parameters")))))
 	})
 
+	It("refuses a rule reading a field its tool's closed schema lacks, naming both, and warns of one an open schema does not declare", func() {
+		closed := shTool("write", "cat").Parameters(`{"type":"object","additionalProperties":false,"properties":{"path":{"type":"string"}}}`).Obj()
+		typo := processProfile(ns, closed).PreRule("no-dotfiles", toolgatev1alpha1.ActionDeny, "call.args.pth.startsWith('.')", "write").Obj()
+		typo.Name = "typo"
+		Expect(k8s.Create(ctx, typo)).To(Succeed())
+		c := profileReady(typo, metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonExpressionInvalid)
+		Expect(c.Message).To(Equal("preExecute rule no-dotfiles: when: reads call.args.pth, a field the parameters of tool write do not have (they allow no other field)"))
+
+		open := processProfile(ns, shTool("read", "cat").Obj()).Guard("no-dotfiles", "call.args.pth.startsWith('.')", "no dotfiles").Obj()
+		open.Name = "open"
+		Expect(k8s.Create(ctx, open)).To(Succeed())
+		c = profileReady(open, metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved)
+		Expect(c.Message).To(ContainSubstring("warnings (1): guard no-dotfiles: deny: reads call.args.pth, a field the parameters of tool read do not declare"))
+		Eventually(func() []eventsv1.Event { return eventsAbout(ns, "ToolProfile", open.Name) }).Should(ConsistOf(And(
+			HaveField("Reason", EventProfileWarnings), HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Note", ContainSubstring("reads call.args.pth")))))
+	})
+
 	It("stamps the generation of a session it cannot make Ready", func() {
 		s := tu.MakeAgentSession(ns, "s", "missing").Obj()
 		Expect(k8s.Create(ctx, s)).To(Succeed())

@@ -30,6 +30,10 @@ const (
 	// EventProfileInvalid (Warning), on a ToolProfile: this generation is
 	// not Ready; calls of its sessions settle as profile_unavailable.
 	EventProfileInvalid = "ProfileInvalid"
+	// EventProfileWarnings (Warning), on a ToolProfile: this generation is
+	// Ready, but an expression reads a field no schema declares (the
+	// schema allows others): likely a typo only a call will reveal.
+	EventProfileWarnings = "ProfileWarnings"
 )
 
 // reportingController names toolgate in the Events it emits.

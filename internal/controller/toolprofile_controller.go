@@ -20,6 +20,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // ToolProfileReconciler resolves ToolProfiles: it compiles them and reports
@@ -80,6 +81,12 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonSandboxPolicyRefused, refused
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved, "every schema, expression and template compiled; the providers are mounted"
+		if len(compiled.Warnings) > 0 {
+			warnings := strings.Join(compiled.Warnings, "; ")
+			cond.Message += fmt.Sprintf("; warnings (%d): %s", len(compiled.Warnings), textutil.Truncate(warnings, maxWarnings))
+			emit(ctx, r.Client, r.Clock.Now(), regardingProfile(obj), eventName(obj, fmt.Sprintf("g%d", obj.Generation), "warnings"),
+				corev1.EventTypeWarning, EventProfileWarnings, "Compile", warnings, nil)
+		}
 	}
 	if cond.Status != metav1.ConditionTrue {
 		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
@@ -114,6 +121,9 @@ func unmountedProviders(spec *toolgatev1alpha1.ToolProfileSpec, sandboxes *sandb
 // recheckEvery is how often a profile whose enforcement depends on
 // objects not watched (a RuntimeClass) is resolved again.
 const recheckEvery = 30 * time.Second
+
+// maxWarnings bounds the warnings the Ready condition's message carries.
+const maxWarnings = 4096
 
 // maxEnforcementReason is the API's bound on status.sandbox.enforcementReason.
 const maxEnforcementReason = 1024

@@ -99,7 +99,10 @@ func (g *Gateway) call(ctx context.Context, c *caller, r *mcp.CallToolRequest) (
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	defer cancel()
-	tc, err = agent.AwaitCall(waitCtx, c.client, tc, g.progress(ctx, r))
+	w := g.waiter(ctx, r, tc)
+	stop := w.keep(g.opts.KeepAlive)
+	tc, err = agent.AwaitCall(waitCtx, c.client, tc, w.observe)
+	stop()
 	switch {
 	case err == nil:
 	case errors.Is(err, agent.ErrCallDeleted):
@@ -303,35 +306,6 @@ func createRefusal(err error) *mcp.CallToolResult {
 		return refusal(CodeRefused, "the API server refused the call: "+err.Error())
 	}
 	return refusal(CodeRefused, "the API server did not take the call: "+err.Error())
-}
-
-// progress returns the observer that sends the client a progress
-// notification each time the call changes phase (when the client asked for
-// progress), naming the ApprovalRequest while the call waits for a person.
-func (g *Gateway) progress(ctx context.Context, r *mcp.CallToolRequest) func(*toolgatev1alpha1.ToolCall) {
-	token := r.Params.GetProgressToken()
-	var last toolgatev1alpha1.ToolCallPhase
-	var step float64
-	return func(tc *toolgatev1alpha1.ToolCall) {
-		if token == nil || r.Session == nil || tc.Status.Phase == last || tc.Status.Phase == "" {
-			return
-		}
-		last = tc.Status.Phase
-		step++
-		p := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: step,
-			Message: fmt.Sprintf("toolcall %s: %s", tc.Name, tc.Status.Phase),
-			Meta:    mcp.Meta{agent.MetaToolCall: tc.Name},
-		}
-		if tc.Status.Phase == toolgatev1alpha1.PhaseAwaitingApproval {
-			// The ApprovalRequest is named after its call.
-			p.Message = fmt.Sprintf("toolcall %s waits for a person to approve approvalrequest/%s in namespace %s (kubectl toolgate approve %s -n %s)",
-				tc.Name, tc.Name, tc.Namespace, tc.Name, tc.Namespace)
-			p.Meta[agent.MetaApprovalRequest] = tc.Name
-		}
-		if err := r.Session.NotifyProgress(ctx, p); err != nil {
-			g.opts.Log.V(1).Info("progress notification not delivered", "namespace", tc.Namespace, "toolcall", tc.Name)
-		}
-	}
 }
 
 // cancel asks, as the caller, for the call to be cancelled; the pipeline

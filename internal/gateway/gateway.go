@@ -26,9 +26,11 @@ const (
 	// has in flight at once, across its sessions.
 	DefaultMaxCallsPerIdentity = 32
 	// DefaultCallTimeout bounds how long the gateway waits for one call to
-	// commit. The call itself goes on; resubmitting it with the same _meta
-	// attaches to it.
-	DefaultCallTimeout = 15 * time.Minute
+	// commit: longer than a profile's default approval deadline (15 min)
+	// and a body's, so that a call waiting for a person is answered by its
+	// own outcome. The call itself goes on; resubmitting it with the same
+	// _meta attaches to it.
+	DefaultCallTimeout = time.Hour
 	// DefaultMaxRequestBytes bounds an HTTP request body: room for the
 	// largest arguments a ToolCall holds (200 KiB) and the JSON-RPC envelope.
 	DefaultMaxRequestBytes = 256 << 10
@@ -53,6 +55,9 @@ type Options struct {
 	CallTimeout time.Duration
 	// MaxRequestBytes bounds a request body (DefaultMaxRequestBytes when 0).
 	MaxRequestBytes int64
+	// KeepAlive is how often a waiting call's response stream carries a
+	// progress notification or a comment (DefaultKeepAlive when 0).
+	KeepAlive time.Duration
 	// Registerer receives the gateway's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Log receives structured logs: fixed messages, never arguments or
@@ -83,6 +88,9 @@ func New(shutdown context.Context, authn *Authenticator, clients *Clients, opts 
 	}
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = DefaultKeepAlive
 	}
 	g := &Gateway{
 		auth: authn, clients: clients, opts: opts, shutdown: shutdown,
@@ -152,6 +160,8 @@ func (g *Gateway) Handler() http.Handler {
 		// revisions before 2026-07-28; the request's end still reaches
 		// tools/call through this value (values survive the detach).
 		r = r.WithContext(context.WithValue(r.Context(), requestDoneKey{}, r.Context().Done()))
+		w, r, end := withStream(w, r)
+		defer end()
 		authed.ServeHTTP(w, r)
 	}))
 	return mux

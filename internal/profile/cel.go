@@ -41,6 +41,7 @@ func celEnv() (*cel.Env, error) {
 // program is a compiled expression.
 type program struct {
 	prg cel.Program
+	ast *cel.Ast
 }
 
 // compileExpr compiles expr; want is the result type (nil for any).
@@ -56,7 +57,7 @@ func compileExpr(env *cel.Env, expr string, want *cel.Type) (*program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &program{prg: prg}, nil
+	return &program{prg: prg, ast: ast}, nil
 }
 
 func (p *program) eval(vars map[string]any) (ref.Val, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -43,8 +44,13 @@ type Compiled struct {
 	Tools []toolgatev1alpha1.ResolvedTool
 	// Spec is the compiled spec (defaults applied by the API server).
 	Spec toolgatev1alpha1.ToolProfileSpec
+	// Warnings name what compiled but may not do what was meant: an
+	// expression reading a field no schema declares, where the schema
+	// allows other fields.
+	Warnings []string
 
-	scope *lifecycle.Scope
+	scope   *lifecycle.Scope
+	schemas schemas
 }
 
 // Dispose releases the registry's registrations.
@@ -63,6 +69,7 @@ func Compile(p *toolgatev1alpha1.ToolProfile) (*Compiled, error) {
 		Spec:       *p.Spec.DeepCopy(),
 		scope:      lifecycle.NewScope(),
 	}
+	c.schemas = schemasOf(&c.Spec)
 	if err := c.compile(env); err != nil {
 		c.Dispose()
 		return nil, err
@@ -179,7 +186,7 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition)
 		return json.RawMessage(out), nil
 	}
 	if t.IsConcurrencySafe != "" {
-		prg, err := compileExpr(env, t.IsConcurrencySafe, nil)
+		prg, err := c.expr(env, "tool "+t.Name+": isConcurrencySafe", t.IsConcurrencySafe, nil, []string{t.Name}, "args")
 		if err != nil {
 			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "tool %s: isConcurrencySafe: %v", t.Name, oneLine(err))
 		}
@@ -260,6 +267,24 @@ func execTemplate(tpl *template.Template, a pipeline.Arguments, v any) (string, 
 }
 
 // appliesTo reports whether a rule's tool list covers tool.
+// expr compiles the expression at where, which runs for tools (all when
+// empty) with vars bound, and checks what it reads (fields.go); a warning
+// is kept, prefixed with where.
+func (c *Compiled) expr(env *cel.Env, where, expr string, want *cel.Type, tools []string, vars ...string) (*program, error) {
+	prg, err := compileExpr(env, expr, want)
+	if err != nil {
+		return nil, err
+	}
+	warnings, err := c.schemas.checkReads(prg.ast, tools, vars...)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warnings {
+		c.Warnings = append(c.Warnings, where+": "+w)
+	}
+	return prg, nil
+}
+
 func appliesTo(tools []string, tool string) bool {
 	if len(tools) == 0 {
 		return true
@@ -276,7 +301,7 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 	var when *program
 	if r.When != "" {
 		var err error
-		if when, err = compileExpr(env, r.When, cel.BoolType); err != nil {
+		if when, err = c.expr(env, "preExecute rule "+r.Name+": when", r.When, cel.BoolType, r.Tools, "call"); err != nil {
 			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "preExecute rule %s: when: %v", r.Name, oneLine(err))
 		}
 	}
@@ -298,7 +323,7 @@ func (c *Compiled) compilePre(env *cel.Env, i int, r toolgatev1alpha1.PolicyRule
 			ok, err := when.evalBool(callVars(call))
 			if err != nil {
 				// A rule that cannot be evaluated denies: fail closed.
-				return pipeline.Decision{Action: pipeline.Deny, Reason: r.Name, Message: "the rule could not be evaluated"}
+				return pipeline.Decision{Action: pipeline.Deny, Reason: r.Name, Message: "the rule could not be evaluated" + evalReason(err)}
 			}
 			if !ok {
 				return pipeline.Decision{}
@@ -319,7 +344,7 @@ func reachable(where string, a *toolgatev1alpha1.Approvers) error {
 }
 
 func (c *Compiled) compileGuard(env *cel.Env, g toolgatev1alpha1.GuardRule) error {
-	deny, err := compileExpr(env, g.Deny, cel.BoolType)
+	deny, err := c.expr(env, "guard "+g.Name+": deny", g.Deny, cel.BoolType, g.Tools, "call")
 	if err != nil {
 		return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "guard %s: deny: %v", g.Name, oneLine(err))
 	}
@@ -329,7 +354,7 @@ func (c *Compiled) compileGuard(env *cel.Env, g toolgatev1alpha1.GuardRule) erro
 		}
 		denied, err := deny.evalBool(callVars(call))
 		if err != nil {
-			return g.Message + " (the guard could not be evaluated)", true
+			return g.Message + " (the guard could not be evaluated" + evalReason(err) + ")", true
 		}
 		return g.Message, denied
 	})
@@ -340,12 +365,12 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 	var replaceContent *template.Template
 	var err error
 	if r.When != "" {
-		if when, err = compileExpr(env, r.When, cel.BoolType); err != nil {
+		if when, err = c.expr(env, "postExecute rule "+r.Name+": when", r.When, cel.BoolType, r.Tools, "call", "result"); err != nil {
 			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "postExecute rule %s: when: %v", r.Name, oneLine(err))
 		}
 	}
 	if r.ReplaceValue != "" {
-		if replaceValue, err = compileExpr(env, r.ReplaceValue, nil); err != nil {
+		if replaceValue, err = c.expr(env, "postExecute rule "+r.Name+": replaceValue", r.ReplaceValue, nil, r.Tools, "call", "result"); err != nil {
 			return fail(toolgatev1alpha1.ToolProfileReasonExpressionInvalid, "postExecute rule %s: replaceValue: %v", r.Name, oneLine(err))
 		}
 	}
@@ -396,6 +421,20 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 		}
 		return d
 	})
+}
+
+// evalReason says why a rule on a call's arguments could not be evaluated,
+// when CEL says it in words that name a field or types ("" otherwise): the
+// message goes to the caller, who sent the arguments.
+func evalReason(err error) string {
+	msg := err.Error()
+	if key, ok := strings.CutPrefix(msg, "no such key: "); ok {
+		return ": the arguments have no field " + strconv.Quote(textutil.OneLine(key, 64))
+	}
+	if strings.Contains(msg, "no matching overload") {
+		return ": " + textutil.OneLine(msg, 200)
+	}
+	return ""
 }
 
 func schemaType(schema string) string {

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,7 +188,7 @@ func TestCompiledPostRules(t *testing.T) {
 	if res := run(t, content, "echo", `{"text":"abc"}`); res.Value != `"abc"` || res.Content != "[abc for abc]" {
 		t.Errorf("replaceContent: %+v", res)
 	}
-	broken := base().PostRule(toolgatev1alpha1.PostRule{Name: "broken", Action: toolgatev1alpha1.PostAccept, When: "result.value.size() > call.args.missing"})
+	broken := base().PostRule(toolgatev1alpha1.PostRule{Name: "broken", Action: toolgatev1alpha1.PostAccept, When: "result.value.size() > int(call.args.text)"}) // "abc" is no int
 	if res := run(t, broken, "echo", `{"text":"abc"}`); res.Code != pipeline.CodePostFailed {
 		t.Errorf("a rule that cannot be evaluated: %+v", res)
 	}
@@ -199,7 +200,7 @@ func TestCompiledClassifierIsExact(t *testing.T) {
 		"args.text == 'read'":      pipeline.Exclusive, // false for "x"
 		"'true'":                   pipeline.Exclusive,
 		"1 == 1 ? 1 : 0":           pipeline.Exclusive,
-		"args.missing == 'x'":      pipeline.Exclusive, // evaluation error
+		"int(args.text) == 1":      pipeline.Exclusive, // evaluation error: "x" is no int
 		"args.text.startsWith('')": pipeline.Parallel,
 	} {
 		w := tu.MakeToolProfile("ns", "p")
@@ -440,4 +441,97 @@ func runWith(t *testing.T, w *tu.ToolProfileWrapper, out string) pipeline.Result
 	body := runnerFunc(func(pipeline.Arguments) (string, error) { return out, nil })
 	return pipeline.New(c.Registry, pipeline.Options{Default: c.Default, Runner: body}).Run(context.Background(),
 		pipeline.Request{CallID: "c", Tool: w.Spec.Tools[0].Name, Arguments: `{}`})
+}
+
+// TestExpressionsReadFieldsThatExist checks every expression kind is
+// refused, naming itself and the field, when it reads a field its
+// variables or the schemas of the tools it runs for cannot have (a typo
+// would otherwise deny or fail every call at run time), and compiles with a
+// warning when a schema allows undeclared fields.
+func TestExpressionsReadFieldsThatExist(t *testing.T) {
+	closed := `{"type":"object","additionalProperties":false,"properties":{"path":{"type":"string"},"opts":{"type":"object","additionalProperties":false,"properties":{"mode":{"type":"string"}}}}}`
+	open := `{"type":"object","properties":{"path":{"type":"string"}}}`
+	output := `{"type":"object","additionalProperties":false,"properties":{"lines":{"type":"integer"}}}`
+	profile := func(set func(*tu.ToolProfileWrapper)) *toolgatev1alpha1.ToolProfile {
+		w := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Tools(
+			tu.MakeTool("write").Parameters(closed).Obj(), tu.MakeTool("read").Parameters(open).Obj())
+		w.Spec.Tools[0].Output.Schema = tu.JSON(output)
+		set(w)
+		return w.Obj()
+	}
+	pre := func(when string, tools ...string) func(*tu.ToolProfileWrapper) {
+		return func(w *tu.ToolProfileWrapper) { w.PreRule("r", toolgatev1alpha1.ActionDeny, when, tools...) }
+	}
+	guard := func(deny string, tools ...string) func(*tu.ToolProfileWrapper) {
+		return func(w *tu.ToolProfileWrapper) {
+			w.Spec.Guards = append(w.Spec.Guards, toolgatev1alpha1.GuardRule{Name: "g", Deny: deny, Message: "no", Tools: tools})
+		}
+	}
+	post := func(when string, tools ...string) func(*tu.ToolProfileWrapper) {
+		return func(w *tu.ToolProfileWrapper) {
+			w.PostRule(toolgatev1alpha1.PostRule{Name: "p", Action: toolgatev1alpha1.PostAccept, When: when, Tools: tools})
+		}
+	}
+	classify := func(expr string) func(*tu.ToolProfileWrapper) {
+		return func(w *tu.ToolProfileWrapper) { w.Spec.Tools[0].IsConcurrencySafe = expr }
+	}
+	for _, c := range []struct {
+		name       string
+		set        func(*tu.ToolProfileWrapper)
+		err, warns string
+	}{
+		{"a typo in a closed schema", pre("call.args.pth == 'x'", "write"), `preExecute rule r: when: reads call.args.pth, a field the parameters of tool write do not have`, ""},
+		{"indexed with a constant", pre(`call.args["pth"] == 'x'`, "write"), `reads call.args.pth`, ""},
+		{"tested with has()", pre("has(call.args.pth)", "write"), `reads call.args.pth`, ""},
+		{"a nested typo", pre("call.args.opts.mod == 'x'", "write"), `reads call.args.opts.mod`, ""},
+		{"a field of a string", pre("call.args.path.len == 1", "write"), `reads call.args.path.len`, ""},
+		{"declared", pre("call.args.opts.mode == 'x' && call.args.path != ''", "write"), "", ""},
+		{"an open schema", pre("call.args.pth == 'x'", "read"), "", `preExecute rule r: when: reads call.args.pth, a field the parameters of tool read do not declare`},
+		{"all tools, declared by one", pre("has(call.args.path)"), "", ""},
+		{"all tools, one open", pre("has(call.args.pth)"), "", `tools write, read do not declare`},
+		{"a field call lacks", pre("call.tool_name == 'x'"), `reads call.tool_name, but call has only the fields tool, args, requester, session, turn, index`, ""},
+		{"args in a rule", pre("args.path == 'x'"), `reads args.path, but only call is bound here`, ""},
+		{"a guard", guard("call.args.pth.startsWith('/')", "write"), `guard g: deny: reads call.args.pth`, ""},
+		{"a post rule on the output", post("result.value.line > 3", "write"), `postExecute rule p: when: reads result.value.line, a field the output schema of tool write do not have`, ""},
+		{"result.isError", post("result.isError"), `reads result.isError, but result has only the fields value, content`, ""},
+		{"a post rule on the output, declared", post("result.value.lines > 3", "write"), "", ""},
+		{"a classifier", classify("args.pth == 'x'"), `tool write: isConcurrencySafe: reads args.pth`, ""},
+		{"call in a classifier", classify("call.args.path == 'x'"), `reads call.args.path, but only args is bound here`, ""},
+		{"a comprehension's own variable", pre("['a'].all(x, x.size() > 0 && call.args.path != x)", "write"), "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			compiled, err := Compile(profile(c.set))
+			if c.err != "" {
+				var cerr *Error
+				if !errors.As(err, &cerr) || cerr.Reason != toolgatev1alpha1.ToolProfileReasonExpressionInvalid || !strings.Contains(cerr.Message, c.err) {
+					t.Fatalf("error %v, want ExpressionInvalid containing %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer compiled.Dispose()
+			got := strings.Join(compiled.Warnings, "\n")
+			if (c.warns == "") != (got == "") || !strings.Contains(got, c.warns) {
+				t.Fatalf("warnings %q, want %q", got, c.warns)
+			}
+		})
+	}
+}
+
+// TestAFailedEvaluationSaysWhy checks a guard and a rule that cannot be
+// evaluated (a field an open schema allows but the call lacks) deny naming
+// the field.
+func TestAFailedEvaluationSaysWhy(t *testing.T) {
+	guard := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Guard("g", "call.args.pth.startsWith('/')", "no absolute paths")
+	guard.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object"}`)
+	if res := run(t, guard, "echo", `{"text":"x"}`); res.Code != pipeline.CodeGuardDenied || res.Message != `no absolute paths (the guard could not be evaluated: the arguments have no field "pth")` {
+		t.Errorf("guard: %s %q", res.Code, res.Message)
+	}
+	rule := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).PreRule("r", toolgatev1alpha1.ActionAllow, "call.args.pth == 'x'")
+	rule.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object"}`)
+	if res := run(t, rule, "echo", `{"text":"x"}`); res.Code != pipeline.CodePolicyDenied || res.Message != `the rule could not be evaluated: the arguments have no field "pth"` {
+		t.Errorf("rule: %s %q", res.Code, res.Message)
+	}
 }

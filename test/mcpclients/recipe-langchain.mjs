@@ -19,6 +19,9 @@ export async function toolgateTools({ url, token, turn }) {
   const client = new MultiServerMCPClient({
     mcpServers: { toolgate: { transport: "http", url, headers: auth } },
     throwOnLoadError: true,
+    // An approval may take a person minutes: as long as the gateway waits
+    // (the SDK's request timeout is 60 s by default).
+    defaultToolTimeout: 60 * 60 * 1000,
     // The headers returned replace the connection's: the token goes again.
     beforeToolCall: (_call, _state, config) => ({ headers: { ...auth, ...(places.get(config?.toolCall?.id) ?? {}) } }),
   });

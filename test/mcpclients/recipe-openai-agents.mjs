@@ -28,7 +28,7 @@ export function toolgate({ url, token, turn }) {
     name: "toolgate",
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
     cacheToolsList: false, // the list follows the profile: list it again each run
-    timeout: 15 * 60 * 1000, // an approval may take a person minutes
+    timeout: 60 * 60 * 1000, // an approval may take a person minutes: as long as the gateway waits
     toolMetaResolver: ({ toolName, arguments: args }) => places.get(key(toolName, args))?.shift() ?? null,
   });
   const model = (inner) => ({

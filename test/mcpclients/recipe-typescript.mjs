@@ -23,8 +23,10 @@ const results = await Promise.all(
   calls.map((call, index) =>
     client.callTool(
       { ...call, _meta: { "toolgate.dev/turn": turn, "toolgate.dev/index": index, "toolgate.dev/turnSize": calls.length } },
-      // An approval may take a person minutes: wait as long as the gateway does.
-      { timeout: 15 * 60 * 1000, onprogress: (p) => console.error(p.message) },
+      // An approval may take a person minutes: the gateway repeats the
+      // call's progress every 15 s while it waits, and each notification
+      // restarts the SDK's request timeout (60 s by default).
+      { onprogress: (p) => console.error(p.message), resetTimeoutOnProgress: true },
     ),
   ),
 );
