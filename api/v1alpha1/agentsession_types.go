@@ -244,6 +244,11 @@ const (
 	// nothing waits for a first consumer); the message says which. Calls
 	// that have not started settle with workspace_unavailable.
 	AgentSessionReasonWorkspaceUnavailable = "WorkspaceUnavailable"
+	// AgentSessionReasonWorkspacePending: the workspace claim has not bound
+	// yet, though its class binds at once (not on first consumer); it has
+	// a grace period to, then the session says WorkspaceUnavailable. Calls
+	// go on: their pods wait for the claim.
+	AgentSessionReasonWorkspacePending = "WorkspacePending"
 	// AgentSessionReasonWorkspaceRefused: the session's claim template asks
 	// for a storage class or a size its profile's sandbox.workspace does
 	// not allow; no claim is created and no call starts.

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -15,11 +16,13 @@ func profileCommand(o *Options) *cobra.Command {
 	var out *output
 	cmd := &cobra.Command{
 		Use:   "profile NAME",
-		Short: "print a ToolProfile as resolved: readiness, preset, sandbox, approval, tools",
+		Short: "print a ToolProfile as resolved: readiness, preset, sandbox, approval, tools and rules",
 		Long: `Print what toolgate made of a ToolProfile (its status): whether it is Ready
-and why not, the permission preset, the sandbox as enforced (provider, Full
-or Partial enforcement and why), the approval provider, and each compiled
-tool.`,
+and why not (and its warnings), the permission preset, the sandbox as
+enforced (provider, Full or Partial enforcement and why), the approval
+provider, who approves and how long a question waits, each compiled tool
+with what its body may reach, and the rules a call meets, in order:
+pre-execute rules, guards and post-execute rules.`,
 		Example: `  # the resolved profile "coding"
   kubectl toolgate profile coding -n agents
 
@@ -63,28 +66,99 @@ func writeProfile(w io.Writer, p *toolgatev1alpha1.ToolProfile, wide bool) error
 		fmt.Fprintf(w, ", workspace %s\n", s.WorkspaceRoot)
 	}
 	if a := st.Approval; a != nil {
-		fmt.Fprintf(w, "approval:   %s, available %t\n", a.Provider, a.Available)
+		fmt.Fprintf(w, "approval:   %s, available %t, approvers %s, waits %ds\n", a.Provider, a.Available,
+			approvers(p.Spec.Approval.Approvers), p.Spec.Approval.TimeoutSeconds)
 	}
 	fmt.Fprintf(w, "tools:      %d\n", st.ToolCount)
-	if len(st.Tools) == 0 {
-		return nil
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if wide {
-		fmt.Fprintln(tw, "TOOL\tRUNTIME\tCLASSIFIED\tIDEMPOTENT\tDESCRIPTION")
-	} else {
-		fmt.Fprintln(tw, "TOOL\tRUNTIME\tCLASSIFIED\tIDEMPOTENT")
-	}
-	desc := map[string]string{}
-	for _, t := range p.Spec.Tools {
-		desc[t.Name] = t.Description
-	}
-	for _, t := range st.Tools {
+	if len(st.Tools) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		head := "TOOL\tRUNTIME\tCLASSIFIED\tIDEMPOTENT\tREACHES"
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%s\n", t.Name, t.Runtime, t.ConcurrencyClassified, t.Idempotent, preview(desc[t.Name]))
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%t\t%t\n", t.Name, t.Runtime, t.ConcurrencyClassified, t.Idempotent)
+			head += "\tDESCRIPTION"
+		}
+		fmt.Fprintln(tw, head)
+		desc := map[string]string{}
+		for _, t := range p.Spec.Tools {
+			desc[t.Name] = t.Description
+		}
+		for _, t := range st.Tools {
+			reaches := t.Network
+			if len(t.EgressHosts) > 0 {
+				reaches += ": " + strings.Join(t.EgressHosts, ", ")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%s", t.Name, t.Runtime, t.ConcurrencyClassified, t.Idempotent, reaches)
+			if wide {
+				fmt.Fprintf(tw, "\t%s", preview(desc[t.Name]))
+			}
+			fmt.Fprintln(tw)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
 		}
 	}
+	return writeRules(w, &p.Spec)
+}
+
+// writeRules prints the rules a call meets, in the order it meets them:
+// the first deciding pre-execute rule wins, then every guard, then the
+// post-execute rules on a success.
+func writeRules(w io.Writer, spec *toolgatev1alpha1.ToolProfileSpec) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "pre-execute rules: %d (the first that matches decides; else the preset)\n", len(spec.PreExecute))
+	for _, r := range spec.PreExecute {
+		line := fmt.Sprintf("  %s\t%s\ttools %s\twhen %s", r.Name, r.Action, toolsOf(r.Tools), orAlways(r.When))
+		if r.Action == toolgatev1alpha1.ActionAsk && r.Approvers != nil {
+			line += "\tapprovers " + approvers(r.Approvers)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	fmt.Fprintf(tw, "guards: %d (any that denies denies)\n", len(spec.Guards))
+	for _, g := range spec.Guards {
+		fmt.Fprintf(tw, "  %s\tdeny\ttools %s\twhen %s\n", g.Name, toolsOf(g.Tools), g.Deny)
+	}
+	fmt.Fprintf(tw, "post-execute rules: %d (on successes, in order)\n", len(spec.PostExecute))
+	for _, r := range spec.PostExecute {
+		what := string(r.Action)
+		if len(r.Redact) > 0 {
+			what += fmt.Sprintf(", redacts %d patterns", len(r.Redact))
+		}
+		if r.ReplaceValue != "" || r.ReplaceContent != "" {
+			what += ", replaces"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\ttools %s\twhen %s\n", r.Name, what, toolsOf(r.Tools), orAlways(r.When))
+	}
 	return tw.Flush()
+}
+
+// approvers says who may answer a question.
+func approvers(a *toolgatev1alpha1.Approvers) string {
+	if a == nil || (len(a.Users) == 0 && len(a.Groups) == 0) {
+		n := int32(1)
+		if a != nil && a.Required > 0 {
+			n = a.Required
+		}
+		return fmt.Sprintf("%d of anyone allowed the verb approve", n)
+	}
+	var who []string
+	for _, u := range a.Users {
+		who = append(who, "user "+u)
+	}
+	for _, g := range a.Groups {
+		who = append(who, "group "+g)
+	}
+	return fmt.Sprintf("%d of %s", max(a.Required, 1), strings.Join(who, ", "))
+}
+
+func toolsOf(tools []string) string {
+	if len(tools) == 0 {
+		return "all"
+	}
+	return strings.Join(tools, ",")
+}
+
+func orAlways(expr string) string {
+	if expr == "" {
+		return "always"
+	}
+	return expr
 }

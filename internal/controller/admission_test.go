@@ -249,9 +249,13 @@ var _ = Describe("admission", Ordered, func() {
 		Expect(k8s.Create(ctx, broadest)).To(Succeed())
 		bind(ns, "dave", broadest.Name)
 		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "dave"}
-		err := as("dave").Create(ctx, ar)
-		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(ContainSubstring("cannot be created with a decision"))
+		// The binding reaches the authorizer within moments: until then
+		// RBAC, not the policy, refuses.
+		Eventually(func() string {
+			err := as("dave").Create(ctx, ar.DeepCopy())
+			Expect(err).To(HaveOccurred())
+			return err.Error()
+		}, 10*time.Second).Should(ContainSubstring("cannot be created with a decision"))
 	})
 
 	It("refuses changes to a call's or a request's owner references and finalizers by anyone but toolgate", func() {

@@ -122,16 +122,21 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	problem, recheck, err := r.workspaceProblem(ctx, s)
+	workspace, err := r.workspaceProblem(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if problem != "" && ready.Status == metav1.ConditionTrue {
-		// The calls that have not started settle on it (reconcileProfile):
-		// they are still scheduled, so they commit in order. A claim
-		// given by name is not watched: look again.
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable, problem
-		recheck = workspaceBindGrace
+	recheck := workspace.recheck
+	if workspace.reason != "" && ready.Status == metav1.ConditionTrue {
+		// Ready only with a usable workspace. While it is Pending, calls
+		// go on (their pods wait for it to bind); once it is Unavailable,
+		// the calls that have not started settle on it (reconcileProfile):
+		// they are still scheduled, so they commit in order. A claim given
+		// by name is not watched: look again.
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, workspace.reason, workspace.message
+		if workspace.reason == toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable {
+			recheck = workspaceBindGrace
+		}
 	}
 	sp := toolcalls.PlanSession(s, calls, nil)
 	logged := sp.Logged()
@@ -408,7 +413,7 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		Watches(&toolgatev1alpha1.ToolProfile{}, handler.EnqueueRequestsFromMapFunc(r.sessionsOfProfile)).
 		Named("agentsession").
-		Complete(r)
+		Complete(conflictsRetried(r))
 }
 
 func (r *AgentSessionReconciler) sessionsOfProfile(ctx context.Context, o client.Object) []reconcile.Request {

@@ -21,16 +21,28 @@ const workspaceBindGrace = 30 * time.Second
 // defaultClassAnnotation marks the cluster's default StorageClass.
 const defaultClassAnnotation = "storageclass.kubernetes.io/is-default-class"
 
-// workspaceProblem says why the session's workspace claim cannot be
-// mounted ("" when it can, or may yet), and when to look again. A claim
-// whose class binds on first consumer is Pending until a pod uses it: that
-// is no problem. Classes are read uncached and only for a Pending claim;
-// when they cannot be read (no permission in a namespaced install), a
-// Pending claim is never called a problem.
-func (r *AgentSessionReconciler) workspaceProblem(ctx context.Context, s *toolgatev1alpha1.AgentSession) (string, time.Duration, error) {
+// workspaceState is what the session's Ready condition says of its
+// workspace claim: nothing (reason "": usable, or no claim), Pending (it
+// may yet bind: calls go on, their pods wait for it), or Unavailable (it
+// cannot be mounted: calls that have not started settle).
+type workspaceState struct {
+	reason, message string
+	recheck         time.Duration
+}
+
+// workspaceProblem says whether the session's workspace claim can be
+// mounted, and when to look again. A claim whose class binds on first
+// consumer is Pending until a pod uses it: that is no problem. Classes are
+// read uncached and only for a Pending claim; when they cannot be read (no
+// permission in a namespaced install), a Pending claim is never called a
+// problem.
+func (r *AgentSessionReconciler) workspaceProblem(ctx context.Context, s *toolgatev1alpha1.AgentSession) (workspaceState, error) {
 	name := s.Status.WorkspaceClaimName
 	if name == "" {
-		return "", 0, nil
+		return workspaceState{}, nil
+	}
+	unavailable := func(format string, args ...any) workspaceState {
+		return workspaceState{reason: toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable, message: fmt.Sprintf(format, args...)}
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, pvc); err != nil {
@@ -38,24 +50,32 @@ func (r *AgentSessionReconciler) workspaceProblem(ctx context.Context, s *toolga
 		case apierrors.IsNotFound(err) && s.Spec.Workspace != nil && s.Spec.Workspace.ExistingClaim == "":
 			// The session's own claim, just created: the cache has not seen
 			// it yet.
-			return "", time.Second, nil
+			return workspaceState{reason: toolgatev1alpha1.AgentSessionReasonWorkspacePending,
+				message: fmt.Sprintf("PersistentVolumeClaim %s was just created", name), recheck: time.Second}, nil
 		case apierrors.IsNotFound(err):
-			return fmt.Sprintf("PersistentVolumeClaim %s does not exist", name), 0, nil
+			return unavailable("PersistentVolumeClaim %s does not exist", name), nil
 		}
-		return "", 0, err
+		return workspaceState{}, err
 	}
 	switch pvc.Status.Phase {
 	case corev1.ClaimBound:
-		return "", 0, nil
+		return workspaceState{}, nil
 	case corev1.ClaimLost:
-		return fmt.Sprintf("PersistentVolumeClaim %s lost its volume", name), 0, nil
+		return unavailable("PersistentVolumeClaim %s lost its volume", name), nil
 	}
 	class, classes, err := r.claimClass(ctx, pvc)
 	if err != nil {
-		return "", 0, err
+		return workspaceState{}, err
 	}
 	problem, recheck := pendingProblem(name, class, classes, r.Clock.Since(pvc.CreationTimestamp.Time))
-	return problem, recheck, nil
+	switch {
+	case problem != "":
+		return unavailable("%s", problem), nil
+	case recheck > 0:
+		return workspaceState{reason: toolgatev1alpha1.AgentSessionReasonWorkspacePending, recheck: recheck,
+			message: fmt.Sprintf("PersistentVolumeClaim %s is Pending: it has %s more to bind before the session calls it unavailable", name, recheck.Round(time.Second))}, nil
+	}
+	return workspaceState{}, nil
 }
 
 // claimClass returns the class a claim binds through ("" for none) and the

@@ -2,8 +2,12 @@ package controller
 
 import (
 	"context"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
@@ -68,4 +72,26 @@ func (r *ToolCallReconciler) patchCall(ctx context.Context, tc, base *toolgatev1
 		r.own.Wrote(client.ObjectKeyFromObject(tc), base.ResourceVersion)
 	}
 	return written, nil
+}
+
+// conflictRetry is how soon a reconcile whose locked write met a conflict
+// runs again; the watch event of the write that won usually comes first.
+const conflictRetry = 200 * time.Millisecond
+
+// conflictsRetried answers a locked write's conflict (another writer came
+// first: routine wherever two write one object) by reconciling again from
+// a fresh read, logged as what it is, never as a Reconciler error with a
+// stack trace. Every other error goes to the controller as it is.
+func conflictsRetried(r reconcile.Reconciler) reconcile.Reconciler {
+	return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		res, err := r.Reconcile(ctx, req)
+		if err == nil || !apierrors.IsConflict(err) {
+			return res, err
+		}
+		log.FromContext(ctx).V(1).Info("write conflict: reconciling again from a fresh read")
+		if res.RequeueAfter <= 0 || res.RequeueAfter > conflictRetry {
+			res.RequeueAfter = conflictRetry
+		}
+		return res, nil
+	})
 }

@@ -1,14 +1,21 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -121,3 +128,28 @@ var _ = Describe("the one write path", func() {
 		Expect(owners).To(ContainElement(string(fieldOwner)))
 	})
 })
+
+// TestConflictsAreRetriedNotErrors checks a reconcile whose locked write met
+// a conflict is run again soon without an error (no Reconciler error with
+// a stack trace), while any other error reaches the controller.
+func TestConflictsAreRetriedNotErrors(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "toolgate.dev", Resource: "toolcalls"}, "c", errors.New("the object has been modified"))
+	for _, c := range []struct {
+		name    string
+		res     reconcile.Result
+		err     error
+		wantErr bool
+		want    time.Duration
+	}{
+		{"a conflict", reconcile.Result{}, conflict, false, conflictRetry},
+		{"a wrapped conflict, asked back later", reconcile.Result{RequeueAfter: time.Minute}, fmt.Errorf("status: %w", conflict), false, conflictRetry},
+		{"a conflict, asked back sooner", reconcile.Result{RequeueAfter: time.Millisecond}, conflict, false, time.Millisecond},
+		{"another error", reconcile.Result{}, apierrors.NewForbidden(schema.GroupResource{Resource: "toolcalls"}, "c", errors.New("no")), true, 0},
+	} {
+		r := conflictsRetried(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return c.res, c.err }))
+		res, err := r.Reconcile(context.Background(), reconcile.Request{})
+		if (err != nil) != c.wantErr || res.RequeueAfter != c.want {
+			t.Errorf("%s: %+v %v", c.name, res, err)
+		}
+	}
+}

@@ -221,5 +221,5 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.Wake.ch, &handler.EnqueueRequestForObject{})).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles)).
 		Named("toolcall").
-		Complete(r)
+		Complete(conflictsRetried(r))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -152,6 +153,14 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		return r.settleWithoutBody(ctx, s, pipeline.CodeProfileUnavailable, msg)
 	}
 	spec := obj.Spec
+	if i := slices.IndexFunc(spec.Tools, func(t toolgatev1alpha1.ToolDefinition) bool { return t.Name == tc.Spec.Tool }); i >= 0 &&
+		spec.Tools[i].Builtin != nil && session.Spec.Workspace == nil && s.st.Next.Before(pipeline.StageExecute) {
+		// A built-in tool works on the session's workspace: without one it
+		// could never run, so nobody is asked about it (the gateway does
+		// not list it either).
+		return r.settleWithoutBody(ctx, s, pipeline.CodeWorkspaceUnavailable, fmt.Sprintf(
+			"tool %s is built in and works on the session's workspace; AgentSession %s declares none (spec.workspace)", tc.Spec.Tool, session.Name))
+	}
 	opts.Default = compiled.Default
 	opts.ApprovalTimeout = time.Duration(spec.Approval.TimeoutSeconds) * time.Second
 	if t := session.Spec.ApprovalTimeoutSeconds; t != nil {

@@ -134,5 +134,5 @@ func (r *ToolProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&toolgatev1alpha1.ToolProfile{}).
 		WithOptions(controllerOptions(1)).
 		Named("toolprofile").
-		Complete(r)
+		Complete(conflictsRetried(r))
 }

@@ -108,4 +108,39 @@ var _ = Describe("a workspace claim template beyond its profile's bounds", func(
 			return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "within-workspace"}, &corev1.PersistentVolumeClaim{})
 		}, 20*time.Second).Should(Succeed(), "a template within the bounds gets its claim")
 	})
+
+	It("keeps the session not Ready while its claim waits to bind, and lets its calls go on", func() {
+		ns := newNamespace()
+		immediate := storagev1.VolumeBindingImmediate
+		class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-immediate"}, Provisioner: "example.com/none", VolumeBindingMode: &immediate}
+		Expect(k8s.Create(ctx, class)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(ctx, class) })
+		Expect(k8s.Create(ctx, processProfile(ns, loggingTool("fast", "0", true)).Preset(toolgatev1alpha1.PresetTrusted).Obj())).To(Succeed())
+		s := tu.MakeAgentSession(ns, "s", "p").ClaimTemplate("1Gi").Obj()
+		s.Spec.Workspace.VolumeClaimTemplate.StorageClassName = ptr.To(class.Name)
+		Expect(k8s.Create(ctx, s)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(s), s)).To(Succeed())
+			ready := meta.FindStatusCondition(s.Status.Conditions, toolgatev1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(ready.Reason).To(Equal(toolgatev1alpha1.AgentSessionReasonWorkspacePending))
+			g.Expect(ready.Message).To(ContainSubstring("PersistentVolumeClaim s-workspace is Pending"))
+		}, 20*time.Second).Should(Succeed())
+		submit(ns, "a", "fast", `{"id":"A"}`, 0, 0, 1)
+		Expect(committedCall(ns, "a").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+	})
+
+	It("settles a built-in tool's call in a session without a workspace at once, asking nobody", func() {
+		ns := newNamespace()
+		read := tu.MakeTool("read").Obj()
+		read.Container, read.Builtin = nil, &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}
+		Expect(k8s.Create(ctx, processProfile(ns, read).PreRule("ask", toolgatev1alpha1.ActionAsk, "", "read").Obj())).To(Succeed())
+		Expect(k8s.Create(ctx, tu.MakeAgentSession(ns, "s", "p").Obj())).To(Succeed())
+		submit(ns, "a", "read", `{"text":"notes.txt"}`, 0, 0, 1)
+		c := committedCall(ns, "a")
+		Expect(c.Status.Result.ErrorCode).To(Equal("workspace_unavailable"))
+		Expect(c.Status.Result.Message).To(ContainSubstring("tool read is built in and works on the session's workspace; AgentSession s declares none"))
+		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &toolgatev1alpha1.ApprovalRequest{}))).To(BeTrue(), "nobody was asked")
+	})
 })

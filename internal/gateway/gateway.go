@@ -276,7 +276,7 @@ func (g *Gateway) profile(ctx context.Context, c *caller) (*toolgatev1alpha1.Age
 	if err := c.client.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: s.Spec.ProfileRef.Name}, p); err != nil {
 		return nil, listed{}, apiError(err, fmt.Sprintf("toolprofile %s/%s", c.namespace, s.Spec.ProfileRef.Name))
 	}
-	return s, listTools(p), nil
+	return s, listTools(p, s), nil
 }
 
 // apiError turns an API error into a protocol error that says what was not

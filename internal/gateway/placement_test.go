@@ -69,6 +69,7 @@ func TestUsable(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		profile *toolgatev1alpha1.ToolProfile
+		session *toolgatev1alpha1.AgentSession
 		listed  []string
 	}{
 		{name: "Restricted and no rule: nothing", profile: base().Obj(), listed: nil},
@@ -79,9 +80,15 @@ func TestUsable(t *testing.T) {
 		{name: "a conditional deny does not", profile: base().Preset(toolgatev1alpha1.PresetTrusted).PreRule("r", toolgatev1alpha1.ActionDeny, "call.args.text == 'x'", "a").Obj(), listed: []string{"a", "b"}},
 		{name: "the first applying rule decides", profile: base().PreRule("allow", toolgatev1alpha1.ActionAllow, "", "a").PreRule("deny", toolgatev1alpha1.ActionDeny, "").Obj(), listed: []string{"a"}},
 		{name: "a guard denying true hides", profile: base().Preset(toolgatev1alpha1.PresetTrusted).Guard("g", "true", "never", "b").Obj(), listed: []string{"a"}},
+		{name: "a built-in tool needs a workspace", profile: withBuiltin(base().Preset(toolgatev1alpha1.PresetTrusted)).Obj(), listed: []string{"a"}},
+		{name: "a built-in tool with a workspace", profile: withBuiltin(base().Preset(toolgatev1alpha1.PresetTrusted)).Obj(),
+			session: tu.MakeAgentSession("ns", "s", "p").ClaimTemplate("1Gi").Obj(), listed: []string{"a", "b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := listTools(tc.profile)
+			if tc.session == nil {
+				tc.session = tu.MakeAgentSession("ns", "s", "p").Obj()
+			}
+			l := listTools(tc.profile, tc.session)
 			var names []string
 			for _, tool := range l.tools {
 				names = append(names, tool.Name)
@@ -93,8 +100,14 @@ func TestUsable(t *testing.T) {
 	}
 }
 
+// withBuiltin makes the profile's tool "b" the built-in fs.read.
+func withBuiltin(w *tu.ToolProfileWrapper) *tu.ToolProfileWrapper {
+	w.Spec.Tools[1].Container, w.Spec.Tools[1].Builtin = nil, &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}
+	return w
+}
+
 func TestToResultMasksUnlistedTools(t *testing.T) {
-	l := listTools(tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Obj()) // lists "echo"
+	l := listTools(tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Obj(), tu.MakeAgentSession("ns", "s", "p").Obj()) // lists "echo"
 	call := func(tool, code string) *toolgatev1alpha1.ToolCall {
 		tc := tu.MakeToolCall("ns", "c", "s").Tool(tool, `{}`).Obj()
 		tc.Status.Result = &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeDenied, ErrorCode: code, Message: "rule hide-it denied"}
@@ -117,7 +130,7 @@ func TestToResultMasksUnlistedTools(t *testing.T) {
 }
 
 func TestToResultSaysAFailureOnce(t *testing.T) {
-	l := listTools(tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Obj()) // lists "echo"
+	l := listTools(tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Obj(), tu.MakeAgentSession("ns", "s", "p").Obj()) // lists "echo"
 	failed := func(content string) *toolgatev1alpha1.ToolCall {
 		tc := tu.MakeToolCall("ns", "c", "s").Tool("echo", `{}`).Obj()
 		tc.Status.Result = &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeFailed, ErrorCode: "tool_error", Message: "exit 3", Content: content}

@@ -102,15 +102,19 @@ type waiter struct {
 	stream *streamWriter // nil when the request did not come through Handler
 	log    logr.Logger
 
+	// The call's name: the object AwaitCall updates is read only by
+	// observe, on its goroutine.
+	name, namespace string
+
 	mu    sync.Mutex
-	tc    *toolgatev1alpha1.ToolCall
-	since time.Time // when tc entered its phase
+	phase toolgatev1alpha1.ToolCallPhase // the last phase told, "" for none
+	since time.Time                      // when the call entered it
 	step  float64
 }
 
 func (g *Gateway) waiter(ctx context.Context, r *mcp.CallToolRequest, tc *toolgatev1alpha1.ToolCall) *waiter {
 	s, _ := ctx.Value(streamKey{}).(*streamWriter)
-	return &waiter{ctx: ctx, req: r, stream: s, log: g.opts.Log, tc: tc, since: time.Now()}
+	return &waiter{ctx: ctx, req: r, stream: s, log: g.opts.Log, name: tc.Name, namespace: tc.Namespace, since: time.Now()}
 }
 
 // keep writes at once, then beats every interval until the returned
@@ -142,18 +146,17 @@ func (w *waiter) keep(interval time.Duration) func() {
 }
 
 // observe is told of every version of the call (agent.AwaitCall's
-// observer); a new phase is a progress notification.
+// observer, which may hand the same object updated in place); a new phase
+// is a progress notification.
 func (w *waiter) observe(tc *toolgatev1alpha1.ToolCall) {
+	phase := tc.Status.Phase
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if tc.Status.Phase == w.tc.Status.Phase {
-		w.tc = tc
+	if phase == w.phase || phase == "" {
 		return
 	}
-	w.tc, w.since = tc, time.Now()
-	if tc.Status.Phase != "" {
-		w.notify("")
-	}
+	w.phase, w.since = phase, time.Now()
+	w.notify("")
 }
 
 // beat repeats the call's phase with how long it has lasted, or writes a
@@ -161,7 +164,7 @@ func (w *waiter) observe(tc *toolgatev1alpha1.ToolCall) {
 func (w *waiter) beat() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.req.Params.GetProgressToken() == nil || w.req.Session == nil || w.tc.Status.Phase == "" {
+	if w.req.Params.GetProgressToken() == nil || w.req.Session == nil || w.phase == "" {
 		if w.stream != nil {
 			w.stream.comment()
 		}
@@ -178,19 +181,19 @@ func (w *waiter) notify(lasted string) {
 	if token == nil || w.req.Session == nil {
 		return
 	}
-	tc := w.tc
+	name, ns := w.name, w.namespace
 	w.step++
 	p := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: w.step,
-		Message: fmt.Sprintf("toolcall %s: %s%s", tc.Name, tc.Status.Phase, lasted),
-		Meta:    mcp.Meta{agent.MetaToolCall: tc.Name},
+		Message: fmt.Sprintf("toolcall %s: %s%s", name, w.phase, lasted),
+		Meta:    mcp.Meta{agent.MetaToolCall: name},
 	}
-	if tc.Status.Phase == toolgatev1alpha1.PhaseAwaitingApproval {
+	if w.phase == toolgatev1alpha1.PhaseAwaitingApproval {
 		// The ApprovalRequest is named after its call.
 		p.Message = fmt.Sprintf("toolcall %s waits for a person to approve approvalrequest/%s in namespace %s (kubectl toolgate approve %s -n %s)%s",
-			tc.Name, tc.Name, tc.Namespace, tc.Name, tc.Namespace, lasted)
-		p.Meta[agent.MetaApprovalRequest] = tc.Name
+			name, name, ns, name, ns, lasted)
+		p.Meta[agent.MetaApprovalRequest] = name
 	}
 	if err := w.req.Session.NotifyProgress(w.ctx, p); err != nil {
-		w.log.V(1).Info("progress notification not delivered", "namespace", tc.Namespace, "toolcall", tc.Name)
+		w.log.V(1).Info("progress notification not delivered", "namespace", ns, "toolcall", name)
 	}
 }

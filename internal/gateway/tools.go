@@ -23,16 +23,18 @@ func (l listed) has(name string) bool {
 	return ok
 }
 
-// listTools maps a profile's tools onto MCP tools. A tool the profile denies
-// to every call without looking at it is not listed (see usable). The input
+// listTools maps the tools of a session's profile onto MCP tools. A tool the
+// profile denies to every call without looking at it is not listed (see
+// usable), nor a built-in tool when the session has no workspace for it to
+// work on (its call would settle workspace_unavailable). The input
 // schema is the tool's parameters; the output schema is given only when it
 // describes an object, the shape every protocol revision accepts for
 // structuredContent; other values reach the model as text content.
-func listTools(p *toolgatev1alpha1.ToolProfile) listed {
+func listTools(p *toolgatev1alpha1.ToolProfile, s *toolgatev1alpha1.AgentSession) listed {
 	l := listed{structured: map[string]bool{}}
 	for i := range p.Spec.Tools {
 		t := &p.Spec.Tools[i]
-		if !usable(p, t.Name) {
+		if !usable(p, t.Name) || (t.Builtin != nil && s.Spec.Workspace == nil) {
 			continue
 		}
 		tool := &mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.Parameters.Raw)}

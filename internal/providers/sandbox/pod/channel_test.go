@@ -693,6 +693,27 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// One whose image cannot be pulled can never be claimed either: it is
+	// dropped, not left in ImagePullBackOff holding its requests.
+	stuck := waitingWarm(t, c, ns)[0]
+	stuck.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}}
+	must(t, c.Status().Update(ctx, &stuck))
+	p.sweep(ctx)
+	p.warm.fills.Wait()
+	if n := warm(); n != 0 {
+		t.Fatalf("%d warm pods after the sweep, want the one that cannot pull its image gone", n)
+	}
+	next.Attempt, next.Key = 3, sandbox.Key(call.UID, 3)
+	must(t, p.Prepare(ctx, next))
+	deadline = time.Now().Add(20 * time.Second)
+	for warm() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no warm pod started after the next call")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
 	now.SetTime(now.Now().Add(WarmIdle + time.Minute))
 	p.sweep(ctx)
 	if n := warm(); n != 0 {

@@ -1,6 +1,8 @@
 package pod
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -35,8 +37,12 @@ func failureOf(pod *corev1.Pod) error {
 	for _, cs := range allStatuses(pod) {
 		if w := cs.State.Waiting; w != nil {
 			switch w.Reason {
-			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError":
-				return pipeline.Fail(pipeline.CodeSandboxUnavailable, "the tool's pod cannot start: "+w.Reason)
+			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName":
+				return pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf("the tool's pod cannot start: %s: container %s cannot get its image %q: %s",
+					w.Reason, cs.Name, imageOf(pod, cs.Name), textutil.OneLine(w.Message, 300)))
+			case "CreateContainerConfigError", "CreateContainerError":
+				return pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf("the tool's pod cannot start: %s: container %s: %s",
+					w.Reason, cs.Name, textutil.OneLine(w.Message, 300)))
 			}
 		}
 		if t := cs.State.Terminated; t != nil {
@@ -60,6 +66,47 @@ func failureOf(pod *corev1.Pod) error {
 		return pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is being deleted")
 	}
 	return nil
+}
+
+// imageOf is the image the pod's spec gives the named container (its
+// status may not name it before it is pulled).
+func imageOf(pod *corev1.Pod, name string) string {
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if c.Name == name {
+			return c.Image
+		}
+	}
+	for _, cs := range allStatuses(pod) {
+		if cs.Name == name {
+			return cs.Image
+		}
+	}
+	return ""
+}
+
+// whyNotUp says what a pod that is not up yet waits for, as the scheduler
+// and the kubelet report it ("" when they say nothing): the scheduler's
+// reason (Insufficient cpu, a taint, an unbound claim), or a container
+// still waiting and why.
+func whyNotUp(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("the scheduler could not place it (%s: %s)", c.Reason, textutil.OneLine(c.Message, 300))
+		}
+	}
+	for _, cs := range allStatuses(pod) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			why := fmt.Sprintf("its container %s was still waiting (%s", cs.Name, w.Reason)
+			if w.Message != "" {
+				why += ": " + textutil.OneLine(w.Message, 300)
+			}
+			return why + ")"
+		}
+	}
+	if pod.Spec.NodeName != "" && pod.Status.PodIP == "" {
+		return "it was on node " + pod.Spec.NodeName + " without an address yet"
+	}
+	return ""
 }
 
 // anyStarted tells whether a container of the pod (an init container

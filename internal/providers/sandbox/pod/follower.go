@@ -121,9 +121,13 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 		case <-ctx.Done():
 		}
 	}
-	notReady := func() error {
+	notReady := func(pod *corev1.Pod) error {
+		why := ""
+		if w := whyNotUp(pod); w != "" {
+			why = ": " + w
+		}
 		return pipeline.Fail(pipeline.CodeSandboxNotReady, fmt.Sprintf(
-			"the tool's pod was not ready within %s of dispatch; the body never started", p.Config.startTimeout()))
+			"the tool's pod was not ready within %s of dispatch%s; the body never started", p.Config.startTimeout(), why))
 	}
 	managerLate := func() error {
 		return pipeline.Fail(pipeline.CodeManagerUnavailable,
@@ -191,7 +195,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 		up := running(pod)
 		if pod.Status.PodIP == "" || (late && !up) {
 			if late {
-				f.err = notReady()
+				f.err = notReady(pod)
 				return
 			}
 			wait(maxPoll)
@@ -252,7 +256,7 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 			traceBody(job, pod, res)
 			return
 		case errors.Is(err, runner.ErrRefused) && late && !handed:
-			f.err = notReady()
+			f.err = notReady(pod)
 			return
 		case errors.Is(err, runner.ErrRefused) && noRoom && !handed:
 			f.err = managerLate()

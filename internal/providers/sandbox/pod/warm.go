@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
@@ -535,10 +537,17 @@ func (p *Provider) sweep(ctx context.Context) {
 		key := poolKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[toolgatev1alpha1.LabelSession]}, pod.Labels[toolgatev1alpha1.LabelTemplate])
 		pl := active[key]
 		age := now.Sub(pod.CreationTimestamp.Time)
-		// An ended pod can never be claimed. None starts in its place here:
-		// the next call of its kind refills the pool, so a kind whose pods
-		// cannot start does not churn.
+		// An ended pod, or one that cannot start (its image cannot be
+		// pulled, say), can never be claimed. None starts in its place
+		// here: the next call of its kind refills the pool, so a kind whose
+		// pods cannot start does not churn. The call that finds the pool
+		// empty starts a pod of its own, whose failure names the cause.
 		gone := ended(pod)
+		var fail *pipeline.Failure
+		if errors.As(failureOf(pod), &fail) && pod.DeletionTimestamp.IsZero() {
+			gone = true
+			log.Log.Info("warm pod dropped: it cannot start", "namespace", pod.Namespace, "pod", pod.Name, "code", string(fail.Code))
+		}
 		if release := gone || (pl == nil && age > WarmIdle) || age > warmMaxAge; !release {
 			continue
 		}
