@@ -237,6 +237,47 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("check refuses a profile that would apply but not compile, naming the rule and the field", func(t *testing.T) {
+		dir := t.TempDir()
+		write := func(name, rule string) string {
+			file := filepath.Join(dir, name+".yaml")
+			doc := `apiVersion: toolgate.dev/v1alpha1
+kind: ToolProfile
+metadata: {name: ` + name + `}
+spec:
+  tools:
+    - name: write
+      description: Write a file.
+      parameters: {type: object, additionalProperties: false, properties: {path: {type: string}}}
+      output: {schema: {type: string}, render: {format: Text}}
+      container: {image: tools:dev, command: [/bin/cat]}
+  guards:
+    - {name: no-dotfiles, deny: "` + rule + `", message: no dotfiles}
+`
+			if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return file
+		}
+		admin := []string{"toolgate", "-n", ns.Name}
+		r := p.run(append(admin, "check", "-f", write("typo", "call.args.pth.startsWith('.')"))...)
+		if r.code == 0 || !strings.Contains(r.out, "toolprofile/typo: does not compile (ExpressionInvalid): guard no-dotfiles: deny: reads call.args.pth") {
+			t.Errorf("a typo: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		// What kubectl apply accepts and the manager would not compile.
+		if r := p.run("apply", "--dry-run=server", "-n", ns.Name, "-f", write("typo", "call.args.pth.startsWith('.')")); r.code != 0 {
+			t.Errorf("apply --dry-run=server refused it: the check would not be needed: %q", r.err)
+		}
+		r = p.run(append(admin, "check", "-f", write("good", "call.args.path.startsWith('.')"))...)
+		if r.code != 0 || !strings.Contains(r.out, "toolprofile/good: compiles (1 tools)") {
+			t.Errorf("a good profile: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		r = p.run(append(admin, "check", "-f", write("bad", "call.args.path.startsWith('.')) &&"))...)
+		if r.code == 0 || !strings.Contains(r.out, "toolprofile/bad: does not compile (ExpressionInvalid)") {
+			t.Errorf("a syntax error: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+	})
+
 	t.Run("a name that does not exist exits non-zero", func(t *testing.T) {
 		for _, args := range [][]string{
 			with(agent, "transcript", "nosuch"), with(agent, "trace", "nosuch"),

@@ -72,6 +72,7 @@ decides what that user may read and decide.`,
 		traceCommand(o),
 		transcriptCommand(o),
 		profileCommand(o),
+		checkCommand(o),
 		rotateCommand(o),
 	)
 	return root
