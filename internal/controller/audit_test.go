@@ -133,3 +133,36 @@ var _ = Describe("the audit trail", func() {
 		Expect(call.Code).To(Equal("approval_rejected"))
 	})
 })
+
+var _ = Describe("the audit trail after a leader change", Ordered, func() {
+	BeforeAll(ownManagers)
+
+	It("writes a recent call's record again, as complete as the first: its profile and runtime class too", func() {
+		ns := newNamespace()
+		startManager(env.Config)
+		setup(processProfile(ns, shTool("echo", "cat").Obj()).Preset(toolgatev1alpha1.PresetTrusted).
+			Sandbox(func(s *toolgatev1alpha1.SandboxPolicy) { s.RuntimeClassName = ptr.To("gvisor") }))
+		tc := submit(ns, "c1", "echo", `{"text":"hello"}`, 0, 0)
+		committedCall(ns, "c1")
+		calls := func() []audit.Record {
+			var out []audit.Record
+			for _, r := range auditTrail.of(tc.UID) {
+				if r.Type == audit.TypeCall {
+					out = append(out, r)
+				}
+			}
+			return out
+		}
+		Eventually(calls).Should(HaveLen(1))
+		stopRunningManager()
+
+		startManager(env.Config) // a new leader: it knows nothing of what its predecessor wrote
+		Eventually(calls, 30*time.Second).Should(HaveLen(2), "written again, at least once")
+		for _, r := range calls() {
+			Expect(r.ID).To(Equal(string(tc.UID) + "/call"))
+			Expect(r.Profile).To(Equal("p"))
+			Expect(r.RuntimeClass).To(Equal("gvisor"))
+			Expect(r.Outcome).To(Equal(string(toolgatev1alpha1.OutcomeSucceeded)))
+		}
+	})
+})

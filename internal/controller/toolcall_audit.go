@@ -53,14 +53,32 @@ func (r *ToolCallReconciler) auditCall(ctx context.Context, s *callScope) {
 	if s.pipe != nil {
 		f.RuntimeClass = ptr.Deref(s.runner.job.Policy.RuntimeClassName, "")
 	}
+	session := s.session
+	if session == nil {
+		// A call settled before this reconcile (a new leader writing its
+		// record again) has no scope built: the session and its profile
+		// are read for the record.
+		session = &toolgatev1alpha1.AgentSession{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Spec.SessionRef.Name}, session); err != nil {
+			session = nil
+		}
+	}
+	if session != nil {
+		f.Profile = session.Spec.ProfileRef.Name
+		if s.pipe == nil {
+			// The profile as it is now: a record is written again only
+			// within announceWindow of the result.
+			p := &toolgatev1alpha1.ToolProfile{}
+			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: f.Profile}, p); err == nil {
+				f.RuntimeClass = ptr.Deref(p.Spec.Sandbox.RuntimeClassName, "")
+			}
+		}
+	}
 	if ar != nil {
 		// What an approver read and decided on, as the question froze it
 		// (redacted then). A call nobody was asked about is recorded by
 		// its digest alone: arguments stay out of the manager's output.
 		f.ArgumentsPreview = ar.Spec.ArgumentsPreview
-	}
-	if s.session != nil {
-		f.Profile = s.session.Spec.ProfileRef.Name
 	}
 	if !strippedInCache(tc) {
 		if d := r.AuditDigests.Arguments; d != nil {
