@@ -205,7 +205,20 @@ func openAudit(path string, log logr.Logger) (audit.Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &audit.Lines{W: f, Log: log}, nil
+	return &audit.Lines{W: syncedFile{f}, Log: log}, nil
+}
+
+// syncedFile puts each record on disk before Write returns: a record is
+// written before the call it records lets go of its finalizer, so a file
+// on a volume of its own keeps every record a crash could otherwise lose.
+type syncedFile struct{ f *os.File }
+
+func (s syncedFile) Write(p []byte) (int, error) {
+	n, err := s.f.Write(p)
+	if err != nil {
+		return n, err
+	}
+	return n, s.f.Sync()
 }
 
 // leaderElectionID names the Lease (in the manager's namespace) the

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -67,7 +68,7 @@ func TestChartDryRun(t *testing.T) {
 	}
 	renders := [][]*unstructured.Unstructured{
 		helmTemplate(t, "--set", "replicas=2", "--set", "runnerImage=example.com/runner:1", "--set", "networkPolicyEnforced=true",
-			"--set", "podDisruptionBudget.enabled=true"),
+			"--set", "podDisruptionBudget.enabled=true", "--set", "audit.volume.claimName=audit-trail"),
 		helmTemplate(t, "--set", "rbac.scope=namespaced", "--set", "rbac.watchNamespaces={agents}", "--set", "crds.keep=true"),
 		// The gateway, impersonating in a namespace that exists.
 		helmTemplate(t, "--set", "gateway.enabled=true", "--set", "gateway.impersonateNamespaces={agents}", "--set", "gateway.replicas=3",
@@ -652,5 +653,39 @@ func TestNoRoleAggregatesIntoTheBuiltInRoles(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestAuditVolume: audit.volume.claimName writes the trail to a file per
+// manager on that claim, so that it outlives the pod.
+func TestAuditVolume(t *testing.T) {
+	var manager *unstructured.Unstructured
+	for _, d := range kinds(helmTemplate(t, "--set", "audit.volume.claimName=audit-trail"), "Deployment") {
+		if d.GetName() == "toolgate-controller-manager" {
+			manager = d
+		}
+	}
+	if manager == nil {
+		t.Fatal("no manager Deployment")
+	}
+	pod := &corev1.PodTemplateSpec{}
+	spec, _, _ := unstructured.NestedMap(manager.Object, "spec", "template")
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, pod); err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--audit-log=/var/log/toolgate/audit-$(POD_NAME).jsonl") {
+		t.Errorf("args %v", c.Args)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" && e.ValueFrom != nil }) {
+		t.Errorf("env %v: no POD_NAME for the file's name", c.Env)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "audit" && m.MountPath == "/var/log/toolgate" && !m.ReadOnly }) {
+		t.Errorf("mounts %v", c.VolumeMounts)
+	}
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "audit-trail"
+	}) {
+		t.Errorf("volumes %v", pod.Spec.Volumes)
 	}
 }
