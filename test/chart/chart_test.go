@@ -680,7 +680,9 @@ func TestAuditVolume(t *testing.T) {
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" && e.ValueFrom != nil }) {
 		t.Errorf("env %v: no POD_NAME for the file's name", c.Env)
 	}
-	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "audit" && m.MountPath == "/var/log/toolgate" && !m.ReadOnly }) {
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "audit" && m.MountPath == "/var/log/toolgate" && !m.ReadOnly
+	}) {
 		t.Errorf("mounts %v", c.VolumeMounts)
 	}
 	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
