@@ -20,6 +20,8 @@ stop() { # name [pid directory]
   rm -f "$f"
 }
 stop toolgate-manager
+# The demo's Jaeger (hack/demo.sh).
+stop jaeger
 # The nodes beyond the first (hack/node-up.sh): their processes, then
 # their namespaces, which take their links, routes, firewall rules and
 # kube-router's chains with them.

@@ -20,8 +20,20 @@ say "cluster (first run builds Kubernetes from source: about 15 minutes on 2 cor
 hack/cluster-up.sh
 hack/images.sh
 
-say "toolgate"
+say "traces: Jaeger (built from source) receives every call's spans (hack/jaeger.yaml)"
+jaeger=$(hack/build-jaeger.sh | tail -n1)
+(
+  # shellcheck source=hack/cluster-lib.sh
+  source "$root/hack/cluster-lib.sh"
+  STATE=$CLUSTER_DIR
+  start jaeger "$jaeger" --config "$root/hack/jaeger.yaml"
+  wait_for "Jaeger's query API" curl -fsS http://127.0.0.1:16686/api/services
+)
+
+say "toolgate, and its MCP gateway (config/local-gateway)"
 hack/deploy.sh
+kubectl kustomize config/local-gateway | kubectl apply --server-side --force-conflicts -f - >/dev/null
+kubectl -n toolgate-system rollout status deployment/toolgate-gateway --timeout=180s >/dev/null
 
 say "namespace $ns: Pod Security restricted; demo-agent submits, demo-approver approves"
 kubectl apply -f - >/dev/null <<YAML
@@ -42,6 +54,24 @@ kind: RoleBinding
 metadata: {name: demo-approver, namespace: $ns}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: toolgate-approver}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: demo-approver}]
+---
+# An agent that speaks MCP: the gateway accepts ServiceAccount tokens and
+# acts as their ServiceAccount here.
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: mcp-agent, namespace: $ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: mcp-agent, namespace: $ns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: toolgate-agent}
+subjects: [{kind: ServiceAccount, name: mcp-agent, namespace: $ns}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: toolgate-gateway-impersonator, namespace: $ns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: toolgate-gateway-impersonator}
+subjects: [{kind: ServiceAccount, name: toolgate-gateway, namespace: toolgate-system}]
 ---
 # The workspace claim the demo session mounts: demo-agent may use it.
 apiVersion: rbac.authorization.k8s.io/v1
@@ -121,3 +151,14 @@ say "why was the dotfile read refused? kubectl toolgate trace demo-t${turn1}-i3"
 plugin_as demo-agent trace "demo-t${turn1}-i3"
 say "session"
 as_agent get agentsession demo -o jsonpath='{"committed: "}{.status.committedCalls}{"  succeeded: "}{.status.counts.succeeded}{"  denied: "}{.status.counts.denied}{"  contexts for the next step: "}{.status.deferredContexts}{"\n"}'
+
+say "what is running now"
+cat <<TEXT
+  kubeconfig (admin):   $KUBECONFIG_ADMIN   (demo users: $CLUSTER_DIR/kubeconfig/demo-agent.kubeconfig, demo-approver.kubeconfig)
+  MCP gateway:          http://127.0.0.1:18443/mcp/$ns/SESSION   (docs/mcp.md; an AgentSession owned by system:serviceaccount:$ns:mcp-agent)
+  its bearer token:     kubectl --kubeconfig $KUBECONFIG_ADMIN -n $ns create token mcp-agent --audience toolgate-gateway
+  traces (Jaeger API):  curl -s 'http://127.0.0.1:16686/api/traces?service=toolgate-manager&limit=5'
+                        (one trace per call; the Jaeger UI is not part of the module Jaeger is built from, so its page at :16686 is a placeholder)
+  a call's stages:      PATH=$root/_output/bin:\$PATH kubectl toolgate trace demo-t0-i0 -n $ns --kubeconfig $KUBECONFIG_ADMIN
+  remove everything:    make demo-down
+TEXT

@@ -17,8 +17,8 @@ import (
 	"github.com/toolgate/toolgate/internal/testenv"
 )
 
-// jaegerQuery is the suite's Jaeger's query API (test/e2e/testdata/
-// jaeger.yaml): the local install exports its traces there.
+// jaegerQuery is the suite's Jaeger's query API (hack/jaeger.yaml):
+// the local install exports its traces there.
 const jaegerQuery = "http://127.0.0.1:16686"
 
 // startJaeger runs the cached Jaeger (hack/build-jaeger.sh) for the whole
@@ -28,7 +28,7 @@ func startJaeger() {
 	out, err := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "build-jaeger.sh")).Output()
 	Expect(err).NotTo(HaveOccurred(), "hack/build-jaeger.sh")
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	cmd := exec.Command(lines[len(lines)-1], "--config", filepath.Join(testenv.RepoRoot(), "test", "e2e", "testdata", "jaeger.yaml"))
+	cmd := exec.Command(lines[len(lines)-1], "--config", filepath.Join(testenv.RepoRoot(), "hack", "jaeger.yaml"))
 	Expect(cmd.Start()).To(Succeed())
 	DeferCleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	Eventually(func() error {
