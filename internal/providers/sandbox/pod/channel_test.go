@@ -669,6 +669,15 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	if g := promtestutil.ToFloat64(warmPods); g < 1 {
 		t.Fatalf("the warm pods gauge says %v with a warm pod waiting", g)
 	}
+	// What it holds is visible, per namespace: its containers' requests.
+	pod := waitingWarm(t, c, ns)[0]
+	wantCPU, wantMemory := requested(&pod)
+	if wantCPU <= 0 || wantMemory <= 0 {
+		t.Fatalf("a warm pod requests cpu %v, memory %v", wantCPU, wantMemory)
+	}
+	if cpu, memory := promtestutil.ToFloat64(warmReserved.WithLabelValues(ns, "cpu")), promtestutil.ToFloat64(warmReserved.WithLabelValues(ns, "memory")); cpu != wantCPU || memory != wantMemory {
+		t.Fatalf("the reservation gauge says cpu %v, memory %v; the warm pod requests %v, %v", cpu, memory, wantCPU, wantMemory)
+	}
 
 	// A warm pod that ended (its container could not start, say) can never
 	// be claimed: the sweep removes it at once, and starts none in its

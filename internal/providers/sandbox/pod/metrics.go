@@ -19,8 +19,12 @@ var (
 		Namespace: "toolgate", Subsystem: "sandbox", Name: "warm_pods",
 		Help: "Warm pods waiting for a call, across every pool, as of the last sweep.",
 	})
+	warmReserved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "toolgate", Subsystem: "sandbox", Name: "warm_pods_requests",
+		Help: "What the warm pods waiting for a call hold of their nodes and namespaces' quotas, by namespace and resource (cpu in cores, memory in bytes: their containers' requests), as of the last sweep.",
+	}, []string{"namespace", "resource"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(podsCreated, warmClaims, warmPods)
+	metrics.Registry.MustRegister(podsCreated, warmClaims, warmPods, warmReserved)
 }

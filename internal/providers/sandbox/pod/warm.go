@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -515,9 +516,13 @@ func (p *Provider) sweep(ctx context.Context) {
 	}
 	list.Items = mine
 	waiting := 0
+	warmReserved.Reset()
 	for i := range list.Items {
 		if pod := &list.Items[i]; pod.DeletionTimestamp.IsZero() && !terminated(pod) {
 			waiting++
+			cpu, memory := requested(pod)
+			warmReserved.WithLabelValues(pod.Namespace, "cpu").Add(cpu)
+			warmReserved.WithLabelValues(pod.Namespace, "memory").Add(memory)
 		}
 	}
 	warmPods.Set(float64(waiting))
@@ -564,6 +569,26 @@ func (p *Provider) sweep(ctx context.Context) {
 		p.warm.mu.Unlock()
 		p.replenish(job, pl.template)
 	}
+}
+
+// requested is what a pod holds of its node while it waits: the cpu
+// (cores) and memory (bytes) its containers request, an init container's
+// when larger, as the scheduler counts them.
+func requested(pod *corev1.Pod) (cpu, memory float64) {
+	var c, m resource.Quantity
+	for _, ct := range pod.Spec.Containers {
+		c.Add(ct.Resources.Requests[corev1.ResourceCPU])
+		m.Add(ct.Resources.Requests[corev1.ResourceMemory])
+	}
+	for _, ct := range pod.Spec.InitContainers {
+		if r := ct.Resources.Requests[corev1.ResourceCPU]; r.Cmp(c) > 0 {
+			c = r
+		}
+		if r := ct.Resources.Requests[corev1.ResourceMemory]; r.Cmp(m) > 0 {
+			m = r
+		}
+	}
+	return c.AsApproximateFloat64(), m.AsApproximateFloat64()
 }
 
 // recordedWhere is where the call's durable record says the attempt runs
