@@ -611,10 +611,12 @@ type PostRule struct {
 	// +kubebuilder:validation:MaxItems=16
 	Redact []RedactPattern `json:"redact,omitempty"`
 
-	// contexts are messages delivered to the model after the turn commits.
+	// contexts are messages delivered to the model after the turn commits
+	// (each non-empty, as a call's result holds them).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=4096
 	Contexts []string `json:"contexts,omitempty"`
 

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/internal/textutil"
@@ -99,11 +100,13 @@ func boundContent(value, content string, contexts []Context) (string, bool) {
 
 // boundContexts is the contexts a result holds, tool's (in order) before
 // rules' (in order), at most MaxContexts, each message at most
-// MaxContextBytes: the rules' have room first, so that a tool cannot push
+// MaxContextBytes and none empty (a call's result holds no empty context,
+// whoever made it): the rules' have room first, so that a tool cannot push
 // a policy's message out by deferring many of its own. It reports whether
 // anything was cut.
 func boundContexts(tool, rules []Context) ([]Context, bool) {
 	cut := false
+	tool, rules = nonEmpty(tool), nonEmpty(rules)
 	if len(rules) > MaxContexts {
 		rules, cut = rules[:MaxContexts], true
 	}
@@ -123,4 +126,12 @@ func boundContexts(tool, rules []Context) ([]Context, bool) {
 		out = append(out, c)
 	}
 	return out, cut
+}
+
+// nonEmpty drops the contexts whose message is empty.
+func nonEmpty(in []Context) []Context {
+	if !slices.ContainsFunc(in, func(c Context) bool { return c.Message == "" }) {
+		return in
+	}
+	return slices.DeleteFunc(slices.Clone(in), func(c Context) bool { return c.Message == "" })
 }

@@ -228,3 +228,51 @@ func TestSchemaErrorsNameThePathNeverTheValue(t *testing.T) {
 		}
 	}
 }
+
+// FuzzContextsFitAResult: whatever contexts a tool defers and rules attach
+// (empty, huge, invalid UTF-8, too many), what a result holds is what a
+// call's status admits: at most MaxContexts, none empty, each valid text
+// within MaxContextBytes as stored, and every rule's context kept before a
+// tool's (up to the bound).
+func FuzzContextsFitAResult(f *testing.F) {
+	f.Add(uint8(3), uint8(1), "a\nb\n\nc", "")
+	f.Add(uint8(20), uint8(20), "", "\xff\"\\")
+	f.Add(uint8(0), uint8(2), "", "")
+	f.Fuzz(func(t *testing.T, nTool, nRules uint8, toolText, ruleText string) {
+		make := func(n uint8, text, source string) []Context {
+			var out []Context
+			for i := range int(n % 40) {
+				msg := text
+				if i%3 == 1 {
+					msg = strings.Repeat(text, 1+int(n))
+				}
+				out = append(out, Context{Source: source, Rule: "r", Message: msg})
+			}
+			return out
+		}
+		tool, rules := make(nTool, toolText, "Tool"), make(nRules, ruleText, "Policy")
+		out, _ := boundContexts(tool, rules)
+		if len(out) > MaxContexts {
+			t.Fatalf("%d contexts", len(out))
+		}
+		wantRules := 0
+		if ruleText != "" {
+			wantRules = min(len(rules), MaxContexts)
+		}
+		gotRules := 0
+		for _, c := range out {
+			if c.Message == "" {
+				t.Fatal("an empty context")
+			}
+			if !utf8.ValidString(c.Message) || encoded(c.Message) > MaxContextBytes {
+				t.Fatalf("a context of %d bytes as stored, valid %v", encoded(c.Message), utf8.ValidString(c.Message))
+			}
+			if c.Source == "Policy" {
+				gotRules++
+			}
+		}
+		if gotRules != wantRules {
+			t.Fatalf("%d of the rules' %d contexts kept, want %d", gotRules, len(rules), wantRules)
+		}
+	})
+}

@@ -203,6 +203,11 @@ var corpus = []TableEntry{
 			s.PostExecute = []v1.PostRule{{Name: "p", Action: v1.PostBlock, ReplaceValue: "'y'"}}
 		})
 	}, "spec.postExecute[0]"}),
+	Entry("post rule attaching an empty context (a call's result holds none)", invalid{func(ns string) client.Object {
+		return profile(ns, func(s *v1.ToolProfileSpec) {
+			s.PostExecute = []v1.PostRule{{Name: "p", Action: v1.PostAccept, Contexts: []string{""}}}
+		})
+	}, "spec.postExecute[0].contexts[0]"}),
 	Entry("post rule with an unknown action", invalid{func(ns string) client.Object {
 		return profile(ns, func(s *v1.ToolProfileSpec) { s.PostExecute = []v1.PostRule{{Name: "p", Action: "Rewrite"}} })
 	}, "spec.postExecute[0].action"}),
