@@ -313,8 +313,18 @@ func (p *parser) number() (any, error) {
 		if p.i < len(p.s) && (p.s[p.i] == '+' || p.s[p.i] == '-') {
 			p.i++
 		}
+		expStart := p.i
 		if digits() == 0 {
 			return nil, p.fail(errors.New("invalid number exponent"))
+		}
+		// Every reader expands a number to its exponent (a schema's
+		// keywords as a rational, 1e1000000 a million digits): an exponent
+		// beyond maxExponent would cost work out of all proportion to the
+		// text, and no reader holds such a number anyway.
+		if exp := strings.TrimLeft(p.s[expStart:p.i], "0"); len(exp) > len(strconv.Itoa(maxExponent)) ||
+			(len(exp) == len(strconv.Itoa(maxExponent)) && exp > strconv.Itoa(maxExponent)) {
+			p.i = start
+			return nil, p.fail(fmt.Errorf("number out of range: its exponent is beyond ±%d", maxExponent))
 		}
 	}
 	text := p.s[start:p.i]
@@ -330,6 +340,10 @@ func (p *parser) number() (any, error) {
 	}
 	return json.Number(text), nil
 }
+
+// maxExponent bounds the written exponent of a JSON number: far beyond
+// float64's (±308), so every number a reader can hold passes.
+const maxExponent = 1000
 
 // isZero reports whether a syntactically valid number's mantissa is zero.
 func isZero(text string) bool {

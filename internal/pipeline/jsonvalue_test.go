@@ -112,3 +112,23 @@ func FuzzParseJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestNumberExponentsAreBounded: a number's exponent is what every reader
+// expands it to (a schema's keywords hold it as a rational: 1e1000000 is a
+// million digits), so 2 KB of such numbers once took 10 s to admit as
+// arguments and 17 s to validate as output. An exponent beyond ±1000 is
+// refused at once, naming the bound; every number a float64 or a decimal
+// reader holds passes.
+func TestNumberExponentsAreBounded(t *testing.T) {
+	for _, ok := range []string{`1e308`, `-1.5E-1000`, `1e+1000`, `1e0001000`, `123456789012345678901234567890e-999`} {
+		if _, err := ParseJSON(`{"n":` + ok + `}`); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	for _, refused := range []string{`1e1001`, `1e-1001`, `1E1000000`, `[` + strings.TrimSuffix(strings.Repeat(`1e1000000,`, 200), ",") + `]`} {
+		_, err := ParseJSON(refused)
+		if err == nil || !strings.Contains(err.Error(), "exponent is beyond ±1000") {
+			t.Errorf("%.40s: %v", refused, err)
+		}
+	}
+}
