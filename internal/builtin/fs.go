@@ -60,13 +60,8 @@ func fail(code, message string) error { return &Error{Code: code, Message: messa
 // It returns the tool's output text: the file content for fs.read, JSON for
 // the others.
 func Run(name, root string, writable bool, arguments string) (string, error) {
-	var args struct {
-		Path    string `json:"path"`
-		Content string `json:"content"`
-		Old     string `json:"old"`
-		New     string `json:"new"`
-	}
-	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+	args, err := decodeArgs(arguments)
+	if err != nil {
 		return "", fail(codes.ToolError, "arguments: "+err.Error())
 	}
 	r, err := os.OpenRoot(root)
@@ -93,6 +88,31 @@ func Run(name, root string, writable bool, arguments string) (string, error) {
 		return edit(r, p, args.Old, args.New)
 	}
 	return "", fail(codes.ToolError, "unknown built-in tool "+name)
+}
+
+// fsArgs are the arguments of the built-in tools.
+type fsArgs struct {
+	Path, Content, Old, New string
+}
+
+// decodeArgs reads the arguments by their exact keys, as the parameters
+// schema, the rules and the guards read them: encoding/json matches struct
+// fields case-insensitively (last wins), so {"path":"notes.txt",
+// "PATH":".env"} would have read .env while every check saw notes.txt.
+func decodeArgs(arguments string) (fsArgs, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(arguments), &fields); err != nil {
+		return fsArgs{}, err
+	}
+	var a fsArgs
+	for name, into := range map[string]*string{"path": &a.Path, "content": &a.Content, "old": &a.Old, "new": &a.New} {
+		if raw, ok := fields[name]; ok {
+			if err := json.Unmarshal(raw, into); err != nil {
+				return fsArgs{}, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	return a, nil
 }
 
 // clean keeps the path as the model wrote it except for an empty one, which

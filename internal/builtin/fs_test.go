@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -220,4 +221,45 @@ func TestListIsBounded(t *testing.T) {
 	if !errors.As(err, &f) || f.Code != codes.ToolError || !strings.Contains(f.Message, "1048576 bytes") {
 		t.Fatalf("1.14 MB listing: %v (%d bytes)", err, len(out))
 	}
+}
+
+// TestArgumentsAreReadByTheirExactKeys: the tool reads the field the schema,
+// rules and guards checked, never one differing only in case (encoding/json
+// would have read .env here, its last case-insensitive match).
+func TestArgumentsAreReadByTheirExactKeys(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "notes.txt"), []byte("notes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, ".env"), []byte("SECRET=1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Run(Read, root, false, `{"path":"notes.txt","PATH":".env","Path":".env"}`)
+	if err != nil || out != "notes" {
+		t.Fatalf("read %q, %v; want the file named by \"path\"", out, err)
+	}
+}
+
+// FuzzArgumentsByExactKey: whatever other key an object holds, the tool's
+// path is the value of the key "path" exactly.
+func FuzzArgumentsByExactKey(f *testing.F) {
+	for _, k := range []string{"PATH", "Path", "pAth", "path ", "ｐath", "content"} {
+		f.Add(k, ".env")
+	}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		if key == "path" {
+			return
+		}
+		text, err := json.Marshal(map[string]string{"path": "a.txt", key: value})
+		if err != nil {
+			return
+		}
+		a, err := decodeArgs(string(text))
+		if err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		if a.Path != "a.txt" {
+			t.Fatalf("%s: the tool reads path %q", text, a.Path)
+		}
+	})
 }
