@@ -424,15 +424,17 @@ func (c *Compiled) compilePost(env *cel.Env, i int, r toolgatev1alpha1.PostRule)
 }
 
 // evalReason says why a rule on a call's arguments could not be evaluated,
-// when CEL says it in words that name a field or types ("" otherwise): the
-// message goes to the caller, who sent the arguments.
+// when CEL says it in words that name a field or an operator, never a
+// value ("" otherwise): the message goes to the caller, who sent the
+// arguments.
 func evalReason(err error) string {
 	msg := err.Error()
 	if key, ok := strings.CutPrefix(msg, "no such key: "); ok {
 		return ": the arguments have no field " + strconv.Quote(textutil.OneLine(key, 64))
 	}
-	if strings.Contains(msg, "no matching overload") {
-		return ": " + textutil.OneLine(msg, 200)
+	if strings.HasPrefix(msg, "no such overload") {
+		// CEL names at most the operator or function, never the values.
+		return ": an argument's type does not fit the expression (" + textutil.OneLine(msg, 100) + ")"
 	}
 	return ""
 }

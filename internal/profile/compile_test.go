@@ -529,6 +529,10 @@ func TestAFailedEvaluationSaysWhy(t *testing.T) {
 	if res := run(t, guard, "echo", `{"text":"x"}`); res.Code != pipeline.CodeGuardDenied || res.Message != `no absolute paths (the guard could not be evaluated: the arguments have no field "pth")` {
 		t.Errorf("guard: %s %q", res.Code, res.Message)
 	}
+	types := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Guard("g", "call.args.text > 3", "short texts only")
+	if res := run(t, types, "echo", `{"text":"secret-value"}`); res.Code != pipeline.CodeGuardDenied || !strings.Contains(res.Message, "an argument's type does not fit the expression (no such overload") || strings.Contains(res.Message, "secret-value") {
+		t.Errorf("types: %s %q", res.Code, res.Message)
+	}
 	rule := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).PreRule("r", toolgatev1alpha1.ActionAllow, "call.args.pth == 'x'")
 	rule.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object"}`)
 	if res := run(t, rule, "echo", `{"text":"x"}`); res.Code != pipeline.CodePolicyDenied || res.Message != `the rule could not be evaluated: the arguments have no field "pth"` {

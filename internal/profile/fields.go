@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -13,12 +14,24 @@ import (
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
-// The fields of the variables expressions see (celEnv); anything else is a
-// mistake the profile is refused for, never a rule that fails each call.
-var (
-	callFields   = []string{"tool", "args", "requester", "session", "turn", "index"}
-	resultFields = []string{"value", "content"}
-)
+// variable is what an expression may read of one of celEnv's variables:
+// its fields (nil: any, as for args, a JSON object), and the field holding
+// a JSON value a tool's schema describes ("" when the variable itself is
+// one), with the schemas that describe it.
+type variable struct {
+	fields []string
+	json   string
+	output bool // the JSON value is a result's (the output schema), not the arguments
+}
+
+// variables are celEnv's, as expressions see them; reading anything else
+// is a mistake the profile is refused for, never a rule that fails each
+// call.
+var variables = map[string]variable{
+	"call":   {fields: []string{"tool", "args", "requester", "session", "turn", "index"}, json: "args"},
+	"result": {fields: []string{"value", "content"}, json: "value", output: true},
+	"args":   {},
+}
 
 // read is one chain of constant field names an expression reads from a
 // variable: call.args.path is {call, [args, path]}.
@@ -167,38 +180,30 @@ func (s schemas) checkReads(a *cel.Ast, tools []string, vars ...string) (warning
 	if len(tools) == 0 {
 		tools = s.names
 	}
-	for _, r := range reads(a, "call", "result", "args") {
+	for _, r := range reads(a, slices.Collect(maps.Keys(variables))...) {
 		if !slices.Contains(vars, r.root) {
 			return nil, fmt.Errorf("reads %s, but only %s is bound here", r, strings.Join(vars, " and "))
 		}
 		if len(r.fields) == 0 {
 			continue
 		}
-		var docs map[string]any
-		var path []string
-		var what string
-		switch r.root {
-		case "call":
-			if !slices.Contains(callFields, r.fields[0]) {
-				return nil, fmt.Errorf("reads %s, but call has only the fields %s", r, strings.Join(callFields, ", "))
+		v := variables[r.root]
+		path := r.fields
+		if v.fields != nil {
+			if !slices.Contains(v.fields, path[0]) {
+				return nil, fmt.Errorf("reads %s, but %s has only the fields %s", r, r.root, strings.Join(v.fields, ", "))
 			}
-			if r.fields[0] != "args" {
+			if path[0] != v.json {
 				continue
 			}
-			docs, path, what = s.params, r.fields[1:], "parameters"
-		case "result":
-			if !slices.Contains(resultFields, r.fields[0]) {
-				return nil, fmt.Errorf("reads %s, but result has only the fields %s", r, strings.Join(resultFields, ", "))
-			}
-			if r.fields[0] != "value" {
-				continue
-			}
-			docs, path, what = s.output, r.fields[1:], "output schema"
-		case "args":
-			docs, path, what = s.params, r.fields, "parameters"
+			path = path[1:]
 		}
 		if len(path) == 0 {
 			continue
+		}
+		docs, what := s.params, "parameters"
+		if v.output {
+			docs, what = s.output, "output schema"
 		}
 		best, known := absent, false
 		for _, t := range tools {

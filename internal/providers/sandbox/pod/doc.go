@@ -14,7 +14,8 @@
 // release.go the end of its work (Discard, Release), life.go the
 // provider's own life in the process (Stop), follower.go the goroutine
 // that hands each pod its call and collects the frame, greet.go the early
-// greeting of a reserved warm pod's runner, warm.go the warm pods, spec.go
+// greeting of a reserved warm pod's runner, warm.go the warm pods, sweep.go
+// their sweeper (aging, dropping, what they hold), spec.go
 // the pod itself, seal.go which pods are toolgate's (the seal only the
 // manager can make, under a key derived from the manager's key,
 // internal/keys), failure.go what a pod that can no longer produce a frame
