@@ -135,10 +135,13 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 [ -n "$request" ] || { echo "no approval request appeared" >&2; exit 1; }
-as_approver get approvalrequest "$request" -o custom-columns=CALL:.spec.toolCallRef.name,SESSION:.spec.sessionRef.name,TOOL:.spec.tool,REASON:.spec.reason,PREVIEW:.spec.argumentsPreview
-say "demo-agent tries to approve its own call and is refused; demo-approver approves (kubectl toolgate approve)"
-plugin_as demo-agent approve "$request" 2>&1 | sed 's/^/  refused: /' || true
-plugin_as demo-approver approve "$request" -m "fine"
+plugin_as demo-approver pending -o wide
+# The answer names the question the approver read (its ID, QUESTION above):
+# a call asked again under the same name is not decided by it.
+question=$(as_approver get approvalrequest "$request" -o jsonpath='{.metadata.annotations.toolgate\.dev/question-seal}')
+say "demo-agent tries to approve its own call and is refused; demo-approver approves the question it read (kubectl toolgate approve --question)"
+plugin_as demo-agent approve "$request" --question "$question" 2>&1 | sed 's/^/  refused: /' || true
+plugin_as demo-approver approve "$request" --question "$question" -m "fine"
 say "the agent receives each turn's results in model order as they commit (turn 1: three parallel reads and a dotfile read the guard denies)"
 wait "$agent_pid"
 turn1=$(sed -n 's/^agent: turn \([0-9]*\) submitted.*/\1/p' "$agent_log" | tail -n1)

@@ -115,6 +115,23 @@ type Approval struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// requestUID is the metadata.uid of the request its approver read:
+	// admission refuses any other, so a question asked again under the
+	// same name (its call deleted and submitted anew) is never answered by
+	// a person who read its predecessor. kubectl toolgate sets it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RequestUID string `json:"requestUID,omitempty"`
+
+	// question is the seal of the question its approver read (the
+	// request's toolgate.dev/question-seal annotation, which covers the
+	// tool, arguments, reason, requester and deadline): admission refuses
+	// any other. kubectl toolgate sets it from the request it read, or
+	// from the --question an approver was shown.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Question string `json:"question,omitempty"`
 }
 
 // ApprovalDecision is a person's answer.
@@ -136,6 +153,23 @@ type ApprovalDecision struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// requestUID is the metadata.uid of the request its approver read:
+	// admission refuses any other, so a question asked again under the
+	// same name (its call deleted and submitted anew) is never answered by
+	// a person who read its predecessor. kubectl toolgate sets it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RequestUID string `json:"requestUID,omitempty"`
+
+	// question is the seal of the question its approver read (the
+	// request's toolgate.dev/question-seal annotation, which covers the
+	// tool, arguments, reason, requester and deadline): admission refuses
+	// any other. kubectl toolgate sets it from the request it read, or
+	// from the --question an approver was shown.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Question string `json:"question,omitempty"`
 }
 
 // DecisionAction is an approver's answer.

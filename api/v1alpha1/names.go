@@ -97,20 +97,57 @@ func (tc *ToolCall) Final() bool {
 }
 
 // ApprovalCount is how many approvals the request holds that count, and
-// how many it needs: every entry of spec.approvals but the requester's
-// (admission lets only eligible approvers add them, once each), against
-// spec.approvers.required (1 when it names none).
+// how many it needs: every entry of spec.approvals that answers this
+// question but the requester's (admission lets only eligible approvers add
+// them, once each, bound to the question), against spec.approvers.required
+// (1 when it names none).
 func (ar *ApprovalRequest) ApprovalCount() (approved, required int) {
 	required = 1
 	if a := ar.Spec.Approvers; a != nil && a.Required > 1 {
 		required = int(a.Required)
 	}
 	for _, a := range ar.Spec.Approvals {
-		if a.User != ar.Spec.Requester {
+		if a.User != ar.Spec.Requester && ar.Answered(a.RequestUID, a.Question) {
 			approved++
 		}
 	}
 	return approved, required
+}
+
+// QuestionIDShort is how much of a question's ID people are shown and
+// name: enough that no other question shares it by chance.
+const QuestionIDShort = 12
+
+// ShortQuestionID is id as people are shown it.
+func ShortQuestionID(id string) string {
+	if len(id) > QuestionIDShort {
+		return id[:QuestionIDShort]
+	}
+	if id == "" {
+		return "<unsealed>"
+	}
+	return id
+}
+
+// QuestionID is the request's question seal: what an approver names to
+// say which question she read (shown shortened by kubectl toolgate and in
+// notifications).
+func (ar *ApprovalRequest) QuestionID() string { return ar.Annotations[AnnotationQuestionSeal] }
+
+// Answered reports whether an answer naming uid and question answers this
+// request: the one its approver read, as toolgate sealed it.
+func (ar *ApprovalRequest) Answered(uid, question string) bool {
+	return uid != "" && uid == string(ar.UID) && question != "" && question == ar.QuestionID()
+}
+
+// DecisionOf is a decision on this request, as read, by user.
+func (ar *ApprovalRequest) DecisionOf(action DecisionAction, user, message string) *ApprovalDecision {
+	return &ApprovalDecision{Action: action, DecidedBy: user, Message: message, RequestUID: string(ar.UID), Question: ar.QuestionID()}
+}
+
+// ApprovalOf is user's approval of this request, as read.
+func (ar *ApprovalRequest) ApprovalOf(user, message string) Approval {
+	return Approval{User: user, Message: message, RequestUID: string(ar.UID), Question: ar.QuestionID()}
 }
 
 // PodCall names the ToolCall a tool pod serves, its UID and the attempt:

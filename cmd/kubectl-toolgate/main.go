@@ -16,6 +16,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/toolgate/toolgate/internal/cli"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 func main() {
@@ -24,7 +25,8 @@ func main() {
 		cmd.SetArgs(append([]string{cobra.ShellCompRequestCmd}, os.Args[1:]...))
 	}
 	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		// The error may quote what an agent wrote (a name, a reason).
+		fmt.Fprintln(textutil.NewTerminalWriter(os.Stderr), "error:", err)
 		os.Exit(1)
 	}
 }

@@ -132,14 +132,14 @@ func TestPlugin(t *testing.T) {
 	}
 
 	t.Run("the requester is refused by the API server", func(t *testing.T) {
-		r := p.run(with(agent, "approve", "write-notes")...)
+		r := p.run(with(agent, "approve", "write-notes", "--question", "test-seal-write-notes")...)
 		if r.code == 0 || !strings.Contains(r.err, "the requester of a call may not decide its approval") {
 			t.Fatalf("exit %d, stderr %q", r.code, r.err)
 		}
 	})
 
 	t.Run("an approver approves, once", func(t *testing.T) {
-		r := p.run(with(approver, "approve", "write-notes", "-m", "reviewed")...)
+		r := p.run(with(approver, "approve", "write-notes", "--question", "test-seal-write-notes", "-m", "reviewed")...)
 		if r.code != 0 || !strings.Contains(r.out, "approvalrequest/write-notes: Approve by demo-approver") {
 			t.Fatalf("exit %d, out %q, err %q", r.code, r.out, r.err)
 		}
@@ -151,6 +151,70 @@ func TestPlugin(t *testing.T) {
 		r = p.run(with(approver, "deny", "write-notes")...)
 		if r.code == 0 || !strings.Contains(r.err, "already decided: Approve by demo-approver") {
 			t.Fatalf("second decision: exit %d, stderr %q", r.code, r.err)
+		}
+	})
+
+	t.Run("an answer binds to the question its approver read: a call asked again under the same name is not decided by a command for its predecessor", func(t *testing.T) {
+		ask := func(preview, seal string) *toolgatev1alpha1.ApprovalRequest {
+			ar := tu.MakeApprovalRequest(ns.Name, "deploy", "deploy", hour).Session("s").Obj()
+			ar.Spec.Requester, ar.Spec.ArgumentsPreview = "demo-agent", preview
+			ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal] = seal
+			must(t, c.Create(ctx, ar))
+			return ar
+		}
+		must(t, as.Create(ctx, tu.MakeToolCall(ns.Name, "deploy", "s").Requester("demo-agent").Obj()))
+		first := ask(`{"cmd":"ls -l /tmp"}`, "a1a1a1a1a1a1a1a1-first")
+		// The approver reads the question; pending shows its ID, and a
+		// notification's command carries it.
+		r := p.run(with(approver, "pending")...)
+		read := toolgatev1alpha1.ShortQuestionID(first.QuestionID())
+		if r.code != 0 || !strings.Contains(r.out, "QUESTION") || !strings.Contains(r.out, read) {
+			t.Fatalf("pending shows no question ID: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		// Meanwhile the agent deletes its call and submits it again with
+		// other arguments: toolgate asks again, under the same name.
+		must(t, c.Delete(ctx, first))
+		second := ask(`{"cmd":"rm -rf /data"}`, "b2b2b2b2b2b2b2b2-second")
+
+		r = p.run(with(approver, "approve", "deploy", "--question", read)...)
+		if r.code == 0 || !strings.Contains(r.err, "asks question b2b2b2b2b2b2, not "+read) {
+			t.Fatalf("the command for the first question approved the second: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		r = p.run(with(approver, "approve", "deploy")...)
+		if r.code == 0 || !strings.Contains(r.err, "approving needs the question you read: add --question b2b2b2b2b2b2") {
+			t.Fatalf("approve without the question, outside a terminal: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		r = p.run(with(approver, "approve", "deploy", "--question", "b2b2")...)
+		if r.code == 0 || !strings.Contains(r.err, "too short") {
+			t.Fatalf("a question ID too short to name one: exit %d, err %q", r.code, r.err)
+		}
+
+		// Around the plugin, the API server refuses an answer that names
+		// the predecessor, or no question at all.
+		approverClient := impersonated(t, env, "demo-approver")
+		for name, d := range map[string]*toolgatev1alpha1.ApprovalDecision{
+			"the predecessor": first.DecisionOf(toolgatev1alpha1.DecisionApprove, "demo-approver", ""),
+			"no question":     {Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "demo-approver"},
+			"its UID alone":   {Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "demo-approver", RequestUID: string(second.UID)},
+			"its seal alone":  {Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "demo-approver", Question: second.QuestionID()},
+		} {
+			got := &toolgatev1alpha1.ApprovalRequest{}
+			must(t, approverClient.Get(ctx, client.ObjectKeyFromObject(second), got))
+			got.Spec.Decision = d
+			if err := approverClient.Update(ctx, got); err == nil || !strings.Contains(err.Error(), "a decision names the question its approver read") {
+				t.Fatalf("a decision naming %s: %v", name, err)
+			}
+		}
+
+		// Read again, the new question is answered by its own ID.
+		r = p.run(with(approver, "approve", "deploy", "--question", toolgatev1alpha1.ShortQuestionID(second.QuestionID()))...)
+		if r.code != 0 {
+			t.Fatalf("approving the question read: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		got := &toolgatev1alpha1.ApprovalRequest{}
+		must(t, c.Get(ctx, client.ObjectKeyFromObject(second), got))
+		if d := got.Spec.Decision; d == nil || d.RequestUID != string(second.UID) || d.Question != second.QuestionID() {
+			t.Fatalf("decision %+v does not name the question read", d)
 		}
 	})
 
@@ -212,12 +276,17 @@ func TestPlugin(t *testing.T) {
 			tc := &toolgatev1alpha1.ToolCall{}
 			must(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, tc))
 			tc.Status = tu.MakeToolCall(ns.Name, name, "").Committed(int64(i)).Obj().Status
-			tc.Status.Result.Content = "wrote " + name
+			// A tool's output with terminal escapes (clear the screen,
+			// set the clipboard): printed, they are shown, never obeyed.
+			tc.Status.Result.Content = "wrote " + name + "\x1b[2J\x1b]52;c;ZXZpbA==\x07\u202e"
 			must(t, c.Status().Update(ctx, tc))
 		}
 		r := p.run(with(agent, "transcript", "s")...)
 		if r.code != 0 || !strings.Contains(r.out, "wrote write-notes") || strings.Contains(r.out, "elsewhere") {
 			t.Fatalf("transcript: exit %d, out %q, err %q", r.code, r.out, r.err)
+		}
+		if strings.ContainsAny(r.out, "\x1b\x07\u202e") || !strings.Contains(r.out, `\u001b[2J`) {
+			t.Fatalf("transcript passes a tool's terminal escapes through: %q", r.out)
 		}
 		// -o name: one name per committed call, in commit order.
 		r = p.run(with(agent, "transcript", "s", "-o", "name")...)

@@ -189,7 +189,7 @@ func (r *chaos) approve(done <-chan struct{}) {
 				continue
 			}
 			_ = approver.Patch(ctx, ar, client.RawPatch("application/merge-patch+json",
-				[]byte(`{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver","message":"chaos approver"}}}`)))
+				fmt.Appendf(nil, `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver","message":"chaos approver","requestUID":%q,"question":%q}}}`, ar.UID, ar.QuestionID())))
 		}
 	}
 }

@@ -68,7 +68,10 @@ type Verdict struct {
 
 // Approval is what became of a call's approval question.
 type Approval struct {
-	Request   string     `json:"request"`
+	Request string `json:"request"`
+	// Question is the question's ID (its seal): every answer counted
+	// named it, so it says what the approvers read.
+	Question  string     `json:"question,omitempty"`
 	Phase     string     `json:"phase"`
 	Reason    string     `json:"reason,omitempty"`
 	Required  int32      `json:"required"`

@@ -77,7 +77,7 @@ func callUID(ar *toolgatev1alpha1.ApprovalRequest) string {
 
 func approvalOf(ar *toolgatev1alpha1.ApprovalRequest) *Approval {
 	_, required := ar.ApprovalCount()
-	a := &Approval{Request: ar.Name, Phase: string(ar.Status.Phase), Reason: ar.Spec.Reason, Required: int32(required), Deadline: ar.Spec.Deadline.UTC()}
+	a := &Approval{Request: ar.Name, Question: ar.QuestionID(), Phase: string(ar.Status.Phase), Reason: ar.Spec.Reason, Required: int32(required), Deadline: ar.Spec.Deadline.UTC()}
 	if q := ar.Spec.Approvers; q != nil {
 		a.Users, a.Groups = q.Users, q.Groups
 	}

@@ -12,12 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	tu "github.com/toolgate/toolgate/internal/testutil"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 func TestDecidableRefuses(t *testing.T) {
@@ -61,8 +63,8 @@ func TestDecideRetriesOnConflict(t *testing.T) {
 	ctx := context.Background()
 	deadline := metav1.NewTime(time.Now().Add(time.Hour))
 	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
-		tu.MakeApprovalRequest("ns", "raced", "raced", deadline).Obj(),
-		tu.MakeApprovalRequest("ns", "lost", "lost", deadline).Obj(),
+		withUID(tu.MakeApprovalRequest("ns", "raced", "raced", deadline).Obj()),
+		withUID(tu.MakeApprovalRequest("ns", "lost", "lost", deadline).Obj()),
 	).Build()
 	updates := 0
 	c := interceptor.NewClient(base, interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
@@ -85,7 +87,7 @@ func TestDecideRetriesOnConflict(t *testing.T) {
 	}})
 	approve := toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
 
-	if _, err := decide(ctx, c, "ns", "raced", approve, time.Now()); err != nil {
+	if _, err := decide(ctx, c, readFrom(t, base, "raced"), approve, time.Now()); err != nil {
 		t.Fatalf("decide after a conflict: %v", err)
 	}
 	got := &toolgatev1alpha1.ApprovalRequest{}
@@ -96,11 +98,13 @@ func TestDecideRetriesOnConflict(t *testing.T) {
 		t.Fatalf("decision %+v after %d updates, want alice's after 2", d, updates)
 	}
 
-	_, err := decide(ctx, c, "ns", "lost", approve, time.Now())
+	_, err := decide(ctx, c, readFrom(t, base, "lost"), approve, time.Now())
 	if err == nil || !strings.Contains(err.Error(), "already decided: Deny by carol") {
 		t.Fatalf("deciding a request someone decided meanwhile: %v", err)
 	}
-	if _, err := decide(ctx, c, "ns", "nosuch", approve, time.Now()); err == nil || !strings.Contains(err.Error(), `approvalrequest "nosuch" not found in namespace "ns"`) {
+	gone := readFrom(t, base, "raced")
+	gone.Name = "nosuch"
+	if _, err := decide(ctx, c, gone, approve, time.Now()); err == nil || !strings.Contains(err.Error(), `approvalrequest "nosuch" not found in namespace "ns"`) {
 		t.Fatalf("a missing request: %v", err)
 	}
 }
@@ -127,14 +131,15 @@ func TestApproveAddsOneOfSeveralApprovals(t *testing.T) {
 	ctx := context.Background()
 	deadline := metav1.NewTime(time.Now().Add(time.Hour))
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
-		tu.MakeApprovalRequest("ns", "two", "two", deadline).Approvers(2, []string{"erin"}, []string{"reviewers"}).Obj(),
+		withUID(tu.MakeApprovalRequest("ns", "two", "two", deadline).Approvers(2, []string{"erin"}, []string{"reviewers"}).Obj()),
 	).Build()
 	approve := toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "erin", Message: "fine"}
-	ar, err := decide(ctx, c, "ns", "two", approve, time.Now())
+	read := readFrom(t, c, "two")
+	ar, err := decide(ctx, c, read, approve, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ar.Spec.Decision != nil || len(ar.Spec.Approvals) != 1 || ar.Spec.Approvals[0] != (toolgatev1alpha1.Approval{User: "erin", Message: "fine"}) {
+	if ar.Spec.Decision != nil || len(ar.Spec.Approvals) != 1 || ar.Spec.Approvals[0] != read.ApprovalOf("erin", "fine") {
 		t.Fatalf("after one approve: decision %+v, approvals %+v", ar.Spec.Decision, ar.Spec.Approvals)
 	}
 	if got := decidedLine(ar, "erin", toolgatev1alpha1.DecisionApprove, "fine"); got != "approvalrequest/two: approved by erin, 1 of 2 approvals\n" {
@@ -145,7 +150,7 @@ func TestApproveAddsOneOfSeveralApprovals(t *testing.T) {
 	if got := decidedLine(relaying, "erin", toolgatev1alpha1.DecisionApprove, "fine"); !strings.Contains(got, "reaches the model") {
 		t.Errorf("an approval whose message is relayed does not say so: %q", got)
 	}
-	if _, err := decide(ctx, c, "ns", "two", approve, time.Now()); err == nil || !strings.Contains(err.Error(), "already holds your approval") {
+	if _, err := decide(ctx, c, read, approve, time.Now()); err == nil || !strings.Contains(err.Error(), "already holds your approval") {
 		t.Fatalf("a second approve by the same approver: %v", err)
 	}
 	var out bytes.Buffer
@@ -156,7 +161,59 @@ func TestApproveAddsOneOfSeveralApprovals(t *testing.T) {
 		t.Errorf("pending -o wide:\n%s", out.String())
 	}
 	deny := toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "carol", Message: "no"}
-	if ar, err = decide(ctx, c, "ns", "two", deny, time.Now()); err != nil || ar.Spec.Decision == nil || ar.Spec.Decision.Action != toolgatev1alpha1.DecisionDeny {
+	if ar, err = decide(ctx, c, read, deny, time.Now()); err != nil || ar.Spec.Decision == nil || ar.Spec.Decision.Action != toolgatev1alpha1.DecisionDeny {
 		t.Fatalf("a deny: %+v %v", ar.Spec.Decision, err)
+	}
+}
+
+// withUID gives ar the UID an API server would (the fake client gives none).
+func withUID(ar *toolgatev1alpha1.ApprovalRequest) *toolgatev1alpha1.ApprovalRequest {
+	ar.UID = types.UID("uid-" + ar.Name)
+	return ar
+}
+
+// readFrom is the request name of namespace ns as an approver reads it.
+func readFrom(t *testing.T, c client.Client, name string) *toolgatev1alpha1.ApprovalRequest {
+	t.Helper()
+	ar := &toolgatev1alpha1.ApprovalRequest{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, ar); err != nil {
+		t.Fatal(err)
+	}
+	return ar
+}
+
+// TestApproveInATerminalShowsTheQuestionAndAsks: without --question, approve
+// shows what it would approve (made safe for the terminal) and approves
+// only that, after a yes; outside a terminal it refuses; deny needs no
+// question (a denial fails closed).
+func TestApproveInATerminalShowsTheQuestionAndAsks(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ar := withUID(tu.MakeApprovalRequest("ns", "deploy", "deploy", metav1.NewTime(time.Now().Add(time.Hour))).Obj())
+	ar.Spec.ArgumentsPreview = "{\"cmd\":\"ls\u001b[2K\u001b[1Arm -rf /\"}"
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ar).Build()
+	run := func(answer string, terminal bool, action toolgatev1alpha1.DecisionAction) (string, error) {
+		var out bytes.Buffer
+		o := &Options{Interactive: func() bool { return terminal }}
+		o.In, o.Out = strings.NewReader(answer), textutil.NewTerminalWriter(&out)
+		_, err := o.questionRead(ctx, c, "ns", "deploy", "", action)
+		return out.String(), err
+	}
+	out, err := run("y\n", true, toolgatev1alpha1.DecisionApprove)
+	if err != nil || !strings.Contains(out, "question test-seal-d") || !strings.Contains(out, `\u001b[2K\u001b[1Arm -rf /`) ||
+		strings.Contains(out, "\x1b") || !strings.Contains(out, "Approve this call? [y/N]") {
+		t.Fatalf("a yes in a terminal: %v\n%q", err, out)
+	}
+	if _, err := run("\n", true, toolgatev1alpha1.DecisionApprove); err == nil || !strings.Contains(err.Error(), "not approved") {
+		t.Fatalf("no answer in a terminal approved: %v", err)
+	}
+	if _, err := run("y\n", false, toolgatev1alpha1.DecisionApprove); err == nil || !strings.Contains(err.Error(), "approving needs the question you read") {
+		t.Fatalf("outside a terminal: %v", err)
+	}
+	if _, err := run("", false, toolgatev1alpha1.DecisionDeny); err != nil {
+		t.Fatalf("a deny outside a terminal: %v", err)
 	}
 }

@@ -29,8 +29,10 @@ func pendingCommand(o *Options) *cobra.Command {
 		Use:   "pending",
 		Short: "list the ApprovalRequests waiting for a decision",
 		Long: `List the ApprovalRequests nobody has decided yet whose deadline has not
-passed, soonest deadline first: the tool, who asked, how long ago, and how
-long is left. With -A, an approver who may not list every namespace sees
+passed, soonest deadline first: the tool, who asked, how long ago, how
+long is left, and the question's ID, which an answer names (approve
+--question) so that it decides this question and no other asked later
+under the same name. With -A, an approver who may not list every namespace sees
 the namespaces it may (or the current one), and is told so.`,
 		Example: `  # requests waiting in the current namespace
   kubectl toolgate pending
@@ -126,7 +128,7 @@ func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wi
 		}
 		fmt.Fprintln(tw)
 	}
-	head := []string{"NAME", "SESSION", "TOOL", "REQUESTER", "APPROVALS", "AGE", "DEADLINE"}
+	head := []string{"NAME", "SESSION", "TOOL", "REQUESTER", "APPROVALS", "AGE", "DEADLINE", "QUESTION"}
 	if wide {
 		head = append(head, "APPROVERS", "CALL", "REASON", "ARGUMENTS")
 	}
@@ -139,7 +141,7 @@ func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wi
 		n, required := ar.ApprovalCount()
 		cells := []string{ar.Name, session, ar.Spec.Tool, ar.Spec.Requester, fmt.Sprintf("%d/%d", n, required),
 			duration.HumanDuration(now.Sub(ar.CreationTimestamp.Time)),
-			"in " + duration.HumanDuration(ar.Spec.Deadline.Sub(now))}
+			"in " + duration.HumanDuration(ar.Spec.Deadline.Sub(now)), toolgatev1alpha1.ShortQuestionID(ar.QuestionID())}
 		if wide {
 			cells = append(cells, approverList(&ar), ar.Spec.ToolCallRef.Name, preview(ar.Spec.Reason), preview(ar.Spec.ArgumentsPreview))
 		}

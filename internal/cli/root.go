@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -19,13 +21,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/textutil"
 )
 
 // Options hold the connection flags shared by every command.
 type Options struct {
 	Flags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
-	scheme *runtime.Scheme
+	// Interactive says whether a person reads Out and answers on In (nil:
+	// whether both are a terminal).
+	Interactive func() bool
+	scheme      *runtime.Scheme
 }
 
 // newScheme holds every type the commands read.
@@ -47,7 +53,12 @@ func newScheme() *runtime.Scheme {
 // streams.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	scheme := newScheme()
-	o := &Options{Flags: genericclioptions.NewConfigFlags(true), IOStreams: streams, scheme: scheme}
+	terminal := isTerminal(streams.In) && isTerminal(streams.Out)
+	// Everything printed is made safe for a terminal: agents and tools
+	// wrote much of it (arguments, results, reasons, messages).
+	streams.Out, streams.ErrOut = textutil.NewTerminalWriter(streams.Out), textutil.NewTerminalWriter(streams.ErrOut)
+	o := &Options{Flags: genericclioptions.NewConfigFlags(true), IOStreams: streams, scheme: scheme,
+		Interactive: func() bool { return terminal }}
 	root := &cobra.Command{
 		Use:   "kubectl-toolgate",
 		Short: "Approve, deny and inspect toolgate tool calls",
@@ -76,6 +87,12 @@ decides what that user may read and decide.`,
 		rotateCommand(o),
 	)
 	return root
+}
+
+// isTerminal reports whether s is a terminal.
+func isTerminal(s any) bool {
+	f, ok := s.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // client returns a client for toolgate's kinds and the namespace the flags

@@ -81,8 +81,9 @@ func TestTraceSaysDurationsAndTheApprover(t *testing.T) {
 		{Stage: "Result", Verdict: "Succeeded", Time: at(97)},
 	}
 	tc.Status.Result = &toolgatev1alpha1.ToolCallResult{Outcome: toolgatev1alpha1.OutcomeSucceeded}
-	ar := &toolgatev1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
-	ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice", Message: "looks fine"}
+	ar := &toolgatev1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: "uid-c",
+		Annotations: map[string]string{toolgatev1alpha1.AnnotationQuestionSeal: "seal-c"}}}
+	ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "alice", "looks fine")
 	resolved := at(95)
 	ar.Status.ResolvedAt = &resolved
 	var out bytes.Buffer
@@ -112,7 +113,7 @@ func TestTraceSaysDurationsAndTheApprover(t *testing.T) {
 	// A request that needs two: the count, and each approval with when
 	// toolgate saw it and its note.
 	ar.Spec.Approvers = &toolgatev1alpha1.Approvers{Required: 2, Groups: []string{"reviewers"}}
-	ar.Spec.Approvals = []toolgatev1alpha1.Approval{{User: "carol", Message: "looks right"}}
+	ar.Spec.Approvals = []toolgatev1alpha1.Approval{ar.ApprovalOf("carol", "looks right")}
 	ar.Status.Approvals = []toolgatev1alpha1.RecordedApproval{{User: "carol", RecordedAt: at(60)}}
 	out.Reset()
 	if err := writeTrace(&out, tc, ar, false); err != nil {

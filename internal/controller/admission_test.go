@@ -113,7 +113,7 @@ var _ = Describe("admission", Ordered, func() {
 		c := as(user)
 		got := &toolgatev1alpha1.ApprovalRequest{}
 		Expect(c.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
-		got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: decidedBy}
+		got.Spec.Decision = got.DecisionOf(toolgatev1alpha1.DecisionApprove, decidedBy, "")
 		return c.Update(ctx, got)
 	}
 
@@ -171,7 +171,7 @@ var _ = Describe("admission", Ordered, func() {
 		approve := func(c client.Client, user, message string) error {
 			got := &toolgatev1alpha1.ApprovalRequest{}
 			Expect(c.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
-			got.Spec.Approvals = append(got.Spec.Approvals, toolgatev1alpha1.Approval{User: user, Message: message})
+			got.Spec.Approvals = append(got.Spec.Approvals, got.ApprovalOf(user, message))
 			return c.Update(ctx, got)
 		}
 		refused := func(err error, why string) {
@@ -183,6 +183,18 @@ var _ = Describe("admission", Ordered, func() {
 		refused(approve(asMember("agent", "reviewers"), "agent", ""), "the requester of a call may not approve it")
 		refused(approve(asMember("bob", "reviewers"), "bob", ""), "needs the verb approve")
 		refused(approve(asMember("carol", "reviewers"), "dave", ""), "added by its approver")
+		By("an approval names the question its approver read")
+		stale := func(edit func(*toolgatev1alpha1.Approval)) error {
+			got := &toolgatev1alpha1.ApprovalRequest{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
+			a := got.ApprovalOf("carol", "")
+			edit(&a)
+			got.Spec.Approvals = append(got.Spec.Approvals, a)
+			return asMember("carol", "reviewers").Update(ctx, got)
+		}
+		refused(stale(func(a *toolgatev1alpha1.Approval) { a.RequestUID = "a-predecessor" }), "an approval names the question its approver read")
+		refused(stale(func(a *toolgatev1alpha1.Approval) { a.Question = "another-seal" }), "an approval names the question its approver read")
+		refused(stale(func(a *toolgatev1alpha1.Approval) { *a = toolgatev1alpha1.Approval{User: "carol"} }), "an approval names the question its approver read")
 		Expect(approve(asMember("carol", "reviewers"), "carol", "looks right")).To(Succeed())
 
 		By("a member approving twice is counted once, and an approval is never edited")
@@ -197,14 +209,14 @@ var _ = Describe("admission", Ordered, func() {
 
 		By("a decision cannot approve a request that needs two")
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
-		got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "dave"}
+		got.Spec.Decision = got.DecisionOf(toolgatev1alpha1.DecisionApprove, "dave", "")
 		refused(asMember("dave", "reviewers").Update(ctx, got), "needs 2 approvals")
 
 		By("the second member's approval completes it; nobody adds a third")
 		Expect(approve(asMember("dave", "reviewers"), "dave", "")).To(Succeed())
 		refused(approve(asMember("frank", "reviewers"), "frank", ""), "already has the approvals it needs")
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), got)).To(Succeed())
-		got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "frank"}
+		got.Spec.Decision = got.DecisionOf(toolgatev1alpha1.DecisionDeny, "frank", "")
 		refused(asMember("frank", "reviewers").Update(ctx, got), "already has the approvals it needs; it is approved")
 
 		By("any named approver may deny; nobody else, and nobody approves after")
@@ -213,7 +225,7 @@ var _ = Describe("admission", Ordered, func() {
 		decide := func(c client.Client, user string) error {
 			got := &toolgatev1alpha1.ApprovalRequest{}
 			Expect(c.Get(ctx, client.ObjectKeyFromObject(deny), got)).To(Succeed())
-			got.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: user, Message: "not this one"}
+			got.Spec.Decision = got.DecisionOf(toolgatev1alpha1.DecisionDeny, user, "not this one")
 			return c.Update(ctx, got)
 		}
 		refused(decide(asMember("alice"), "alice"), "only the approvers this request names")
@@ -248,7 +260,7 @@ var _ = Describe("admission", Ordered, func() {
 		}
 		Expect(k8s.Create(ctx, broadest)).To(Succeed())
 		bind(ns, "dave", broadest.Name)
-		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "dave"}
+		ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "dave", "")
 		// The binding reaches the authorizer within moments: until then
 		// RBAC, not the policy, refuses.
 		Eventually(func() string {

@@ -206,7 +206,7 @@ var _ = Describe("a question that needs two approvals", func() {
 			GinkgoHelper()
 			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
 			base := ar.DeepCopy()
-			ar.Spec.Approvals = append(ar.Spec.Approvals, toolgatev1alpha1.Approval{User: user})
+			ar.Spec.Approvals = append(ar.Spec.Approvals, ar.ApprovalOf(user, ""))
 			Expect(k8s.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
 		}
 		approve("carol")
@@ -237,7 +237,7 @@ var _ = Describe("an approver's message", func() {
 		GinkgoHelper()
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ar), ar)).To(Succeed())
 		base := ar.DeepCopy()
-		ar.Spec.Approvals = append(ar.Spec.Approvals, toolgatev1alpha1.Approval{User: user, Message: msg})
+		ar.Spec.Approvals = append(ar.Spec.Approvals, ar.ApprovalOf(user, msg))
 		Expect(k8s.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
 	}
 	run := func(relay bool) (*toolgatev1alpha1.ApprovalRequest, *toolgatev1alpha1.ToolCall) {

@@ -74,7 +74,7 @@ func approvalRequest(ns, call string) *toolgatev1alpha1.ApprovalRequest {
 
 func decide(ar *toolgatev1alpha1.ApprovalRequest, action toolgatev1alpha1.DecisionAction) {
 	base := ar.DeepCopy()
-	ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: action, DecidedBy: "alice", Message: "checked"}
+	ar.Spec.Decision = ar.DecisionOf(action, "alice", "checked")
 	Expect(k8s.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
 }
 

@@ -252,7 +252,7 @@ var _ = Describe("the MCP gateway", func() {
 		Eventually(func() error { return as("alice").Get(ctx, client.ObjectKey{Namespace: ns, Name: request}, ar) }).Should(Succeed())
 		Expect(ar.Spec.Requester).To(Equal(user))
 		base := ar.DeepCopy()
-		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+		ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "alice", "")
 		Expect(as("alice").Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
 
 		var got outcome
@@ -283,7 +283,7 @@ var _ = Describe("the MCP gateway", func() {
 			return ar != nil
 		}, 60*time.Second).Should(BeTrue())
 		base := ar.DeepCopy()
-		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "alice", Message: "write to the staging copy instead"}
+		ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionDeny, "alice", "write to the staging copy instead")
 		Expect(as("alice").Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
 
 		var res *mcp.CallToolResult
@@ -319,7 +319,7 @@ var _ = Describe("the MCP gateway", func() {
 		name := agent.CallName("s", 0, 2)
 		Eventually(func() error { return as("alice").Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ar) }).Should(Succeed())
 		base := ar.DeepCopy()
-		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+		ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "alice", "")
 		Expect(as("alice").Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())
 
 		got := map[int]*mcp.CallToolResult{}

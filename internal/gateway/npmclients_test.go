@@ -55,7 +55,7 @@ func clusterOf(ns string) mcpclients.Cluster {
 				return err
 			}
 			base := ar.DeepCopy()
-			ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+			ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "alice", "")
 			return as("alice").Patch(ctx, ar, client.MergeFrom(base))
 		},
 	}

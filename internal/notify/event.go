@@ -37,6 +37,10 @@ type Event struct {
 	DecidedBy string    `json:"decidedBy,omitempty"`
 	Message   string    `json:"message,omitempty"`
 	Deadline  time.Time `json:"deadline"`
+	// Question is the question's ID (its seal): an answer names it, so
+	// this question, and no other asked later under the same name, is the
+	// one decided.
+	Question string `json:"question,omitempty"`
 	// Command decides the question (requested events).
 	Command string `json:"command,omitempty"`
 }
@@ -54,6 +58,7 @@ func EventOf(ar *toolgatev1alpha1.ApprovalRequest, typ string, now time.Time) Ev
 		Tool: ar.Spec.Tool, Requester: ar.Spec.Requester, Reason: ar.Spec.Reason,
 		Preview: textutil.Truncate(ar.Spec.ArgumentsPreview, maxPreview),
 		Phase:   string(ar.Status.Phase), Required: int32(required), Approved: int32(approved), Deadline: ar.Spec.Deadline.UTC(),
+		Question: ar.QuestionID(),
 	}
 	if ar.Spec.SessionRef != nil {
 		e.Session = ar.Spec.SessionRef.Name
@@ -68,7 +73,8 @@ func EventOf(ar *toolgatev1alpha1.ApprovalRequest, typ string, now time.Time) Ev
 		e.DecidedBy = strings.Join(names, ", ")
 	}
 	if typ == TypeRequested {
-		e.Command = fmt.Sprintf("kubectl toolgate approve %s -n %s   (or: kubectl toolgate deny %s -n %s -m WHY)", ar.Name, ar.Namespace, ar.Name, ar.Namespace)
+		q := toolgatev1alpha1.ShortQuestionID(e.Question)
+		e.Command = fmt.Sprintf("kubectl toolgate approve %s -n %s --question %s   (or: kubectl toolgate deny %s -n %s --question %s -m WHY)", ar.Name, ar.Namespace, q, ar.Name, ar.Namespace, q)
 	}
 	return e
 }

@@ -61,7 +61,8 @@ func (r *receiver) received() []map[string]any {
 
 func question() *toolgatev1alpha1.ApprovalRequest {
 	return &toolgatev1alpha1.ApprovalRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "write-1", UID: types.UID("u-1")},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "write-1", UID: types.UID("u-1"),
+			Annotations: map[string]string{toolgatev1alpha1.AnnotationQuestionSeal: "3f9a1c2b7d4e5f60718293a4b5c6d7e8"}},
 		Spec: toolgatev1alpha1.ApprovalRequestSpec{
 			ToolCallRef: toolgatev1alpha1.LocalObjectReference{Name: "write-1"}, SessionRef: &toolgatev1alpha1.LocalObjectReference{Name: "s"},
 			Tool: "write_file", ArgumentsPreview: `{"path":"<@U123> & notes [approve here](https://x.test)","token":"[redacted]"}`, Reason: "writes-need-two",
@@ -103,7 +104,8 @@ func TestEachFormatSaysWhatWaitsAndHowToDecide(t *testing.T) {
 	}
 	data := c["data"].(map[string]any)
 	if data["requester"] != "agent" || data["session"] != "s" || data["tool"] != "write_file" || data["required"] != 2.0 ||
-		!strings.Contains(data["command"].(string), "kubectl toolgate approve write-1 -n agents") {
+		!strings.Contains(data["command"].(string), "kubectl toolgate approve write-1 -n agents --question 3f9a1c2b7d4e ") ||
+		data["question"] != "3f9a1c2b7d4e5f60718293a4b5c6d7e8" {
 		t.Errorf("cloudevent data %v", data)
 	}
 	s := slack.received()[0]
@@ -113,7 +115,7 @@ func TestEachFormatSaysWhatWaitsAndHowToDecide(t *testing.T) {
 		t.Errorf("slack %v", s)
 	}
 	tm, _ := json.Marshal(teams.received()[0])
-	if !strings.Contains(string(tm), `"AdaptiveCard"`) || !strings.Contains(string(tm), "kubectl toolgate approve write-1 -n agents") ||
+	if !strings.Contains(string(tm), `"AdaptiveCard"`) || !strings.Contains(string(tm), "kubectl toolgate approve write-1 -n agents --question 3f9a1c2b7d4e") ||
 		!strings.Contains(string(tm), "Approvals: 0 of 2") || strings.Contains(string(tm), "](https") {
 		t.Errorf("teams %s", tm)
 	}

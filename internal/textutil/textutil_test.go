@@ -2,7 +2,9 @@ package textutil
 
 import (
 	"regexp"
+	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -52,4 +54,43 @@ func TestLabelValue(t *testing.T) {
 	if got := LabelValue("call-1"); got != "call-1" {
 		t.Errorf("a valid value changed: %q", got)
 	}
+}
+
+// FuzzTerminalWriter: whatever bytes an agent or a tool wrote, and however
+// they are cut into writes, what reaches the terminal is valid UTF-8 with
+// no control character but newline and tab and nothing that reorders text,
+// and the same as when written at once.
+func FuzzTerminalWriter(f *testing.F) {
+	for _, s := range []string{
+		"plain", "\x1b[2J\x1b[H", "\x1b]52;c;ZXZpbA==\x07", "\u009b31m", "\xc2\x9b31m", "a\u202eb", "\xff\xfe",
+		"tab\tline\nreturn\r", "é€𝄞", "\x00\x7f",
+	} {
+		f.Add([]byte(s), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, cut uint8) {
+		var whole, parts strings.Builder
+		if _, err := NewTerminalWriter(&whole).Write(b); err != nil {
+			t.Fatal(err)
+		}
+		w := NewTerminalWriter(&parts)
+		step := int(cut%7) + 1
+		for i := 0; i < len(b); i += step {
+			if _, err := w.Write(b[i:min(i+step, len(b))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, _ = w.Write(nil)
+		out := whole.String()
+		if !utf8.ValidString(out) {
+			t.Fatalf("invalid UTF-8 out of %q: %q", b, out)
+		}
+		for _, r := range out {
+			if r != '\n' && r != '\t' && (unicode.IsControl(r) || reorders(r)) {
+				t.Fatalf("%U reaches the terminal out of %q: %q", r, b, out)
+			}
+		}
+		if utf8.Valid(b) && parts.String() != out {
+			t.Fatalf("written in parts of %d: %q, at once: %q", step, parts.String(), out)
+		}
+	})
 }

@@ -168,7 +168,7 @@ var _ = Describe("the agent client", func() {
 		ar := &toolgatev1alpha1.ApprovalRequest{}
 		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: turn.Names[2]}, ar) }).Should(Succeed())
 		base := ar.DeepCopy()
-		ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "alice"}
+		ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "alice", "")
 		alice, err := client.New(as("alice"), client.Options{Scheme: env.Scheme})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(alice.Patch(ctx, ar, client.MergeFrom(base))).To(Succeed())

@@ -143,14 +143,14 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		}, 60*time.Second).Should(Succeed())
 
 		By("a non-member holding the approver role is refused by the API server")
-		_, err := plugin("e2e-outsider", nil, "approve", "write")
+		_, err := plugin("e2e-outsider", nil, "approve", "write", "--question", ns.Question("write"))
 		Expect(err).To(MatchError(ContainSubstring("only the approvers this request names")))
 
 		By("the first member's approval is one of two; the same member again is counted once")
-		out, err := plugin("e2e-carol", reviewers, "approve", "write", "-m", "looks right")
+		out, err := plugin("e2e-carol", reviewers, "approve", "write", "--question", ns.Question("write"), "-m", "looks right")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("approved by e2e-carol, 1 of 2 approvals (the message reaches the model"))
-		_, err = plugin("e2e-carol", reviewers, "approve", "write")
+		_, err = plugin("e2e-carol", reviewers, "approve", "write", "--question", ns.Question("write"))
 		Expect(err).To(HaveOccurred(), "a second approval by the same member")
 		out, err = plugin("e2e-dave", reviewers, "pending", "-o", "wide")
 		Expect(err).NotTo(HaveOccurred())
@@ -162,7 +162,7 @@ var _ = Describe("approvals by a quorum of a group", func() {
 		}, 3*time.Second, 500*time.Millisecond).Should(BeNil(), "one approval of two runs nothing")
 
 		By("the second member's approval runs the call")
-		out, err = plugin("e2e-dave", reviewers, "approve", "write")
+		out, err = plugin("e2e-dave", reviewers, "approve", "write", "--question", ns.Question("write"))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("2 of 2 approvals"))
 		res := ns.Committed("write").Status.Result

@@ -111,10 +111,13 @@ var _ = Describe("toolgate on real pods", func() {
 		// Approval by patch, as a person would with kubectl: the admission
 		// policy's message is what the requester reads.
 		_, err := kubectl(userAgent, "", "-n", ns.Name, "patch", "approvalrequest", "asked", "--type=merge",
-			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-agent"}}}`)
+			"-p", ns.Decision("asked", "demo-agent"))
 		Expect(err).To(MatchError(ContainSubstring("the requester of a call may not decide its approval")))
 		_, err = kubectl(userApprover, "", "-n", ns.Name, "patch", "approvalrequest", "asked", "--type=merge",
 			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver"}}}`)
+		Expect(err).To(MatchError(ContainSubstring("a decision names the question its approver read")), "a decision that names no question")
+		_, err = kubectl(userApprover, "", "-n", ns.Name, "patch", "approvalrequest", "asked", "--type=merge",
+			"-p", ns.Decision("asked", "demo-approver"))
 		Expect(err).NotTo(HaveOccurred())
 		tc := ns.Committed("asked")
 		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
@@ -137,9 +140,9 @@ var _ = Describe("toolgate on real pods", func() {
 		var waiting toolgatev1alpha1.ApprovalRequestList
 		Expect(json.Unmarshal([]byte(out), &waiting)).To(Succeed(), out)
 		Expect(waiting.Items).To(ContainElement(HaveField("ObjectMeta.Name", "plugin")))
-		_, err = kubectl(userAdmin, "", "toolgate", "--kubeconfig", admin, "--as", userAgent, "-n", ns.Name, "approve", "plugin")
+		_, err = kubectl(userAdmin, "", "toolgate", "--kubeconfig", admin, "--as", userAgent, "-n", ns.Name, "approve", "plugin", "--question", ns.Question("plugin"))
 		Expect(err).To(MatchError(ContainSubstring("the requester of a call may not decide its approval")))
-		out, err = kubectl(userAdmin, "", "toolgate", "--kubeconfig", admin, "--as", userApprover, "-n", ns.Name, "approve", "plugin", "-m", "from the plugin")
+		out, err = kubectl(userAdmin, "", "toolgate", "--kubeconfig", admin, "--as", userApprover, "-n", ns.Name, "approve", "plugin", "--question", ns.Question("plugin"), "-m", "from the plugin")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("Approve by demo-approver"))
 		Expect(ns.Committed("plugin").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
@@ -281,7 +284,7 @@ spec:
 		Eventually(func() string { return ns.Pod(planted.Name).Status.PodIP }, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty())
 
 		_, err := kubectl(userApprover, "", "-n", ns.Name, "patch", "approvalrequest", "victim", "--type=merge",
-			"-p", `{"spec":{"decision":{"action":"Approve","decidedBy":"demo-approver"}}}`)
+			"-p", ns.Decision("victim", "demo-approver"))
 		Expect(err).NotTo(HaveOccurred())
 		tc := ns.Committed("victim")
 		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), tc.Status.Result.Message)

@@ -388,6 +388,24 @@ spec:
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 }
 
+// Question is the ID of the question the ApprovalRequest name asks, as
+// its approver reads it ("" while there is none): an answer names it.
+func (ns *agentNamespace) Question(name string) string {
+	ar := &toolgatev1alpha1.ApprovalRequest{}
+	if ns.Approver.Get(ctx, client.ObjectKey{Name: name}, ar) != nil {
+		return ""
+	}
+	return ar.QuestionID()
+}
+
+// Decision is a merge patch deciding the ApprovalRequest name as user, for
+// the question its approver reads now, as a person writes it with kubectl.
+func (ns *agentNamespace) Decision(name, user string) string {
+	ar := &toolgatev1alpha1.ApprovalRequest{}
+	Expect(ns.Approver.Get(ctx, client.ObjectKey{Name: name}, ar)).To(Succeed())
+	return fmt.Sprintf(`{"spec":{"decision":{"action":"Approve","decidedBy":%q,"requestUID":%q,"question":%q}}}`, user, ar.UID, ar.QuestionID())
+}
+
 // Committed waits for the ToolCall to be committed and returns it.
 func (ns *agentNamespace) Committed(name string) *toolgatev1alpha1.ToolCall {
 	tc := &toolgatev1alpha1.ToolCall{}

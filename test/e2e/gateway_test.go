@@ -133,7 +133,8 @@ spec:
 		decide := func(verb string, index int32, message string) {
 			GinkgoHelper()
 			Eventually(func() error {
-				_, err := kubectl(userApprover, "", "toolgate", verb, agent.CallName(session, 0, index), "-n", ns.Name, "-m", message, "--kubeconfig", kubeconfig(userApprover))
+				name := agent.CallName(session, 0, index)
+				_, err := kubectl(userApprover, "", "toolgate", verb, name, "--question", ns.Question(name), "-n", ns.Name, "-m", message, "--kubeconfig", kubeconfig(userApprover))
 				return err
 			}, 2*time.Minute, time.Second).Should(Succeed())
 		}

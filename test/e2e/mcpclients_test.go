@@ -84,7 +84,7 @@ spec:
 				return tc, ns.Admin.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, tc)
 			},
 			Approve: func(_ context.Context, name string) error {
-				_, err := kubectl(userApprover, "", "toolgate", "approve", name, "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
+				_, err := kubectl(userApprover, "", "toolgate", "approve", name, "--question", ns.Question(name), "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
 				return err
 			},
 		}

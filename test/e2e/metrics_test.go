@@ -141,7 +141,7 @@ spec:
 
 		By("once the call ran, every series the alerts and the dashboard read is served")
 		Eventually(func() error {
-			_, err := kubectl(userApprover, "", "toolgate", "approve", "asked", "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
+			_, err := kubectl(userApprover, "", "toolgate", "approve", "asked", "--question", ns.Question("asked"), "-n", ns.Name, "--kubeconfig", kubeconfig(userApprover))
 			return err
 		}, 60*time.Second, time.Second).Should(Succeed())
 		Expect(ns.Committed("asked").Status.Result.Outcome).To(BeEquivalentTo("Succeeded"))

@@ -118,6 +118,13 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 		return pipeline.Unavailable, "the ApprovalRequest does not ask this call's question (requester, tool or arguments differ)"
 	}
 	d := ar.Spec.Decision
+	if d != nil && !ar.Answered(d.RequestUID, d.Question) {
+		// Admission refuses a decision that does not name the question its
+		// approver read; one written around it answers nothing toolgate
+		// asked, and a decision is never changed: the call fails closed.
+		log.FromContext(ctx).Info("approval decision names another question", "request", ar.Name)
+		return pipeline.Unavailable, "the ApprovalRequest's decision does not name this question (its UID and question seal): nobody answered what toolgate asked"
+	}
 	if d == nil {
 		if approved(ar) {
 			p.setPhase(ctx, ar, toolgatev1alpha1.ApprovalApproved)
@@ -373,6 +380,9 @@ func (p *Provider) Close(ctx context.Context, subj approval.Subject, code pipeli
 		return nil
 	}
 	phase := toolgatev1alpha1.ApprovalCancelled
+	if d := ar.Spec.Decision; d != nil && !ar.Answered(d.RequestUID, d.Question) {
+		return p.setPhaseErr(ctx, ar, phase) // an answer to another question decided nothing
+	}
 	switch {
 	case ar.Spec.Decision != nil && ar.Spec.Decision.Action == toolgatev1alpha1.DecisionApprove:
 		phase = toolgatev1alpha1.ApprovalApproved // a person did decide: the record says so

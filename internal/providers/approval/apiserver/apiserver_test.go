@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,9 +13,11 @@ import (
 	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -225,7 +228,7 @@ func TestAnEndedQuestionIsLoggedWithWhoAnswered(t *testing.T) {
 	var logs strings.Builder
 	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { logs.WriteString(args + "\n") }, funcr.Options{}))
 	call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "u1"}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&toolgatev1alpha1.ApprovalRequest{}).Build()
+	c := withUIDs(fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&toolgatev1alpha1.ApprovalRequest{}).Build())
 	p := New(c, clocktesting.NewFakePassiveClock(time.Now()), testKey)
 	subj := approval.Subject{Owner: call}
 	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{"text":"log-argument-marker"}`), Requester: "agent"},
@@ -237,7 +240,7 @@ func TestAnEndedQuestionIsLoggedWithWhoAnswered(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "c1"}, ar); err != nil {
 		t.Fatal(err)
 	}
-	ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionDeny, DecidedBy: "carol"}
+	ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionDeny, "carol", "")
 	if err := c.Update(ctx, ar); err != nil {
 		t.Fatal(err)
 	}
@@ -250,5 +253,79 @@ func TestAnEndedQuestionIsLoggedWithWhoAnswered(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "log-argument-marker") {
 		t.Errorf("the arguments in the log:\n%s", logs.String())
+	}
+}
+
+// withUIDs gives each object c creates a UID, as the API server does.
+func withUIDs(c client.WithWatch) client.WithWatch {
+	n := 0
+	return interceptor.NewClient(c, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		n++
+		obj.SetUID(types.UID(fmt.Sprintf("uid-%d", n)))
+		return c.Create(ctx, obj, opts...)
+	}})
+}
+
+// TestOnlyAnAnswerToThisQuestionCounts: a decision or an approval counts
+// only when it names this request (its UID) as toolgate sealed it (its
+// question seal). Admission refuses others; one written around admission
+// (a cluster without the policies) decides nothing, and a decision, which
+// is never changed, then fails the call closed.
+func TestOnlyAnAnswerToThisQuestionCounts(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	q := pipeline.Question{Call: pipeline.Call{Tool: "echo", Args: pipeline.ArgumentsOf(`{"cmd":"ls"}`), Requester: "agent"},
+		Reason: "ask-all", Deadline: time.Now().Add(time.Hour)}
+	for _, tt := range []struct {
+		name   string
+		answer func(ar *toolgatev1alpha1.ApprovalRequest)
+		want   pipeline.Answer
+	}{
+		{"a decision naming this question", func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "carol", "")
+		}, pipeline.AllowedOnce},
+		{"a decision naming no question", func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Decision = &toolgatev1alpha1.ApprovalDecision{Action: toolgatev1alpha1.DecisionApprove, DecidedBy: "carol"}
+		}, pipeline.Unavailable},
+		{"a decision naming a predecessor's UID", func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "carol", "")
+			ar.Spec.Decision.RequestUID = "the-predecessor"
+		}, pipeline.Unavailable},
+		{"a decision naming another seal", func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Decision = ar.DecisionOf(toolgatev1alpha1.DecisionApprove, "carol", "")
+			ar.Spec.Decision.Question = "0123456789ab"
+		}, pipeline.Unavailable},
+		{"an approval naming this question", func(ar *toolgatev1alpha1.ApprovalRequest) {
+			ar.Spec.Approvals = []toolgatev1alpha1.Approval{ar.ApprovalOf("carol", "")}
+		}, pipeline.AllowedOnce},
+		{"an approval naming a predecessor", func(ar *toolgatev1alpha1.ApprovalRequest) {
+			a := ar.ApprovalOf("carol", "")
+			a.RequestUID = "the-predecessor"
+			ar.Spec.Approvals = []toolgatev1alpha1.Approval{a}
+		}, pipeline.AnswerPending},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			call := &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "u1"}}
+			c := withUIDs(fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&toolgatev1alpha1.ApprovalRequest{}).Build())
+			p := New(c, clocktesting.NewFakePassiveClock(time.Now()), testKey)
+			subj := approval.Subject{Owner: call}
+			if answer, _ := p.Approve(ctx, subj, q); answer != pipeline.AnswerPending {
+				t.Fatalf("asked: %v", answer)
+			}
+			ar := &toolgatev1alpha1.ApprovalRequest{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "c1"}, ar); err != nil {
+				t.Fatal(err)
+			}
+			tt.answer(ar)
+			if err := c.Update(ctx, ar); err != nil {
+				t.Fatal(err)
+			}
+			if answer, why := p.Approve(ctx, subj, q); answer != tt.want {
+				t.Fatalf("answer %v (%s), want %v", answer, why, tt.want)
+			}
+		})
 	}
 }
