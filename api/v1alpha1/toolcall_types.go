@@ -239,6 +239,12 @@ type PipelineCheckpoint struct {
 	// +optional
 	NotBefore *metav1.MicroTime `json:"notBefore,omitempty"`
 
+	// retried is the failure of the attempt a retry follows: the call's
+	// outcome if it is cancelled before the retry is dispatched (after its
+	// body ran, cancellation replaces only a success).
+	// +optional
+	Retried *CheckpointFailure `json:"retried,omitempty"`
+
 	// body is the output of the body once post-execute has passed it; a
 	// body that has not passed post-execute yet is never stored here.
 	// +optional

@@ -656,6 +656,11 @@ func (in *PipelineCheckpoint) DeepCopyInto(out *PipelineCheckpoint) {
 		in, out := &in.NotBefore, &out.NotBefore
 		*out = (*in).DeepCopy()
 	}
+	if in.Retried != nil {
+		in, out := &in.Retried, &out.Retried
+		*out = new(CheckpointFailure)
+		**out = **in
+	}
 	if in.Body != nil {
 		in, out := &in.Body, &out.Body
 		*out = new(CheckpointBody)

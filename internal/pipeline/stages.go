@@ -29,6 +29,14 @@ func (p *Pipeline) cancelledBeforeDispatch(ctx context.Context, st *State) bool 
 	if ctx.Err() == nil {
 		return false
 	}
+	if f := st.Retried; f != nil {
+		// An attempt already ran and failed: after invocation, cancellation
+		// replaces only a success, so its failure is the outcome; the
+		// retry it was waiting for never runs.
+		st.record(st.Next, VerdictCancelled, string(f.Code), p.opts.Clock.Now())
+		st.settle(f.Code, cancelledBecause(ctx, f.Message+" (not retried: the call was cancelled)"))
+		return true
+	}
 	st.record(st.Next, VerdictCancelled, string(CodeCancelled), p.opts.Clock.Now())
 	st.settle(CodeCancelled, cancelledBecause(ctx, "the call was cancelled before its body was dispatched"))
 	return true
@@ -229,6 +237,7 @@ func (p *Pipeline) dispatch(ctx context.Context, st *State, snap snapshot) (Prog
 	}
 	st.Attempt++
 	st.AttemptStartedAt = now
+	st.Retried = nil // this attempt's own outcome decides from here
 	st.dispatched, st.reattaching, st.timedOut = true, false, false
 	st.record(StageDispatch, VerdictDispatched, attemptReason(st.Attempt), now)
 	st.Next = StageExecute
@@ -308,6 +317,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 		return Advanced, 0
 	}
 	if retryable(fail.Code) && def.Idempotent && st.Attempt < def.MaxAttempts {
+		st.Retried = &Failure{Code: fail.Code, Message: failureMessage(fail.Message)}
 		st.record(StageExecute, VerdictRetry, string(fail.Code), now)
 		st.NotBefore = now.Add(def.RetryBackoff)
 		st.Next = StageDispatch
@@ -318,6 +328,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 		// preemption, node pressure): no fault of the body's, whose work
 		// is lost as with a manager gone (interrupted), so an idempotent
 		// one is dispatched again within the same bound, on another pod.
+		st.Retried = &Failure{Code: fail.Code, Message: failureMessage(fail.Message)}
 		st.record(StageExecute, VerdictRetry, string(fail.Code), now)
 		st.Next = StageDispatch
 		return Advanced, 0
@@ -332,6 +343,11 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 func (p *Pipeline) interrupted(st *State, def Definition, now time.Time) (Progress, time.Duration) {
 	bound := rerunBound(def)
 	if def.Idempotent && st.Attempt < bound {
+		if st.Attempt > 0 {
+			// Its result is lost, which is no success for a cancellation
+			// to replace.
+			st.Retried = &Failure{Code: CodeInterrupted, Message: fmt.Sprintf("attempt %d was interrupted and its result is lost", st.Attempt)}
+		}
 		st.record(StageExecute, VerdictInterrupted, "rerun-idempotent", now)
 		st.Next = StageDispatch
 		return Advanced, 0

@@ -98,6 +98,10 @@ type State struct {
 	AttemptStartedAt time.Time `json:"attemptStartedAt,omitzero"`
 	// NotBefore delays the next dispatch (retry backoff).
 	NotBefore time.Time `json:"notBefore,omitzero"`
+	// Retried is the failure of the attempt a retry follows: the outcome
+	// if the caller cancels before the retry is dispatched (cancellation
+	// after invocation replaces only a success).
+	Retried *Failure `json:"retried,omitempty"`
 
 	// Body is the validated, rendered body output after execute and
 	// post-execute; Failure the settled failure, if any.

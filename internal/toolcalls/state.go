@@ -51,6 +51,9 @@ func StateOf(tc *toolgatev1alpha1.ToolCall) *pipeline.State {
 		st.AskReason, st.AskText = cp.AskReason, cp.AskMessage
 		st.AskQuorum = approval.QuorumOf(cp.AskApprovers)
 		st.NotBefore = microTimeOf(cp.NotBefore)
+		if f := cp.Retried; f != nil {
+			st.Retried = &pipeline.Failure{Code: pipeline.Code(f.Code), Message: f.Message}
+		}
 		if b := cp.Body; b != nil {
 			st.Body = &pipeline.Body{Value: b.Value, Content: b.Content, Contexts: contextsIn(b.Contexts), Truncated: b.Truncated}
 		}
@@ -114,6 +117,9 @@ func WriteState(tc *toolgatev1alpha1.ToolCall, st *pipeline.State, now time.Time
 	}
 	if f := st.Failure; f != nil {
 		cp.Failure = &toolgatev1alpha1.CheckpointFailure{Code: string(f.Code), Message: f.Message}
+	}
+	if f := st.Retried; f != nil {
+		cp.Retried = &toolgatev1alpha1.CheckpointFailure{Code: string(f.Code), Message: f.Message}
 	}
 	if r := st.Result; r != nil && !st.Done() && r.Outcome != pipeline.Succeeded {
 		// The frozen failure, written before it is announced live: a
