@@ -166,11 +166,19 @@ type AgentSessionStatus struct {
 	Counts OutcomeCounts `json:"counts,omitempty"`
 
 	// deferredContexts are the contexts of the last committed turn, in call
-	// order, ready for the model's next step.
+	// order, ready for the model's next step: at most 256, and at most
+	// 512 KiB as stored, so that the session's status stays writable
+	// whatever a turn's calls defer.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
 	DeferredContexts []SessionContext `json:"deferredContexts,omitempty"`
+
+	// deferredContextsOmitted is how many contexts of that turn are not in
+	// deferredContexts (beyond its bounds, the later ones in call order):
+	// each is still in its call's result (pkg/agent reads them there).
+	// +optional
+	DeferredContextsOmitted int32 `json:"deferredContextsOmitted,omitempty"`
 
 	// workspaceClaimName is the claim mounted as the workspace.
 	// +optional

@@ -1,8 +1,11 @@
 package toolcalls
 
 import (
+	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -246,6 +249,54 @@ func TestScreen(t *testing.T) {
 			}
 			if len(logged)+len(nested)+len(out) != len(calls) {
 				t.Errorf("%d logged + %d nested + %d out != %d calls", len(logged), len(nested), len(out), len(calls))
+			}
+		})
+	}
+}
+
+// TestDeferredContextsFitTheSessionStatus: however many and however large
+// the contexts a turn's calls defer, the session holds a prefix in call
+// order within its bounds (count and bytes as stored, far below what one
+// object write takes), and says how many it left out.
+func TestDeferredContextsFitTheSessionStatus(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		calls, per, sz int
+	}{
+		{"a few small", 3, 2, 10},
+		{"many small", 40, 16, 10},
+		{"many large (16 KiB each, the API's bound)", 20, 16, 16 << 10},
+		{"one call of large ones", 1, 16, 16 << 10},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var calls []*toolgatev1alpha1.ToolCall
+			for i := range tt.calls {
+				c := tu.MakeToolCall("ns", fmt.Sprintf("c%d", i), "s").At(0, int32(i)).Of(int32(tt.calls)).Committed(int64(i)).Obj()
+				c.Spec.CallID = fmt.Sprintf("call-%d", i)
+				for j := range tt.per {
+					msg := fmt.Sprintf("%d/%d ", i, j) + strings.Repeat("\x01", tt.sz) // escaped when stored: 6 bytes each
+					c.Status.Result.Contexts = append(c.Status.Result.Contexts, toolgatev1alpha1.AdditionalContext{Source: toolgatev1alpha1.ContextSourceTool, Message: msg})
+				}
+				calls = append(calls, c)
+			}
+			s := tu.MakeAgentSession("ns", "s", "p").Obj()
+			SetSessionStatus(s, calls)
+			st := s.Status
+			stored, err := json.Marshal(st.DeferredContexts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := tt.calls * tt.per
+			if len(st.DeferredContexts) > maxDeferredContexts || len(stored) > maxDeferredContextBytes+2 {
+				t.Fatalf("%d contexts, %d bytes stored: beyond the bounds", len(st.DeferredContexts), len(stored))
+			}
+			if len(st.DeferredContexts)+int(st.DeferredContextsOmitted) != total || (total > 0 && len(st.DeferredContexts) == 0) {
+				t.Fatalf("%d kept + %d omitted, want %d in all", len(st.DeferredContexts), st.DeferredContextsOmitted, total)
+			}
+			for k, c := range st.DeferredContexts {
+				if want := fmt.Sprintf("%d/%d ", k/tt.per, k%tt.per); !strings.HasPrefix(c.Message, want) || c.CallID != fmt.Sprintf("call-%d", k/tt.per) {
+					t.Fatalf("context %d is %q of %s: not the prefix in call order", k, c.Message[:8], c.CallID)
+				}
 			}
 		})
 	}

@@ -1,6 +1,8 @@
 package toolcalls
 
 import (
+	"encoding/json"
+
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
@@ -38,8 +40,8 @@ func SetSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 	// releases its contexts. A closed turn contributes nothing. When the
 	// calls of the turn recorded complete are gone (deleted, or expired:
 	// ttlSecondsAfterCommit), its contexts stay as they were.
-	kept := st.DeferredContexts
-	st.DeferredContexts = nil
+	kept, keptOmitted := st.DeferredContexts, st.DeferredContextsOmitted
+	st.DeferredContexts, st.DeferredContextsOmitted = nil, 0
 	closed := closedTurns(calls)
 	for i := len(calls) - 1; i >= 0; i-- {
 		c := calls[i]
@@ -47,21 +49,56 @@ func SetSessionStatus(s *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha
 			continue
 		}
 		st.CommittedTurn = c.Spec.Turn
-		for _, d := range calls {
-			if d.Spec.Turn == c.Spec.Turn {
-				for _, ctx := range d.Status.Result.Contexts {
-					if len(st.DeferredContexts) < 256 {
-						st.DeferredContexts = append(st.DeferredContexts, toolgatev1alpha1.SessionContext{CallID: d.Spec.CallID, AdditionalContext: ctx})
-					}
-				}
-			}
-		}
+		st.DeferredContexts, st.DeferredContextsOmitted = deferredContexts(calls, c.Spec.Turn)
 		break
 	}
 	if st.CommittedTurn < through {
-		st.DeferredContexts = kept
+		st.DeferredContexts, st.DeferredContextsOmitted = kept, keptOmitted
 	}
 	st.CommittedTurn = max(st.CommittedTurn, through)
+}
+
+// The bounds of a session's deferred contexts: the status is one object,
+// and every context a turn's calls defer (up to 16 KiB each, 16 per call)
+// would not fit in one write.
+const (
+	maxDeferredContexts     = 256
+	maxDeferredContextBytes = 512 << 10
+)
+
+// deferredContexts are the contexts of turn's calls, in call order, within
+// the bounds, and how many were left out (each still in its call's result).
+func deferredContexts(calls []*toolgatev1alpha1.ToolCall, turn int64) ([]toolgatev1alpha1.SessionContext, int32) {
+	var out []toolgatev1alpha1.SessionContext
+	var omitted int32
+	size := 0
+	for _, d := range calls {
+		if d.Spec.Turn != turn {
+			continue
+		}
+		for _, ctx := range d.Status.Result.Contexts {
+			sc := toolgatev1alpha1.SessionContext{CallID: d.Spec.CallID, AdditionalContext: ctx}
+			n := encodedSize(sc)
+			if omitted > 0 || len(out) == maxDeferredContexts || size+n > maxDeferredContextBytes {
+				// Later ones are left out too: the model reads a prefix in
+				// call order, never a gap.
+				omitted++
+				continue
+			}
+			out = append(out, sc)
+			size += n
+		}
+	}
+	return out, omitted
+}
+
+// encodedSize is the size of sc as stored.
+func encodedSize(sc toolgatev1alpha1.SessionContext) int {
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return maxDeferredContextBytes // never: plain strings
+	}
+	return len(b)
 }
 
 // before reports whether (turn, index) comes before position p in model

@@ -21,6 +21,8 @@ type Turn struct {
 	Number int64
 	// Names are the turn's ToolCalls, in model order.
 	Names []string
+	// omitted is how many contexts the session left out of its status.
+	omitted int32
 }
 
 // Result is the final result of one call of a turn.
@@ -226,7 +228,30 @@ func (t *Turn) Contexts(ctx context.Context) ([]toolgatev1alpha1.SessionContext,
 		contexts, done, err = t.released(s)
 		return done, err
 	})
+	if err == nil && t.omitted > 0 {
+		// The session holds a prefix within its bounds; every context is
+		// in its call's result.
+		return t.fromResults(ctx)
+	}
 	return contexts, err
+}
+
+// fromResults are the turn's contexts from its calls' results, in call
+// order.
+func (t *Turn) fromResults(ctx context.Context) ([]toolgatev1alpha1.SessionContext, error) {
+	var out []toolgatev1alpha1.SessionContext
+	for _, name := range t.Names {
+		tc := &toolgatev1alpha1.ToolCall{}
+		if err := t.s.c.c.Get(ctx, client.ObjectKey{Namespace: t.s.Namespace, Name: name}, tc); err != nil {
+			return nil, fmt.Errorf("reading the contexts of toolcall %s: %w", name, err)
+		}
+		if r := tc.Status.Result; r != nil && tc.Committed() {
+			for _, c := range r.Contexts {
+				out = append(out, toolgatev1alpha1.SessionContext{CallID: tc.Spec.CallID, AdditionalContext: c})
+			}
+		}
+	}
+	return out, nil
 }
 
 // released returns the turn's contexts once the session recorded the turn
@@ -238,5 +263,6 @@ func (t *Turn) released(s *toolgatev1alpha1.AgentSession) ([]toolgatev1alpha1.Se
 	case s.Status.CommittedTurn > t.Number:
 		return nil, true, fmt.Errorf("turn %d: %w (turn %d)", t.Number, ErrContextsReplaced, s.Status.CommittedTurn)
 	}
+	t.omitted = s.Status.DeferredContextsOmitted
 	return s.Status.DeferredContexts, true, nil
 }
