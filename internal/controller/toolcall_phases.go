@@ -189,7 +189,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 // refusalMessages explain the session's refusals to the model.
 var refusalMessages = map[pipeline.Code]string{
 	pipeline.CodeTurnClosed:       "the session refused to schedule the call: a call later in model order had already started",
-	pipeline.CodeDuplicateCall:    "the session refused the call: another call of the session has the same turn and index, or the same callID; that call keeps the place",
+	pipeline.CodeDuplicateCall:    "the session refused the call: another call of the session has the same turn and index, or the same callID, and keeps the place; or its place was committed before (a call sent again after its predecessor's result expired is not run again)",
 	pipeline.CodeTurnSizeMismatch: "the session refused the call: its turnSize disagrees with the other calls of its turn",
 	pipeline.CodeNotSessionOwner:  "the session refused the call: its requester is not the session's owner",
 	pipeline.CodeInvalidParent:    "the session refused the nested call: its parentRef does not name a call of the same session whose body is executing",

@@ -363,6 +363,28 @@ var _ = Describe("a session with ttlSecondsAfterCommit", func() {
 		Eventually(callGone(ns, "a")).Should(BeTrue())
 		Eventually(callGone(ns, "b")).Should(BeTrue())
 
+		// A call sent again after its predecessor expired is not run again:
+		// its place is committed.
+		sendAgain := func(name string, turn int64, index, size int32, callID string) {
+			GinkgoHelper()
+			c := tu.MakeToolCall(ns, name, "s").Tool("echo", `{"text":"again"}`).At(turn, index).Of(size).Obj()
+			c.Spec.CallID = callID
+			Expect(k8s.Create(ctx, c)).To(Succeed())
+			Eventually(func(g Gomega) {
+				got := &toolgatev1alpha1.ToolCall{}
+				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), got)).To(Succeed())
+				g.Expect(got.Status.Result).NotTo(BeNil())
+				g.Expect(got.Status.Result.ErrorCode).To(Equal("duplicate_call"), name)
+				g.Expect(got.Status.Schedule.CommitSequence).To(BeNil(), "it never enters the log")
+				for _, st := range got.Status.Stages {
+					g.Expect(st.Stage).NotTo(Equal("Dispatch"), "its body never runs")
+				}
+			}).Should(Succeed())
+		}
+		Eventually(func() int64 { return session(ns).Status.CommittedTurn }).Should(BeZero())
+		sendAgain("a", 0, 0, 2, "a")       // as the client sent it first: same name, callID and place
+		sendAgain("b-again", 0, 1, 2, "x") // another name and callID, the same place
+
 		// The next turn goes on after a turn whose calls are gone.
 		submit(ns, "c", "echo", `{"text":"c"}`, 1, 0)
 		Eventually(callGone(ns, "c")).Should(BeTrue())
@@ -373,6 +395,8 @@ var _ = Describe("a session with ttlSecondsAfterCommit", func() {
 			g.Expect(st.CommittedCalls).To(BeZero(), "the counts are of the calls present")
 			g.Expect(st.CommitCursor).To(Equal(&toolgatev1alpha1.CallPosition{Turn: 1, Index: 0}))
 		}).Should(Succeed())
+		sendAgain("c", 1, 0, 1, "c")
+		Consistently(func() int64 { return session(ns).Status.NextSequence }, 2*time.Second).Should(Equal(int64(3)), "no second result in the log")
 	})
 })
 

@@ -123,7 +123,7 @@ func (sp *SessionPlan) AdmitMode() pipeline.Mode { return sp.plan.AdmitMode }
 // (DrainRelease).
 func PlanSession(s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall, me *Self) *SessionPlan {
 	sp := &SessionPlan{session: s, all: all, me: -1}
-	sp.logged, sp.nested, sp.out = screen(s.Spec.Owner, all)
+	sp.logged, sp.nested, sp.out = screen(s, all)
 	sp.view = planView(sp.logged, CompleteThrough(s))
 	if me != nil {
 		sp.me = slices.IndexFunc(sp.logged, func(c *toolgatev1alpha1.ToolCall) bool { return c.UID == me.UID })

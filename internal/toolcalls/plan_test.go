@@ -239,7 +239,7 @@ func TestScreen(t *testing.T) {
 				calls[i] = w.Obj()
 			}
 			SortModelOrder(calls)
-			logged, nested, out := screen("agent", calls)
+			logged, nested, out := screen(tu.MakeAgentSession("ns", "s", "p").Obj(), calls)
 			got := map[string]string{}
 			for c, code := range out {
 				got[c.Name] = code

@@ -33,7 +33,8 @@ func OutOfLog(refusal string) bool {
 // screen splits calls (in model order) into those in the log, still in
 // model order, the nested calls that may run, and those kept out of both,
 // with the refusal each gets.
-func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha1.ToolCall, out map[*toolgatev1alpha1.ToolCall]string) {
+func screen(s *toolgatev1alpha1.AgentSession, all []*toolgatev1alpha1.ToolCall) (logged, nested []*toolgatev1alpha1.ToolCall, out map[*toolgatev1alpha1.ToolCall]string) {
+	owner := s.Spec.Owner
 	out = map[*toolgatev1alpha1.ToolCall]string{}
 	calls := make([]*toolgatev1alpha1.ToolCall, 0, len(all))
 	// Only a nested call asks for its parent by name: the map is made for
@@ -55,6 +56,10 @@ func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*t
 			out[c] = c.Status.Schedule.Refusal
 		case c.Spec.Requester != owner && c.Status.Schedule.ExecutionMode == "":
 			out[c] = string(pipeline.CodeNotSessionOwner) // never recorded in someone else's session
+		case c.Spec.ParentRef == nil && !started(c) && placeTaken(s, c):
+			// Its place was committed before: the call sent again after its
+			// predecessor expired (or was deleted) is not run again.
+			out[c] = string(pipeline.CodeDuplicateCall)
 		case c.Spec.ParentRef == nil:
 			calls = append(calls, c)
 		case c.Status.Schedule.ExecutionMode != "" || parentExecuting(parent(c.Spec.ParentRef.Name)):
@@ -94,6 +99,26 @@ func screen(owner string, all []*toolgatev1alpha1.ToolCall) (logged, nested []*t
 	return logged, nested, out
 }
 
+// placeTaken reports whether c's place in the log was committed, as the
+// session's status records it (which outlives the calls): a place of the
+// last turn recorded complete (every place of it committed), or at or
+// before the last committed call of its turn (commits follow model
+// order). A call created there now is a duplicate. An earlier turn's place
+// may have been committed or never filled (its turn closed); a call there
+// is refused as too late (turn_closed), which runs nothing either.
+func placeTaken(s *toolgatev1alpha1.AgentSession, c *toolgatev1alpha1.ToolCall) bool {
+	if through := CompleteThrough(s); through >= 0 && c.Spec.Turn == through {
+		return true
+	}
+	cur := s.Status.CommitCursor
+	return cur != nil && s.Status.NextSequence > 0 && c.Spec.Turn == cur.Turn && c.Spec.Index <= cur.Index
+}
+
+// started reports whether the session started (admitted or released) c.
+func started(c *toolgatev1alpha1.ToolCall) bool {
+	return c.Status.Schedule.ExecutionMode != "" || c.Status.Schedule.Released
+}
+
 // parentExecuting reports whether parent (nil when it is not a call of the
 // session) is running its body: the only time its body can ask for a
 // nested call.
@@ -105,9 +130,6 @@ func parentExecuting(parent *toolgatev1alpha1.ToolCall) bool {
 // creation (name breaks ties: a total order, no stable sort is needed).
 func byPrecedence(calls []*toolgatev1alpha1.ToolCall) []*toolgatev1alpha1.ToolCall {
 	out := append([]*toolgatev1alpha1.ToolCall(nil), calls...)
-	started := func(c *toolgatev1alpha1.ToolCall) bool {
-		return c.Status.Schedule.ExecutionMode != "" || c.Status.Schedule.Released
-	}
 	slices.SortFunc(out, func(a, b *toolgatev1alpha1.ToolCall) int {
 		if sa, sb := started(a), started(b); sa != sb {
 			if sa {
