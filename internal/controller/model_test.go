@@ -62,14 +62,13 @@ func modelTools() []toolgatev1alpha1.ToolDefinition {
 
 // modelCall is one generated call and what the schedule does to it.
 type modelCall struct {
-	name         string
-	turn         int64
-	index, size  int32
-	kind         string
-	cancel       bool   // the agent cancels it right after creating it
-	resend       bool   // the agent sends it again (attaches)
-	decision     string // kindAsk: Approve, Deny, or "" (let it expire)
-	createdAfter int    // its place in the creation order
+	name        string
+	turn        int64
+	index, size int32
+	kind        string
+	cancel      bool   // the agent cancels it right after creating it
+	resend      bool   // the agent sends it again (attaches)
+	decision    string // kindAsk: Approve, Deny, or "" (let it expire)
 }
 
 // modelSchedule is one generated session.
