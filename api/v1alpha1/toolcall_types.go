@@ -68,6 +68,7 @@ type ToolCallSpec struct {
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=204800
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="arguments is immutable"
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 204800",message="arguments are at most 204800 bytes as UTF-8 (200 KiB; a character outside ASCII takes 2 to 4)"
 	Arguments string `json:"arguments"`
 
 	// parentRef names the parent ToolCall when this is a nested call; nested

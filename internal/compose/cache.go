@@ -23,6 +23,10 @@ func Cache(o Options) cache.Options {
 			// Without what agents and tools put in calls: memory follows
 			// the number of calls, not what they carry.
 			&toolgatev1alpha1.ToolCall{}: {Transform: controller.StripCachedCall},
+			// Without the metadata tenants add (approvers may edit a
+			// request's, owners their session's).
+			&toolgatev1alpha1.ApprovalRequest{}: {Transform: controller.StripCachedMetadata},
+			&toolgatev1alpha1.AgentSession{}:    {Transform: controller.StripCachedMetadata},
 		},
 		// Managed fields are a large share of every cached call and session,
 		// and toolgate never reads them: memory follows the objects.

@@ -434,6 +434,38 @@ var _ = Describe("admission", Ordered, func() {
 		Eventually(func() error { return as("dora").Create(ctx, big.DeepCopy()) }, 30*time.Second).Should(Succeed())
 	})
 
+	It("lets only toolgate label a pod as a tool pod, which its components cache", func() {
+		// mallory may create and label pods in the namespace, as the
+		// built-in edit role allows (whose rules envtest, without the
+		// aggregation controller, leaves empty).
+		pods := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: label + "-pods"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "update", "patch"}}},
+		}
+		Expect(k8s.Create(ctx, pods)).To(Succeed())
+		bind(ns, "mallory", pods.Name)
+		labelled := func(name string) *corev1.Pod {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{toolgatev1alpha1.LabelSandbox: "true"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/x"}}}}
+		}
+		Eventually(func() string {
+			err := as("mallory").Create(ctx, labelled("planted"))
+			Expect(err).To(HaveOccurred())
+			return err.Error()
+		}, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring("only toolgate labels a pod toolgate.dev/sandbox"))
+		plain := labelled("plain")
+		plain.Labels = map[string]string{"app": "mine"}
+		Expect(as("mallory").Create(ctx, plain)).To(Succeed(), "a pod without the label is hers to make")
+		for _, value := range []string{"true", "false"} {
+			patch := client.MergeFrom(plain.DeepCopy())
+			plain.Labels[toolgatev1alpha1.LabelSandbox] = value
+			err := as("mallory").Patch(ctx, plain, patch)
+			Expect(err).To(MatchError(ContainSubstring("only toolgate labels a pod")), "adding the label as %q", value)
+			delete(plain.Labels, toolgatev1alpha1.LabelSandbox)
+		}
+		Expect(k8s.Create(ctx, labelled("toolgates"))).To(Succeed(), "the manager's identity (here the admin's) may")
+	})
+
 	It("refuses a ToolCall that claims another requester, and admits an honest one", func() {
 		err := as("agent").Create(ctx, tu.MakeToolCall(ns, "forged", "s").Requester("alice").Obj())
 		Expect(err).To(HaveOccurred())

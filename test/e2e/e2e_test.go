@@ -280,6 +280,12 @@ spec:
 			Labels: map[string]string{toolgatev1alpha1.LabelSandbox: "true", toolgatev1alpha1.LabelCallUID: string(victim.UID), toolgatev1alpha1.LabelAttempt: "1"},
 		}, Spec: *template.Spec.DeepCopy()}
 		planted.Spec.NodeName = ""
+		// Labelled as a tool pod, admission refuses it (only toolgate
+		// labels tool pods); under the call's name and its other labels,
+		// it is made.
+		Eventually(func() error { return ns.Approver.Create(ctx, planted.DeepCopy()) }, 30*time.Second, 200*time.Millisecond).Should(
+			MatchError(ContainSubstring("only toolgate labels a pod toolgate.dev/sandbox")))
+		delete(planted.Labels, toolgatev1alpha1.LabelSandbox)
 		Eventually(func() error { return ns.Approver.Create(ctx, planted) }, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 		Eventually(func() string { return ns.Pod(planted.Name).Status.PodIP }, 60*time.Second, 200*time.Millisecond).ShouldNot(BeEmpty())
 
