@@ -92,10 +92,10 @@ func TestTheCacheKeepsOnlyTheMetadataToolgateReads(t *testing.T) {
 	hostile := func() metav1.ObjectMeta {
 		m := metav1.ObjectMeta{Name: "x", Labels: map[string]string{toolgatev1alpha1.LabelSession: "s", toolgatev1alpha1.LabelTurn: "3"},
 			Annotations: map[string]string{
-				toolgatev1alpha1.AnnotationTraceparent:  "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-				toolgatev1alpha1.AnnotationQuestionSeal: strings.Repeat("a", 64),
+				toolgatev1alpha1.AnnotationTraceparent:             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+				toolgatev1alpha1.AnnotationQuestionSeal:            strings.Repeat("a", 64),
 				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("{}", 100<<10),
-				toolgatev1alpha1.AnnotationArgumentsDigest:          strings.Repeat("z", 200<<10), // no digest of toolgate's is this long
+				toolgatev1alpha1.AnnotationArgumentsDigest:         strings.Repeat("z", 200<<10), // no digest of toolgate's is this long
 			}}
 		for i := range 1000 {
 			m.Labels[fmt.Sprintf("tenant.example/l%d", i)] = strings.Repeat("v", 63)

@@ -298,7 +298,9 @@ var corpus = []TableEntry{
 		return call(ns, func(s *v1.ToolCallSpec) { s.Arguments = `{"text":"` + strings.Repeat("x", v1.MaxArgumentsBytes) + `"}` })
 	}, "spec.arguments"}),
 	Entry("arguments within 200 Ki characters but above 200 KiB as UTF-8 (4-byte characters)", invalid{func(ns string) client.Object {
-		return call(ns, func(s *v1.ToolCallSpec) { s.Arguments = `{"text":"` + strings.Repeat("𝄞", v1.MaxArgumentsBytes/4+1) + `"}` })
+		return call(ns, func(s *v1.ToolCallSpec) {
+			s.Arguments = `{"text":"` + strings.Repeat("𝄞", v1.MaxArgumentsBytes/4+1) + `"}`
+		})
 	}, "at most 204800 bytes as UTF-8"}),
 	Entry("arguments as an embedded object", invalid{func(ns string) client.Object {
 		return raw(tu.MakeToolCall(ns, "c", "s").Obj(), "ToolCall", func(s map[string]any) { s["arguments"] = map[string]any{"text": "hi"} })
