@@ -38,6 +38,7 @@ const (
 	VerdictAddress     = "address_refused" // the host resolved to an address that is not public
 	VerdictTunnelCred  = "tunnel_refused"  // a CONNECT to a host with a credential
 	VerdictNotProxy    = "not_proxy"       // neither CONNECT nor a request in absolute form
+	VerdictMethod      = "method_refused"  // TRACE or TRACK, or a method a credential is never added to
 	VerdictCredential  = "credential_unreadable"
 	VerdictUpstream    = "upstream_error"
 )
@@ -109,6 +110,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case echoes(r.Method):
+		// A host that answers TRACE (or TRACK) echoes the request it got,
+		// headers included: with a credential added, the body would read it.
+		p.refuse(w, r, g, VerdictMethod, http.StatusMethodNotAllowed, "TRACE and TRACK are refused: a host that answers them echoes the request, credentials included")
 	case r.Method == http.MethodConnect:
 		p.tunnel(w, r, g)
 	case r.URL.IsAbs() && r.URL.Host != "":
@@ -295,10 +300,29 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, g Grant) {
 		if c.Format != "" {
 			value = strings.ReplaceAll(c.Format, "{{value}}", value)
 		}
+		if !credentialMethods[r.Method] {
+			// What a method beyond the standard ones does with a request's
+			// headers is unknown: it may echo them as TRACE does.
+			p.refuse(w, r, g, VerdictMethod, http.StatusMethodNotAllowed, fmt.Sprintf("tool %s's credential for this host is added only to GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS requests", g.Tool))
+			return
+		}
 		to.header, to.value, verdict = c.Header, value, VerdictInjected
 	}
 	to.verdict = verdict
 	p.forwarder.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, to)))
+}
+
+// echoes reports whether method is one whose answer repeats the request
+// (methods are case-sensitive, but servers are known to take "trace" for
+// TRACE).
+func echoes(method string) bool {
+	return strings.EqualFold(method, http.MethodTrace) || strings.EqualFold(method, "TRACK")
+}
+
+// credentialMethods are the methods a host's credential is added to.
+var credentialMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
 }
 
 // build makes the forwarder: TLS to the host verified with the host's

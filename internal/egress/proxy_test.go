@@ -490,3 +490,53 @@ func TestAnIPv6HostIsReachedByItsAddress(t *testing.T) {
 		t.Errorf("CONNECT to an address the grant does not name: %q", got)
 	}
 }
+
+// TestNoMethodThatMayEchoGetsACredential: TRACE and TRACK (in any case)
+// are refused whatever the host, and a credential is added only to the
+// standard methods: a host that echoes a request (TRACE, or a method of
+// its own) never returns the credential to the body.
+func TestNoMethodThatMayEchoGetsACredential(t *testing.T) {
+	f := newFixture(t)
+	c := f.client(t, f.mint(t, f.grant()))
+	for _, m := range []string{"TRACE", "trace", "Track", "TRACK"} {
+		for _, host := range []string{fmt.Sprintf("http://api.example.test:%d/", f.apiPort), fmt.Sprintf("http://other.example.test:%d/", f.otherPort)} {
+			req, err := http.NewRequest(m, host, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s: %d, want 405", m, host, resp.StatusCode)
+			}
+		}
+	}
+	for _, m := range []string{"ECHO", "PROPFIND", "DEBUG"} {
+		req, err := http.NewRequest(m, fmt.Sprintf("http://api.example.test:%d/", f.apiPort), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s to a credentialed host: %d, want 405", m, resp.StatusCode)
+		}
+	}
+	for _, h := range append(f.api.seen(), f.other.seen()...) {
+		if strings.Contains(fmt.Sprint(h), "s3cret") {
+			t.Fatalf("a host was sent the credential: %v", h)
+		}
+	}
+	if len(f.api.seen()) != 0 {
+		t.Fatalf("the credentialed host saw %d requests", len(f.api.seen()))
+	}
+	if got := f.counted("fetch", VerdictMethod); got != 11 {
+		t.Errorf("method_refused counted %v, want 11", got)
+	}
+}
