@@ -51,15 +51,20 @@ func Traceparent(ctx context.Context) string {
 // CallOf is the trace of the call with uid, under the agent's traceparent
 // (its annotation; empty or invalid: a trace of its own, derived from the
 // UID). It is the same in every process.
+//
+// The agent wrote the traceparent: it places the call in the agent's
+// trace, and never decides whether the call is traced. Its sampled flag
+// is ignored (set), so that an agent cannot drop its calls' spans from the
+// operator's view; toolgate's own sampler (OTEL_TRACES_SAMPLER) decides.
 func CallOf(uid, traceparent string) Call {
 	c := Call{Parent: Parse(traceparent)}
 	traceID := trace.TraceID(derived("toolgate.dev/trace", uid))
-	flags := trace.FlagsSampled
 	if c.Parent.IsValid() {
-		traceID, flags = c.Parent.TraceID(), c.Parent.TraceFlags()
+		traceID = c.Parent.TraceID()
+		c.Parent = c.Parent.WithTraceFlags(c.Parent.TraceFlags() | trace.FlagsSampled)
 	}
 	span := derived("toolgate.dev/root-span", uid)
-	c.Root = trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: trace.SpanID(span[:8]), TraceFlags: flags})
+	c.Root = trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: trace.SpanID(span[:8]), TraceFlags: trace.FlagsSampled})
 	return c
 }
 

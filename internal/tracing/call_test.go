@@ -91,3 +91,26 @@ func TestTracingIsOffWithoutAnEndpoint(t *testing.T) {
 		t.Error("on with the SDK disabled")
 	}
 }
+
+// TestAnAgentNeverDecidesWhetherItsCallIsTraced: a traceparent whose
+// sampled flag is off (or carries other flags) still places the call in
+// the agent's trace, and every span of the call is recorded under the
+// default parent-based sampler.
+func TestAnAgentNeverDecidesWhetherItsCallIsTraced(t *testing.T) {
+	for _, flags := range []string{"00", "02"} {
+		rec := recorder(t)
+		c := CallOf("uid-1", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-"+flags)
+		t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+		c.Boundary("PreExecute", t0, t0.Add(time.Millisecond))
+		c.Settled(t0, t0.Add(2*time.Millisecond))
+		spans := rec.Ended()
+		if len(spans) != 2 {
+			t.Fatalf("flags %s: %d spans recorded, want the boundary and the root", flags, len(spans))
+		}
+		for _, sp := range spans {
+			if sp.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+				t.Errorf("flags %s: span %q left the agent's trace", flags, sp.Name())
+			}
+		}
+	}
+}
