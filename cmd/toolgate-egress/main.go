@@ -40,6 +40,7 @@ func main() {
 	var (
 		addr, metricsAddr, namespace, keySecret, allow, caFile string
 		credentialTTL                                          time.Duration
+		maxPerCall                                             int
 	)
 	flag.StringVar(&addr, "bind-address", fmt.Sprintf(":%d", egress.Port), "Address the proxy serves tools' bodies on.")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address /metrics, /healthz and /readyz are served on.")
@@ -48,6 +49,7 @@ func main() {
 	flag.StringVar(&allow, "allow-private", "", "Comma-separated CIDRs that are not public which tools may reach by the hosts they name (an in-cluster API); link-local is never reached.")
 	flag.StringVar(&caFile, "ca-file", "", "PEM certificates trusted, beside the system's, for the hosts the proxy opens TLS to.")
 	flag.DurationVar(&credentialTTL, "credential-ttl", 30*time.Second, "How long a credential read from its Secret is reused.")
+	flag.IntVar(&maxPerCall, "max-connections-per-call", egress.DefaultMaxPerCall, "How many requests and tunnels one call's pod may hold open through the proxy at once (the proxy is every tenant's).")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -115,7 +117,7 @@ func main() {
 	go events.Run(ctx)
 	proxy := &egress.Proxy{
 		Keys: keys, Pods: egress.CachedPods{Reader: pods}, Secrets: &egress.SecretValues{Reader: direct, TTL: credentialTTL},
-		Allowed: allowed, RootCAs: roots, Metrics: egress.NewMetrics(reg), Events: events, Log: log,
+		Allowed: allowed, RootCAs: roots, Metrics: egress.NewMetrics(reg), Events: events, Log: log, MaxPerCall: maxPerCall,
 	}
 
 	ops := http.NewServeMux()

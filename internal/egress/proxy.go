@@ -39,6 +39,7 @@ const (
 	VerdictTunnelCred  = "tunnel_refused"  // a CONNECT to a host with a credential
 	VerdictNotProxy    = "not_proxy"       // neither CONNECT nor a request in absolute form
 	VerdictMethod      = "method_refused"  // TRACE or TRACK, or a method a credential is never added to
+	VerdictBusy        = "busy"            // the call already holds as many connections as one may
 	VerdictCredential  = "credential_unreadable"
 	VerdictUpstream    = "upstream_error"
 )
@@ -83,11 +84,45 @@ type Proxy struct {
 	// Events records verdicts on the call (nil: metrics only).
 	Events Recorder
 	Log    logr.Logger
+	// MaxPerCall bounds the requests and tunnels one call's pod holds open
+	// at once (0: DefaultMaxPerCall): the proxy is every tenant's, and
+	// one call must not hold all its connections.
+	MaxPerCall int
 
 	once       sync.Once
 	forwarder  *httputil.ReverseProxy
 	mu         sync.Mutex
 	transports map[[32]byte]*http.Transport // by the CA bundle's digest
+	open       map[string]int               // connections held, by the grant's pod
+}
+
+// DefaultMaxPerCall is MaxPerCall's default: far more than a tool's body
+// needs at once, far fewer than the proxy serves.
+const DefaultMaxPerCall = 64
+
+// hold counts one more connection of g's pod, unless it holds as many as
+// one may; release gives it back.
+func (p *Proxy) hold(g Grant) (release func(), ok bool) {
+	limit := p.MaxPerCall
+	if limit <= 0 {
+		limit = DefaultMaxPerCall
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.open[g.PodUID] >= limit {
+		return nil, false
+	}
+	if p.open == nil {
+		p.open = map[string]int{}
+	}
+	p.open[g.PodUID]++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.open[g.PodUID]--; p.open[g.PodUID] <= 0 {
+			delete(p.open, g.PodUID)
+		}
+	}, true
 }
 
 // errNotPermitted: a host's address is not one the proxy may reach.
@@ -109,6 +144,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, g, verdict, http.StatusProxyAuthRequired, why)
 		return
 	}
+	release, ok := p.hold(g)
+	if !ok {
+		p.refuse(w, r, g, VerdictBusy, http.StatusTooManyRequests, fmt.Sprintf("tool %s's call already holds as many connections through the proxy as one call may; close one first", g.Tool))
+		return
+	}
+	defer release()
 	switch {
 	case echoes(r.Method):
 		// A host that answers TRACE (or TRACK) echoes the request it got,

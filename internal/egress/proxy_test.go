@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -538,5 +540,72 @@ func TestNoMethodThatMayEchoGetsACredential(t *testing.T) {
 	}
 	if got := f.counted("fetch", VerdictMethod); got != 11 {
 		t.Errorf("method_refused counted %v, want 11", got)
+	}
+}
+
+// TestOneCallHoldsABoundedShareOfTheProxy: a call's pod holds at most
+// MaxPerCall tunnels and requests at once; the next is refused (429, busy)
+// while another call's pod is still served, and a closed tunnel frees its
+// place.
+func TestOneCallHoldsABoundedShareOfTheProxy(t *testing.T) {
+	f := newFixture(t)
+	f.proxy.MaxPerCall = 3
+	grant := f.grant()
+	token := f.mint(t, grant)
+	open := func(tok string) (net.Conn, int) {
+		t.Helper()
+		conn, err := net.Dial("tcp", strings.TrimPrefix(f.proxyURL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth := base64.StdEncoding.EncodeToString([]byte("x:" + tok))
+		fmt.Fprintf(conn, "CONNECT other.example.test:%d HTTP/1.1\r\nHost: other.example.test:%d\r\nProxy-Authorization: Basic %s\r\n\r\n", f.otherPort, f.otherPort, auth)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn, resp.StatusCode
+	}
+	var held []net.Conn
+	for range 3 {
+		c, status := open(token)
+		if status != http.StatusOK {
+			t.Fatalf("tunnel %d: %d", len(held)+1, status)
+		}
+		held = append(held, c)
+	}
+	c, status := open(token)
+	_ = c.Close()
+	if status != http.StatusTooManyRequests {
+		t.Fatalf("a fourth tunnel of one call: %d, want 429", status)
+	}
+	if got := f.counted("fetch", VerdictBusy); got != 1 {
+		t.Errorf("busy counted %v, want 1", got)
+	}
+	// Another call's pod is served meanwhile.
+	other := grant
+	other.PodUID, other.Call = "pod-2", "other-call"
+	f.proxy.Pods = livePods{"pod-1": true, "pod-2": true}
+	c, status = open(f.mint(t, other))
+	_ = c.Close()
+	if status != http.StatusOK {
+		t.Fatalf("another call's tunnel: %d", status)
+	}
+	// A closed tunnel frees its place.
+	_ = held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, status = open(token)
+		_ = c.Close()
+		if status == http.StatusOK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if status != http.StatusOK {
+		t.Fatalf("after one closed: %d", status)
+	}
+	for _, c := range held[1:] {
+		_ = c.Close()
 	}
 }
