@@ -10,9 +10,10 @@
 // configuration is a file (a Secret's key mounted into the manager: a
 // webhook URL is a credential).
 //
-// Delivery never blocks a call: events are queued per sink (bounded; an
-// event that finds the queue full is dropped and counted) and sent in order
-// by the sink's own worker, so one sink down delays no other, each
+// Delivery never blocks a call: events are queued per sink and namespace
+// (bounded; an event that finds its namespace's queue full is dropped and
+// counted) and sent by the sink's own worker, the namespaces in turn and
+// each one's events in order, so one sink down delays no other, each
 // retried with backoff on a network error, 429 or 5xx, and counted by sink
 // and result. A notification carries the redacted preview an approver
 // reads, never the arguments.

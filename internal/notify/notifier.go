@@ -40,7 +40,7 @@ func init() { metrics.Registry.MustRegister(deliveries, retries) }
 
 // Defaults of a Notifier.
 const (
-	defaultQueue    = 256 // per sink
+	defaultQueue    = 64 // per sink and namespace
 	defaultAttempts = 6
 	defaultBackoff  = time.Second
 	maxBackoff      = time.Minute
@@ -62,22 +62,92 @@ type Notifier struct {
 	Attempts int
 	Backoff  time.Duration
 
-	queues map[string]chan outgoing
+	queues map[string]*fairQueue
 }
 
 // outgoing is one body to send to a sink; kind names it in logs.
 type outgoing struct {
+	namespace   string
 	kind        string
 	body        []byte
 	contentType string
 }
 
+// fairQueue is one sink's queue: a bounded queue per namespace, served in
+// turn, so that a namespace whose calls make many events fills and drops
+// only its own, and another's question is still told. Within a namespace,
+// events go out in the order they came.
+type fairQueue struct {
+	mu    sync.Mutex
+	byNS  map[string][]outgoing
+	turns []string      // namespaces with events waiting, in turn
+	ready chan struct{} // one token while events wait
+	limit int
+}
+
+func newFairQueue(limit int) *fairQueue {
+	return &fairQueue{byNS: map[string][]outgoing{}, ready: make(chan struct{}, 1), limit: limit}
+}
+
+// push queues o, unless its namespace's queue is full.
+func (q *fairQueue) push(o outgoing) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	waiting := q.byNS[o.namespace]
+	if len(waiting) >= q.limit {
+		return false
+	}
+	if len(waiting) == 0 {
+		q.turns = append(q.turns, o.namespace)
+	}
+	q.byNS[o.namespace] = append(waiting, o)
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// pop takes the next event, the namespaces in turn, waiting for one until
+// ctx ends.
+func (q *fairQueue) pop(ctx context.Context) (outgoing, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.turns) > 0 {
+			ns := q.turns[0]
+			o := q.byNS[ns][0]
+			q.byNS[ns] = q.byNS[ns][1:]
+			q.turns = q.turns[1:]
+			if len(q.byNS[ns]) > 0 {
+				q.turns = append(q.turns, ns) // its next event waits for the others' turn
+			} else {
+				delete(q.byNS, ns)
+			}
+			more := len(q.turns) > 0
+			q.mu.Unlock()
+			if more {
+				select {
+				case q.ready <- struct{}{}:
+				default:
+				}
+			}
+			return o, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return outgoing{}, false
+		case <-q.ready:
+		}
+	}
+}
+
 // Notifier is started as a manager Runnable.
 func (n *Notifier) init() {
 	if n.queues == nil {
-		n.queues = make(map[string]chan outgoing, len(n.Config.Sinks))
+		n.queues = make(map[string]*fairQueue, len(n.Config.Sinks))
 		for _, s := range n.Config.Sinks {
-			n.queues[s.Name] = make(chan outgoing, defaultQueue)
+			n.queues[s.Name] = newFairQueue(defaultQueue)
 		}
 	}
 	if n.Client == nil {
@@ -106,7 +176,7 @@ func (n *Notifier) Notify(e Event, named []string) {
 	}
 	for _, s := range n.Config.For(e.Namespace, named) {
 		body, contentType, err := payload(s.Format, e)
-		n.enqueue(s, outgoing{kind: e.Type, body: body, contentType: contentType}, err)
+		n.enqueue(s, outgoing{namespace: e.Namespace, kind: e.Type, body: body, contentType: contentType}, err)
 	}
 }
 
@@ -124,7 +194,7 @@ func (n *Notifier) Write(r audit.Record) {
 	// One body for every sink: the record is the same.
 	body, err := auditPayload(r)
 	for _, s := range sinks {
-		n.enqueue(s, outgoing{kind: "audit." + r.Type, body: body, contentType: contentTypeCloudEvents}, err)
+		n.enqueue(s, outgoing{namespace: r.Namespace, kind: "audit." + r.Type, body: body, contentType: contentTypeCloudEvents}, err)
 	}
 }
 
@@ -133,11 +203,9 @@ func (n *Notifier) enqueue(s Sink, o outgoing, err error) {
 		deliveries.WithLabelValues(s.Name, ResultFailed).Inc()
 		return
 	}
-	select {
-	case n.queues[s.Name] <- o:
-	default:
+	if !n.queues[s.Name].push(o) {
 		deliveries.WithLabelValues(s.Name, ResultDropped).Inc()
-		n.Log.Info("notification dropped", "sink", s.Name, "type", o.kind)
+		n.Log.Info("notification dropped", "sink", s.Name, "type", o.kind, "namespace", o.namespace)
 	}
 }
 
@@ -148,12 +216,11 @@ func (n *Notifier) Start(ctx context.Context) error {
 		q := n.queues[s.Name]
 		wg.Go(func() {
 			for {
-				select {
-				case <-ctx.Done():
+				o, ok := q.pop(ctx)
+				if !ok {
 					return
-				case o := <-q:
-					n.deliver(ctx, s, o)
 				}
+				n.deliver(ctx, s, o)
 			}
 		})
 	}

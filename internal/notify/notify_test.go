@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -258,5 +259,53 @@ func TestAuditSinksReceiveEveryRecordAsACloudEvent(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if len(other.received()) != 0 {
 		t.Errorf("a sink that is not an audit sink received %v", other.received())
+	}
+}
+
+// TestOneNamespaceCannotDropAnothersQuestion: a sink's queue is bounded per
+// namespace and served in turn: a namespace whose calls make far more
+// events than the queue holds drops only its own, and another namespace's
+// question is told next, not after the flood.
+func TestOneNamespaceCannotDropAnothersQuestion(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		<-release
+		var body map[string]any
+		_ = json.NewDecoder(req.Body).Decode(&body)
+		mu.Lock()
+		order = append(order, fmt.Sprint(body["source"]))
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	n := New(Config{Sinks: []Sink{{Name: "events", Format: FormatCloudEvents, URL: srv.URL, Default: true}}}, logr.Discard())
+	start(t, n)
+	noisy := question()
+	noisy.Namespace = "noisy"
+	for range 500 {
+		n.Notify(EventOf(noisy, TypeRequested, time.Now()), nil)
+	}
+	quiet := question()
+	quiet.Namespace = "quiet"
+	n.Notify(EventOf(quiet, TypeRequested, time.Now()), nil)
+	close(release)
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(order, "toolgate.dev/namespaces/quiet")
+	})
+	mu.Lock()
+	at := slices.Index(order, "toolgate.dev/namespaces/quiet")
+	mu.Unlock()
+	if at > 2 {
+		t.Fatalf("the quiet namespace's question went out %d-th, behind the flood", at+1)
 	}
 }
