@@ -50,6 +50,11 @@ const (
 	// DefaultReviewTTL.
 	sourceReviewsPerSecond = 10
 	sourceReviewBurst      = 20
+	// One namespace's ServiceAccounts (any number of tokens, from any
+	// number of addresses) spend at most this much: a namespace whose
+	// tokens are valid but useless cannot starve another's agents.
+	namespaceReviewsPerSecond = 10
+	namespaceReviewBurst      = 20
 	maxTokenBytes          = 16 << 10
 	expiryLeeway           = time.Minute
 )
@@ -66,9 +71,10 @@ type Authenticator struct {
 	mu       sync.Mutex
 	cache    map[[sha256.Size]byte]review
 	refused  map[[sha256.Size]byte]time.Time // until when
-	budget   *rate.Limiter
-	bySource map[string]*rate.Limiter
-	keys     *issuerKeys // nil: signatures are left to the TokenReview
+	budget      *rate.Limiter
+	bySource    map[string]*rate.Limiter
+	byNamespace map[string]*rate.Limiter
+	keys        *issuerKeys // nil: signatures are left to the TokenReview
 }
 
 // TrustIssuerKeys makes a verify tokens' signatures with the keys fetch
@@ -94,7 +100,7 @@ func NewAuthenticator(reviews kubernetes.Interface, audience string, ttl time.Du
 	return &Authenticator{
 		reviews: reviews, audience: audience, ttl: ttl, clock: clk,
 		cache: map[[sha256.Size]byte]review{}, refused: map[[sha256.Size]byte]time.Time{},
-		budget: rate.NewLimiter(reviewsPerSecond, reviewBurst), bySource: map[string]*rate.Limiter{},
+		budget: rate.NewLimiter(reviewsPerSecond, reviewBurst), bySource: map[string]*rate.Limiter{}, byNamespace: map[string]*rate.Limiter{},
 	}
 }
 
@@ -114,18 +120,56 @@ func (a *Authenticator) Admit(token, remoteAddr string) bool {
 	if _, known := a.remembered(key, now); known || a.shapeProblem(token, now) != "" {
 		return true // answered from memory, or refused without a review
 	}
-	source := sourceOf(remoteAddr)
-	l, ok := a.bySource[source]
-	if !ok {
-		if len(a.bySource) >= maxCachedReviews {
-			clear(a.bySource)
-		}
-		l = rate.NewLimiter(sourceReviewsPerSecond, sourceReviewBurst)
-		a.bySource[source] = l
-	}
-	// The source's budget first: one flooding address never spends the
+	// The source's budget first, then the namespace's: one flooding
+	// address, or one namespace's tokens from many, never spends the
 	// budget others need.
-	return l.AllowN(now, 1) && a.budget.AllowN(now, 1)
+	if !limiterOf(a.bySource, sourceOf(remoteAddr), sourceReviewsPerSecond, sourceReviewBurst).AllowN(now, 1) {
+		return false
+	}
+	if ns := a.verifiedNamespace(token); ns != "" &&
+		!limiterOf(a.byNamespace, ns, namespaceReviewsPerSecond, namespaceReviewBurst).AllowN(now, 1) {
+		return false
+	}
+	return a.budget.AllowN(now, 1)
+}
+
+// limiterOf is key's limiter in m, made when missing (a full map is
+// emptied rather than grown).
+func limiterOf(m map[string]*rate.Limiter, key string, perSecond rate.Limit, burst int) *rate.Limiter {
+	l, ok := m[key]
+	if !ok {
+		if len(m) >= maxCachedReviews {
+			clear(m)
+		}
+		l = rate.NewLimiter(perSecond, burst)
+		m[key] = l
+	}
+	return l
+}
+
+// verifiedNamespace is the namespace of the ServiceAccount whose token
+// this is, when the issuer's keys verify its signature; "" otherwise (an
+// unverified claim could name anyone's namespace and spend its budget).
+func (a *Authenticator) verifiedNamespace(token string) string {
+	if a.keys == nil {
+		return ""
+	}
+	t, ok := decodeJWT(token)
+	if !ok || !a.keys.verified(t) {
+		return ""
+	}
+	var claims struct {
+		Subject string `json:"sub"`
+	}
+	if json.Unmarshal(t.payload, &claims) != nil {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(claims.Subject, serviceAccountPrefix)
+	ns, _, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 {
+		return ""
+	}
+	return ns
 }
 
 // sourceOf is the budget a client address spends: its IP, or for IPv6

@@ -82,6 +82,22 @@ func (k *issuerKeys) signatureProblem(t decodedJWT, now time.Time) string {
 	return ""
 }
 
+// verified reports whether a key of the issuer, known now, verifies t's
+// signature.
+func (k *issuerKeys) verified(t decodedJWT) bool {
+	var h struct {
+		Alg string `json:"alg"`
+		Kid string `json:"kid"`
+	}
+	if json.Unmarshal(t.header, &h) != nil {
+		return false
+	}
+	k.mu.Lock()
+	key, known := k.keys[h.Kid]
+	k.mu.Unlock()
+	return known && verifies(key, h.Alg, t.signed, t.sig)
+}
+
 // startFetch starts a fetch unless one is under way or one started within
 // keysRefetch. The caller holds k.mu.
 func (k *issuerKeys) startFetch(now time.Time) {

@@ -230,3 +230,54 @@ func TestExpiryAllowsClockSkew(t *testing.T) {
 		t.Error("expired 2 minutes ago: sent to review")
 	}
 }
+
+// TestOneNamespaceCannotSpendAnothersReviews: valid tokens of one
+// namespace's ServiceAccounts (fresh ones, from many addresses) spend that
+// namespace's review budget only; another namespace's agent is still
+// reviewed. A forged subject (a signature the issuer's keys do not
+// verify) spends no namespace's budget.
+func TestOneNamespaceCannotSpendAnothersReviews(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	cs, _ := reviewer(nil, []string{"gw"})
+	a := NewAuthenticator(cs, "gw", 10*time.Second, clk)
+	a.keys = &issuerKeys{clock: clk, log: logr.Discard(), fetched: clk.Now(), keys: map[string]crypto.PublicKey{"k": &key.PublicKey}}
+	token := func(signer crypto.Signer, sub, id string) string {
+		enc := base64.RawURLEncoding.EncodeToString
+		signed := enc([]byte(`{"alg":"RS256","kid":"k"}`)) + "." +
+			enc(fmt.Appendf(nil, `{"aud":["gw"],"exp":%d,"jti":%q,"sub":%q}`, soon.Unix(), id, sub))
+		sum := sha256.Sum256([]byte(signed))
+		sig, err := rsa.SignPKCS1v15(rand.Reader, signer.(*rsa.PrivateKey), crypto.SHA256, sum[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signed + "." + enc(sig)
+	}
+	admitted := 0
+	for i := range 200 {
+		if a.Admit(token(key, "system:serviceaccount:noisy:sa-"+fmt.Sprint(i%7), fmt.Sprint("n", i)), fmt.Sprintf("10.9.%d.%d:80", i/250, i%250)) {
+			admitted++
+		}
+	}
+	if admitted > namespaceReviewBurst {
+		t.Fatalf("one namespace's tokens from 200 addresses were admitted to %d reviews, more than its budget (%d)", admitted, namespaceReviewBurst)
+	}
+	if !a.Admit(token(key, "system:serviceaccount:quiet:agent", "q"), "10.8.0.1:80") {
+		t.Fatal("another namespace's agent was held back by the first's tokens")
+	}
+	for i := range 5 {
+		if !a.Admit(token(stranger, "system:serviceaccount:quiet:agent", fmt.Sprint("f", i)), fmt.Sprintf("10.7.0.%d:80", i)) {
+			t.Fatal("a forged subject was held back: it would spend the namespace it names")
+		}
+	}
+	if got := a.verifiedNamespace(token(stranger, "system:serviceaccount:quiet:agent", "x")); got != "" {
+		t.Fatalf("a forged subject counted as namespace %q", got)
+	}
+}
