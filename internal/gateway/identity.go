@@ -55,8 +55,8 @@ const (
 	// tokens are valid but useless cannot starve another's agents.
 	namespaceReviewsPerSecond = 10
 	namespaceReviewBurst      = 20
-	maxTokenBytes          = 16 << 10
-	expiryLeeway           = time.Minute
+	maxTokenBytes             = 16 << 10
+	expiryLeeway              = time.Minute
 )
 
 // Authenticator checks bearer tokens with the API server's TokenReview,
@@ -68,9 +68,9 @@ type Authenticator struct {
 	ttl      time.Duration
 	clock    clock.PassiveClock
 
-	mu       sync.Mutex
-	cache    map[[sha256.Size]byte]review
-	refused  map[[sha256.Size]byte]time.Time // until when
+	mu          sync.Mutex
+	cache       map[[sha256.Size]byte]review
+	refused     map[[sha256.Size]byte]time.Time // until when
 	budget      *rate.Limiter
 	bySource    map[string]*rate.Limiter
 	byNamespace map[string]*rate.Limiter
