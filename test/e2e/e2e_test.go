@@ -231,17 +231,19 @@ var _ = Describe("toolgate on real pods", func() {
 		}, 60*time.Second, 200*time.Millisecond).Should(BeTrue(), "a replacement warm pod runs")
 
 		// demo-approver may create pods here (the built-in edit role), yet
-		// cannot plant a warm pod for the session.
+		// cannot plant a warm pod for the session: neither one owned by
+		// it, nor one labelled as a tool pod.
 		ns.Bind("approver-edit", "ClusterRole", "edit", userSubject(userApprover))
 		uid := ns.AgentSession().UID
-		_, err := kubectl(userApprover, fmt.Sprintf(`
+		plant := func(labels, owners string) error {
+			_, err := kubectl(userApprover, fmt.Sprintf(`
 apiVersion: v1
 kind: Pod
 metadata:
   name: planted
   namespace: %s
-  labels: {%s: "true", %s: "true", %s: %s}
-  ownerReferences: [{apiVersion: toolgate.dev/v1alpha1, kind: AgentSession, name: %s, uid: %s, controller: true}]
+  labels: {%s}
+  ownerReferences: [%s]
 spec:
   securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
   containers:
@@ -249,8 +251,13 @@ spec:
       image: toolgate.dev/tools:dev
       command: [/bin/sleep, "60"]
       securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-`, ns.Name, toolgatev1alpha1.LabelSandbox, toolgatev1alpha1.LabelWarm, toolgatev1alpha1.LabelSession, ns.Session, ns.Session, uid), "apply", "-f", "-")
-		Expect(err).To(MatchError(ContainSubstring("only toolgate may create a pod owned by a ToolCall or an AgentSession")))
+`, ns.Name, labels, owners), "apply", "-f", "-")
+			return err
+		}
+		poolLabels := fmt.Sprintf(`%s: "true", %s: %s`, toolgatev1alpha1.LabelWarm, toolgatev1alpha1.LabelSession, ns.Session)
+		owned := fmt.Sprintf(`{apiVersion: toolgate.dev/v1alpha1, kind: AgentSession, name: %s, uid: %s, controller: true}`, ns.Session, uid)
+		Expect(plant(poolLabels, owned)).To(MatchError(ContainSubstring("only toolgate may create a pod owned by a ToolCall or an AgentSession")))
+		Expect(plant(fmt.Sprintf(`%s: "true", %s`, toolgatev1alpha1.LabelSandbox, poolLabels), "")).To(MatchError(ContainSubstring("only toolgate labels a pod toolgate.dev/sandbox")))
 	})
 
 	// The exploit of a forged adoption, on a cluster whose garbage
