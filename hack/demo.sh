@@ -109,6 +109,13 @@ mkdir -p "$CLUSTER_DIR/pv/demo" && chmod 0777 "$CLUSTER_DIR/pv/demo"
 echo "# Notes" >"$CLUSTER_DIR/pv/demo/README.md" && chmod 0666 "$CLUSTER_DIR/pv/demo/README.md"
 
 say "profile and session"
+# A previous run's session goes first, with its calls (its finalizer
+# settles them; they are its own): the agent's turns start again at 0.
+if kubectl -n "$ns" get agentsession demo >/dev/null 2>&1; then
+  echo "removing the previous run's session demo and its calls"
+  kubectl -n "$ns" delete agentsession demo --wait --timeout=120s >/dev/null
+  kubectl -n "$ns" wait --for=delete toolcall --all --timeout=120s >/dev/null 2>&1 || true
+fi
 kubectl -n "$ns" apply -f config/samples/toolgate_v1alpha1_toolprofile.yaml >/dev/null
 # The local cluster has gVisor (RuntimeClass gvisor) and enforces
 # NetworkPolicy (kube-router): the sample's tools run there fully enforced.
