@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 
@@ -111,6 +112,9 @@ func appendJSON(b *strings.Builder, v ref.Val, depth int) error {
 		return errors.New("the value is nested more than 64 levels deep")
 	}
 	switch v := v.(type) {
+	case *types.Err:
+		// A number no double holds (celNumber), carried through whole.
+		return errors.New("a number cannot pass through CEL exactly (more digits than a double holds, or beyond its range)")
 	case types.Null:
 		b.WriteString("null")
 	case types.Bool:
@@ -174,16 +178,35 @@ func appendJSON(b *strings.Builder, v ref.Val, depth int) error {
 }
 
 // celNumber converts a JSON number into CEL's types: an integer that fits
-// int64 becomes int, any other number double.
+// int64 becomes int, any other number double when the double is that
+// number (its shortest decimal is the number's: 0.5, 0.1, 1e2). A number
+// no double is (more digits than it holds, beyond its range) is an error a
+// rule meets only if it reads it: a rule must never decide on a rounded
+// value while the body reads the exact one.
 func celNumber(n json.Number) any {
 	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
 		return i
 	}
 	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return math.NaN()
+	if err != nil || !sameNumber(string(n), f) {
+		return types.NewErr(inexactNumber)
 	}
 	return f
+}
+
+// inexactNumber is the error of a number a rule cannot read exactly; it
+// names no value (arguments stay out of reasons and logs).
+const inexactNumber = "inexact number: a rule cannot read this number exactly (more digits than a double holds, or beyond its range)"
+
+// sameNumber reports whether the decimal text and f are one number: f's
+// shortest decimal has the text's value.
+func sameNumber(text string, f float64) bool {
+	want, ok := new(big.Rat).SetString(text)
+	if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
+		return false
+	}
+	got, ok := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	return ok && got.Cmp(want) == 0
 }
 
 // callVars is the `call` variable for a pipeline call.

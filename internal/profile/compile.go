@@ -432,6 +432,9 @@ func evalReason(err error) string {
 	if key, ok := strings.CutPrefix(msg, "no such key: "); ok {
 		return ": the arguments have no field " + strconv.Quote(textutil.OneLine(key, 64))
 	}
+	if strings.HasPrefix(msg, "inexact number") {
+		return ": " + strings.TrimPrefix(msg, "inexact number: ")
+	}
 	if strings.HasPrefix(msg, "no such overload") {
 		// CEL names at most the operator or function, never the values.
 		return ": an argument's type does not fit the expression (" + textutil.OneLine(msg, 100) + ")"

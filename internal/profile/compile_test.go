@@ -2,10 +2,15 @@ package profile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"math/big"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -538,4 +543,81 @@ func TestAFailedEvaluationSaysWhy(t *testing.T) {
 	if res := run(t, rule, "echo", `{"text":"x"}`); res.Code != pipeline.CodePolicyDenied || res.Message != `the rule could not be evaluated: the arguments have no field "pth"` {
 		t.Errorf("rule: %s %q", res.Code, res.Message)
 	}
+}
+
+// TestRulesNeverReadARoundedNumber: a rule that reads a number no double
+// holds exactly (more digits, beyond int64 and a double's precision,
+// beyond its range) fails closed, saying so without the value, instead of
+// deciding on the rounded value while the body reads the exact one; a
+// number a double holds (0.1, 99.5, 1e2) reads as ever, and a rule that
+// does not read the number is not affected.
+func TestRulesNeverReadARoundedNumber(t *testing.T) {
+	profile := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).
+		Guard("at-most-100", "call.args.amount > 100.0", "amounts above 100 need another tool")
+	profile.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object"}`)
+	for _, tc := range []struct {
+		amount string
+		code   pipeline.Code
+	}{
+		{"99.5", ""},
+		{"0.1", ""},
+		{"1e2", ""},
+		{"100.000000000000001", pipeline.CodeGuardDenied}, // a double holds 100: the guard would pass it
+		{"18446744073709551617", pipeline.CodeGuardDenied},
+		{"101", pipeline.CodeGuardDenied},
+	} {
+		res := run(t, profile, "echo", `{"amount":`+tc.amount+`}`)
+		if res.Code != tc.code {
+			t.Errorf("%s: %q (%s), want %q", tc.amount, res.Code, res.Message, tc.code)
+		}
+		if tc.code != "" && tc.amount != "101" && (!strings.Contains(res.Message, "a rule cannot read this number exactly") || strings.Contains(res.Message, tc.amount)) {
+			t.Errorf("%s: the reason %q", tc.amount, res.Message)
+		}
+	}
+	other := tu.MakeToolProfile("ns", "p").Preset(toolgatev1alpha1.PresetTrusted).Guard("no-secrets", "call.args.text == 'secret'", "no")
+	other.Spec.Tools[0].Parameters = tu.JSON(`{"type":"object"}`)
+	if res := run(t, other, "echo", `{"text":"hi","amount":100.000000000000001}`); res.Code != "" {
+		t.Errorf("a rule that does not read the number: %s %q", res.Code, res.Message)
+	}
+}
+
+// FuzzRulesReadNumbersExactly: whatever number an argument holds, a rule
+// reads it as the body does (an int64 of the same value, or a double whose
+// shortest decimal is the number) or not at all (an error).
+func FuzzRulesReadNumbersExactly(f *testing.F) {
+	for _, s := range []string{"0", "-0", "1", "0.1", "1e2", "9007199254740993", "9223372036854775807", "9223372036854775808",
+		"100.000000000000001", "1e308", "1e309", "5e-324", "2e-324", "-12.5e-3", "123456789012345678901234567890"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		v, err := pipeline.ParseJSON(text)
+		if err != nil {
+			return
+		}
+		n, ok := v.(json.Number)
+		if !ok {
+			return
+		}
+		want, ok := new(big.Rat).SetString(string(n))
+		if !ok {
+			t.Fatalf("the parser kept %q, which is no number", n)
+		}
+		var got *big.Rat
+		switch x := celNumber(n).(type) {
+		case int64:
+			got = new(big.Rat).SetInt64(x)
+		case float64:
+			got, _ = new(big.Rat).SetString(strconv.FormatFloat(x, 'g', -1, 64))
+		case ref.Val:
+			if !types.IsError(x) {
+				t.Fatalf("%q read as %v", n, x)
+			}
+			return // a rule that reads it fails closed
+		default:
+			t.Fatalf("%q read as %T", n, x)
+		}
+		if got == nil || got.Cmp(want) != 0 {
+			t.Fatalf("%q: a rule reads %v, the body %v", n, got, want)
+		}
+	})
 }
