@@ -167,7 +167,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 		base = s.DeepCopy()
 	}
-	expireIn, err := r.expire(ctx, base, logged)
+	expireIn, err := r.expire(ctx, base, logged, calls)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -205,12 +205,13 @@ func writeEach(ctx context.Context, calls []*toolgatev1alpha1.ToolCall, write fu
 
 // expire deletes the committed calls whose time is up
 // (spec.ttlSecondsAfterCommit, else DefaultRetention, after their result,
-// once their turn is complete) and returns when the next one is due (0:
-// none). Completeness is
+// once their turn is complete), and with them the settled sub-calls of
+// each (a sub-call is never committed: it goes with its parent, or once
+// its parent is gone), and returns when the next one is due (0: none). Completeness is
 // read from the status as written (persisted), never from this reconcile's
 // unwritten one: a turn whose calls are gone must already be recorded
 // complete, or its size would hold the session back for good.
-func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgatev1alpha1.AgentSession, calls []*toolgatev1alpha1.ToolCall) (time.Duration, error) {
+func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgatev1alpha1.AgentSession, calls, all []*toolgatev1alpha1.ToolCall) (time.Duration, error) {
 	ttl, retains := r.retention(persisted)
 	if !retains {
 		return 0, nil
@@ -231,6 +232,7 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 		}
 		due = append(due, c)
 	}
+	due = append(due, orphanedSubCalls(all, due)...)
 	return next, writeEach(ctx, due, func(ctx context.Context, c *toolgatev1alpha1.ToolCall) error {
 		uid := c.UID
 		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
@@ -239,6 +241,25 @@ func (r *AgentSessionReconciler) expire(ctx context.Context, persisted *toolgate
 		log.FromContext(ctx).V(1).Info("committed call expired", "call", c.Name)
 		return nil
 	})
+}
+
+// orphanedSubCalls are the settled sub-calls among all whose parent
+// expires now (in due), is being deleted, or is gone.
+func orphanedSubCalls(all, due []*toolgatev1alpha1.ToolCall) []*toolgatev1alpha1.ToolCall {
+	live := make(map[string]bool, len(all))
+	for _, c := range all {
+		live[c.Name] = !toolcalls.Deleting(c)
+	}
+	for _, c := range due {
+		live[c.Name] = false
+	}
+	var out []*toolgatev1alpha1.ToolCall
+	for _, c := range all {
+		if c.Spec.ParentRef != nil && c.Status.Result != nil && !toolcalls.Deleting(c) && !live[c.Spec.ParentRef.Name] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // plans is the session's planner: the cache alone (patch.go says why).

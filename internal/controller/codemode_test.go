@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
@@ -53,6 +54,28 @@ var _ = Describe("Code Mode", func() {
 		Expect(byTool["fail"]).To(HaveLen(1))
 		Expect(byTool["fail"][0].Status.Result.ErrorCode).To(Equal("policy_denied"), "the policy decides a sub-call like any call")
 		Expect(bodyRuns(ns, "runs")).To(Equal(2), "the denied sub-call's body never ran")
+	})
+})
+
+var _ = Describe("Code Mode with retention", func() {
+	It("expires a body's sub-calls with their parent", func() {
+		ns := newNamespace()
+		twice := shTool("twice", `a=$("$TOOLGATE_RUNNER" call echo '{"text":"one"}') && b=$("$TOOLGATE_RUNNER" call echo '{"text":"two"}') && echo "$a+$b"`).Obj()
+		twice.TimeoutSeconds = 60
+		twice.SubCalls = []string{"echo"}
+		setup(processProfile(ns, append(matrixTools(), twice)...).PreRule("allow-all", toolgatev1alpha1.ActionAllow, ""),
+			func(s *tu.AgentSessionWrapper) { s.Spec.TTLSecondsAfterCommit = ptr.To[int32](0) })
+		submit(ns, "p", "twice", `{}`, 0, 0)
+		Eventually(callGone(ns, "p"), 30*time.Second).Should(BeTrue(), "the parent expires once its turn is complete")
+		Eventually(func() []string {
+			list := &toolgatev1alpha1.ToolCallList{}
+			Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			var left []string
+			for _, c := range list.Items {
+				left = append(left, c.Name)
+			}
+			return left
+		}, 30*time.Second, 200*time.Millisecond).Should(BeEmpty(), "a sub-call outlived its parent")
 	})
 })
 
