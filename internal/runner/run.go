@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -163,7 +166,14 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	for k, v := range spec.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	// Every process the body starts carries this mark in its environment,
+	// so that one which leaves the process group (setsid) is found too.
+	mark := bodyMark()
+	cmd.Env = append(cmd.Env, mark)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A descendant that keeps the body's output open (a daemon it
+	// started) does not hold the body's end past the grace.
+	cmd.WaitDelay = max(grace, time.Second)
 	if spec.Await != "" {
 		await(ctx, spec.Await)
 	}
@@ -185,13 +195,15 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	case werr = <-done:
 	case <-budget:
 		timedOut = true
-		werr = stopGroup(cmd.Process.Pid, done, grace)
+		werr = stopGroup(cmd.Process.Pid, mark, done, grace)
 	case <-ctx.Done():
 		stopped = true
-		werr = stopGroup(cmd.Process.Pid, done, grace)
+		werr = stopGroup(cmd.Process.Pid, mark, done, grace)
 	}
-	// No process the tool started outlives it.
+	// No process the tool started outlives it: its group, and any that
+	// left the group but kept its environment.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	killMarked(mark)
 	ran := time.Since(started)
 	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts), BodyMillis: ran.Milliseconds(),
 		BodyStartedUnixMicros: started.UnixMicro(), BodyMicros: ran.Microseconds()}
@@ -234,13 +246,52 @@ func writableWorkspace(spec Spec) error {
 
 // stopGroup stops the tool's process group: SIGTERM, then SIGKILL after
 // grace; it returns the tool's wait error.
-func stopGroup(pgid int, done <-chan error, grace time.Duration) error {
+// envBody names a body's mark in its processes' environment.
+const envBody = "TOOLGATE_BODY"
+
+// bodyMark is a new body's mark, as an environment entry.
+func bodyMark() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return envBody + "=" + hex.EncodeToString(b[:])
+}
+
+// killMarked kills every process whose environment holds mark: the body's
+// descendants that left its process group and session (setsid). Only
+// processes this user may read are seen; one that replaced its whole
+// environment escapes (the pod provider's boundary is the pod).
+func killMarked(mark string) { signalMarked(mark, syscall.SIGKILL) }
+
+// signalMarked sends sig to every process whose environment holds mark.
+func signalMarked(mark string, sig syscall.Signal) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	want := []byte(mark + "\x00")
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(append(env, 0), want) {
+			continue
+		}
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+func stopGroup(pgid int, mark string, done <-chan error, grace time.Duration) error {
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	signalMarked(mark, syscall.SIGTERM)
 	select {
 	case err := <-done:
 		return err
 	case <-time.After(grace):
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		killMarked(mark)
 		return <-done
 	}
 }

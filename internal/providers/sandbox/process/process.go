@@ -1,7 +1,8 @@
 // Package process is the sandbox provider that runs a tool as a local
 // subprocess of the manager, through the same runner code the pod provider
 // runs in its pods (exact argv, never a shell; arguments on stdin and in a
-// file; bounded output; the whole process group stopped on cancellation or
+// file; bounded output; the whole process group, and every process that
+// kept the body's mark in its environment, stopped on cancellation or
 // timeout). It exists for development and tests: it does not isolate
 // anything, and reports its enforcement as partial.
 //

@@ -101,6 +101,29 @@ func TestCancelStopsTheWholeProcessGroupFirst(t *testing.T) {
 	}
 }
 
+// TestCancelReachesProcessesThatLeftTheGroup: a body's descendant that
+// left its process group and session (setsid, as a daemon does) is
+// stopped with it too.
+func TestCancelReachesProcessesThatLeftTheGroup(t *testing.T) {
+	base := t.TempDir()
+	p := New(base, nil)
+	j := job("k4s", []string{"/bin/sh", "-c", "setsid /bin/sh -c 'sleep 2; echo late > grandchild-survived' & sleep 30"}, `{}`)
+	if _, err := p.Run(context.Background(), j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // the grandchild is on its own
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	j.Resumed = true
+	if _, err := p.Run(ctx, j); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancel: %v", err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(p.WorkspaceDir(j.Workspace.Session), "grandchild-survived")); err == nil {
+		t.Fatal("a descendant that left the process group outlived the cancellation")
+	}
+}
+
 func TestResumedAttemptUnknownToThisProcessIsLost(t *testing.T) {
 	p := New(t.TempDir(), nil)
 	j := job("k5", []string{"/bin/true"}, `{}`)
