@@ -18,6 +18,7 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/profile"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/toolcalls"
@@ -69,6 +70,16 @@ func (r *ToolCallReconciler) settleWithoutBody(ctx context.Context, s *callScope
 		s.pipe = pipeline.New(pipeline.NewRegistry(), pipeline.Options{Clock: r.Clock, PollInterval: r.PollInterval})
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// finalizingPipe is the pipeline a call settled without its body finishes
+// on: its profile's, when there is one, so that the tool's finalizeContent
+// runs on this settlement as on any other (nil: none).
+func finalizingPipe(compiled *profile.Compiled, opts pipeline.Options) *pipeline.Pipeline {
+	if compiled == nil {
+		return nil
+	}
+	return pipeline.New(compiled.Registry, opts)
 }
 
 // loadParent finds a nested call's parent: the call carries the parent's
@@ -141,6 +152,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		ready.Reason == toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable && s.st.Next.Before(pipeline.StageExecute) {
 		// Its sandbox could never mount the workspace: fail now, with the
 		// cause, rather than after the sandbox's start bound.
+		s.pipe = finalizingPipe(compiled, opts)
 		return r.settleWithoutBody(ctx, s, pipeline.CodeWorkspaceUnavailable, "the session's workspace cannot be mounted: "+ready.Message)
 	}
 	if compiled == nil {
@@ -158,6 +170,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		// A built-in tool works on the session's workspace: without one it
 		// could never run, so nobody is asked about it (the gateway does
 		// not list it either).
+		s.pipe = finalizingPipe(compiled, opts)
 		return r.settleWithoutBody(ctx, s, pipeline.CodeWorkspaceUnavailable, fmt.Sprintf(
 			"tool %s is built in and works on the session's workspace; AgentSession %s declares none (spec.workspace)", tc.Spec.Tool, session.Name))
 	}

@@ -135,12 +135,15 @@ var _ = Describe("a workspace claim template beyond its profile's bounds", func(
 		ns := newNamespace()
 		read := tu.MakeTool("read").Obj()
 		read.Container, read.Builtin = nil, &toolgatev1alpha1.BuiltinRuntime{Name: "fs.read"}
+		// Finalization runs on every settlement, this one too.
+		read.Output.FinalizeContent = &toolgatev1alpha1.FinalizeContentSpec{Template: "[{{.Outcome}}] {{.Content}}"}
 		Expect(k8s.Create(ctx, processProfile(ns, read).PreRule("ask", toolgatev1alpha1.ActionAsk, "", "read").Obj())).To(Succeed())
 		Expect(k8s.Create(ctx, tu.MakeAgentSession(ns, "s", "p").Obj())).To(Succeed())
 		submit(ns, "a", "read", `{"text":"notes.txt"}`, 0, 0, 1)
 		c := committedCall(ns, "a")
 		Expect(c.Status.Result.ErrorCode).To(Equal("workspace_unavailable"))
 		Expect(c.Status.Result.Message).To(ContainSubstring("tool read is built in and works on the session's workspace; AgentSession s declares none"))
+		Expect(c.Status.Result.Content).To(HavePrefix("[Failed] error: workspace_unavailable:"), "the tool's finalizeContent ran")
 		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &toolgatev1alpha1.ApprovalRequest{}))).To(BeTrue(), "nobody was asked")
 	})
 })
