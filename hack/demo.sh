@@ -162,6 +162,29 @@ plugin_as demo-agent trace "demo-t${turn1}-i3"
 say "session"
 as_agent get agentsession demo -o jsonpath='{"committed: "}{.status.committedCalls}{"  succeeded: "}{.status.counts.succeeded}{"  denied: "}{.status.counts.denied}{"  contexts for the next step: "}{.status.deferredContexts}{"\n"}'
 
+say "metrics: the manager serves them over HTTPS to a caller allowed get on /metrics (ClusterRole toolgate-metrics-reader)"
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: metrics-reader, namespace: $ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: toolgate-demo-metrics-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: toolgate-metrics-reader}
+subjects: [{kind: ServiceAccount, name: metrics-reader, namespace: $ns}]
+YAML
+metrics_ip=$(kubectl -n toolgate-system get pods -l control-plane=controller-manager -o jsonpath='{.items[0].status.podIP}')
+metrics_token=$(kubectl -n "$ns" create token metrics-reader)
+settled=""
+for _ in $(seq 30); do
+  settled=$(curl -fsSk -H "Authorization: Bearer $metrics_token" "https://$metrics_ip:8080/metrics" 2>/dev/null | grep -c '^toolgate_toolcall_settled_total' || true)
+  [ "${settled:-0}" -gt 0 ] && break
+  sleep 1 # the role binding reaches the manager's authorizer within moments
+done
+[ "${settled:-0}" -gt 0 ] || { echo "demo: the manager's metrics were not readable at https://$metrics_ip:8080/metrics" >&2; exit 1; }
+echo "  https://$metrics_ip:8080/metrics answered: $settled toolgate_toolcall_settled_total series"
+
 say "what is running now"
 cat <<TEXT
   kubeconfig (admin):   $KUBECONFIG_ADMIN   (demo users: $CLUSTER_DIR/kubeconfig/demo-agent.kubeconfig, demo-approver.kubeconfig)
@@ -170,5 +193,7 @@ cat <<TEXT
   traces (Jaeger API):  curl -s 'http://127.0.0.1:16686/api/traces?service=toolgate-manager&limit=5'
                         (one trace per call; the Jaeger UI is not part of the module Jaeger is built from, so its page at :16686 is a placeholder)
   a call's stages:      PATH=$root/_output/bin:\$PATH kubectl toolgate trace demo-t0-i0 -n $ns --kubeconfig $KUBECONFIG_ADMIN
+  metrics:              curl -sk -H "Authorization: Bearer \$(kubectl --kubeconfig $KUBECONFIG_ADMIN -n $ns create token metrics-reader)" https://$metrics_ip:8080/metrics
+                        (the pod's address; ServiceAccount $ns/metrics-reader is bound to toolgate-metrics-reader)
   remove everything:    make demo-down
 TEXT
