@@ -108,6 +108,17 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 		return pipeline.AnswerPending, ""
 	}
 	if !metav1.IsControlledBy(ar, subj.Owner) {
+		if predecessorsQuestion(ar, subj.Owner) {
+			// The question of a call deleted before it: the garbage
+			// collector removes it in time; removed now, the call is asked
+			// its own question (no answer to the old one counts: each
+			// names the old request's UID).
+			uid := ar.UID
+			if err := p.Client.Delete(ctx, ar, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+				log.FromContext(ctx).Error(err, "a predecessor's approval request not deleted", "call", subj.Owner.GetName())
+			}
+			return pipeline.AnswerPending, ""
+		}
 		// A same-named request this call does not own is not its question.
 		return pipeline.Unavailable, "an ApprovalRequest of that name belongs to another object"
 	}
@@ -149,6 +160,15 @@ func (p *Provider) Approve(ctx context.Context, subj approval.Subject, q pipelin
 	default:
 		return pipeline.Unavailable, "the decision is not understood"
 	}
+}
+
+// predecessorsQuestion reports whether ar was asked about an earlier call
+// of owner's name, deleted since: its controller is a ToolCall of that
+// name with another UID.
+func predecessorsQuestion(ar *toolgatev1alpha1.ApprovalRequest, owner client.Object) bool {
+	c := metav1.GetControllerOf(ar)
+	return c != nil && c.Kind == "ToolCall" && c.Name == owner.GetName() && c.UID != owner.GetUID() &&
+		ar.Spec.ToolCallRef.Name == owner.GetName()
 }
 
 // relayed is what the model is told of an approval, when the question

@@ -329,3 +329,50 @@ func TestOnlyAnAnswerToThisQuestionCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestACallNamedLikeADeletedOneIsAskedItsOwnQuestion: a call deleted while
+// its question waited, and submitted again under the same name, finds its
+// predecessor's request (the garbage collector has not removed it yet): the
+// request is removed and the call asked its own question; the approval
+// recorded on the old one never counts for it.
+func TestACallNamedLikeADeletedOneIsAskedItsOwnQuestion(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := toolgatev1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := withUIDs(fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&toolgatev1alpha1.ApprovalRequest{}).Build())
+	p := New(c, clocktesting.NewFakePassiveClock(time.Now()), testKey)
+	ask := func(uid types.UID, args string) (pipeline.Answer, approval.Subject, pipeline.Question) {
+		subj := approval.Subject{Owner: &toolgatev1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "deploy", UID: uid}}}
+		q := pipeline.Question{Call: pipeline.Call{Tool: "deploy", Args: pipeline.ArgumentsOf(args), Requester: "agent"}, Reason: "ask-all", Deadline: time.Now().Add(time.Hour)}
+		answer, _ := p.Approve(ctx, subj, q)
+		return answer, subj, q
+	}
+	if answer, _, _ := ask("u-old", `{"cmd":"ls -l /tmp"}`); answer != pipeline.AnswerPending {
+		t.Fatalf("the first call: %v", answer)
+	}
+	old := &toolgatev1alpha1.ApprovalRequest{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "deploy"}, old); err != nil {
+		t.Fatal(err)
+	}
+	old.Spec.Decision = old.DecisionOf(toolgatev1alpha1.DecisionApprove, "carol", "")
+	if err := c.Update(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	// The call is deleted and sent again, other arguments, same name.
+	answer, subj, q := ask("u-new", `{"cmd":"rm -rf /data"}`)
+	if answer != pipeline.AnswerPending {
+		t.Fatalf("the second call, beside its predecessor's approved question: %v", answer)
+	}
+	if answer, _ := p.Approve(ctx, subj, q); answer != pipeline.AnswerPending {
+		t.Fatalf("asked again: %v, want its own question pending", answer)
+	}
+	now := &toolgatev1alpha1.ApprovalRequest{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "deploy"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if now.UID == old.UID || now.Spec.Decision != nil || !metav1.IsControlledBy(now, subj.Owner) {
+		t.Fatalf("the call's question is not its own: uid %s (old %s), decision %+v", now.UID, old.UID, now.Spec.Decision)
+	}
+}
