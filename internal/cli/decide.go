@@ -118,14 +118,10 @@ func (o *Options) interactive() bool { return o.Interactive != nil && o.Interact
 // writeQuestion shows what an approver decides: everything the request
 // froze (Out makes the agent's text safe for a terminal).
 func writeQuestion(w io.Writer, ar *toolgatev1alpha1.ApprovalRequest) {
-	session := "<unknown>"
-	if ar.Spec.SessionRef != nil {
-		session = ar.Spec.SessionRef.Name
-	}
 	n, required := ar.ApprovalCount()
 	fmt.Fprintf(w, "approvalrequest/%s (question %s)\n", ar.Name, toolgatev1alpha1.ShortQuestionID(ar.QuestionID()))
 	fmt.Fprintf(w, "  tool:       %s\n", ar.Spec.Tool)
-	fmt.Fprintf(w, "  requester:  %s (session %s)\n", ar.Spec.Requester, session)
+	fmt.Fprintf(w, "  requester:  %s (session %s)\n", ar.Spec.Requester, sessionOf(ar))
 	fmt.Fprintf(w, "  reason:     %s\n", ar.Spec.Reason)
 	fmt.Fprintf(w, "  deadline:   %s\n", ar.Spec.Deadline.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "  approvals:  %d of %d\n", n, required)

@@ -134,10 +134,7 @@ func writePending(w io.Writer, items []toolgatev1alpha1.ApprovalRequest, all, wi
 	}
 	row("NAMESPACE", head...)
 	for _, ar := range items {
-		session := "<unknown>"
-		if ar.Spec.SessionRef != nil {
-			session = ar.Spec.SessionRef.Name
-		}
+		session := sessionOf(&ar)
 		n, required := ar.ApprovalCount()
 		cells := []string{ar.Name, session, ar.Spec.Tool, ar.Spec.Requester, fmt.Sprintf("%d/%d", n, required),
 			duration.HumanDuration(now.Sub(ar.CreationTimestamp.Time)),
@@ -177,4 +174,13 @@ func approverList(ar *toolgatev1alpha1.ApprovalRequest) string {
 // character, marked when cut.
 func preview(s string) string {
 	return textutil.TruncateMarked(textutil.OneLine(s, len(s)), previewBytes, "…")
+}
+
+// sessionOf names the session ar's call would enter ("<unknown>" for a
+// request asked before requests named it).
+func sessionOf(ar *toolgatev1alpha1.ApprovalRequest) string {
+	if ar.Spec.SessionRef != nil {
+		return ar.Spec.SessionRef.Name
+	}
+	return "<unknown>"
 }

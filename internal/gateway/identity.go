@@ -117,8 +117,12 @@ func (a *Authenticator) Admit(token, remoteAddr string) bool {
 	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, known := a.remembered(key, now); known || a.shapeProblem(token, now) != "" {
-		return true // answered from memory, or refused without a review
+	if _, known := a.remembered(key, now); known {
+		return true // answered from memory
+	}
+	problem, ns := a.inspect(token, now)
+	if problem != "" {
+		return true // refused without a review
 	}
 	// The source's budget first, then the namespace's: one flooding
 	// address, or one namespace's tokens from many, never spends the
@@ -126,7 +130,7 @@ func (a *Authenticator) Admit(token, remoteAddr string) bool {
 	if !limiterOf(a.bySource, sourceOf(remoteAddr), sourceReviewsPerSecond, sourceReviewBurst).AllowN(now, 1) {
 		return false
 	}
-	if ns := a.verifiedNamespace(token); ns != "" &&
+	if ns != "" &&
 		!limiterOf(a.byNamespace, ns, namespaceReviewsPerSecond, namespaceReviewBurst).AllowN(now, 1) {
 		return false
 	}
@@ -145,31 +149,6 @@ func limiterOf(m map[string]*rate.Limiter, key string, perSecond rate.Limit, bur
 		m[key] = l
 	}
 	return l
-}
-
-// verifiedNamespace is the namespace of the ServiceAccount whose token
-// this is, when the issuer's keys verify its signature; "" otherwise (an
-// unverified claim could name anyone's namespace and spend its budget).
-func (a *Authenticator) verifiedNamespace(token string) string {
-	if a.keys == nil {
-		return ""
-	}
-	t, ok := decodeJWT(token)
-	if !ok || !a.keys.verified(t) {
-		return ""
-	}
-	var claims struct {
-		Subject string `json:"sub"`
-	}
-	if json.Unmarshal(t.payload, &claims) != nil {
-		return ""
-	}
-	rest, ok := strings.CutPrefix(claims.Subject, serviceAccountPrefix)
-	ns, _, ok2 := strings.Cut(rest, ":")
-	if !ok || !ok2 {
-		return ""
-	}
-	return ns
 }
 
 // sourceOf is the budget a client address spends: its IP, or for IPv6
@@ -264,32 +243,50 @@ func (a *Authenticator) refuse(key [sha256.Size]byte, now time.Time) {
 // audience, read without verifying it (the TokenReview verifies); "" when
 // it may be one.
 func (a *Authenticator) shapeProblem(token string, now time.Time) string {
+	problem, _ := a.inspect(token, now)
+	return problem
+}
+
+// inspect is shapeProblem, and the namespace of the token's ServiceAccount
+// when the issuer's keys verify its signature ("" otherwise: an
+// unverified claim could name anyone's namespace and spend its budget).
+func (a *Authenticator) inspect(token string, now time.Time) (problem, namespace string) {
 	if len(token) > maxTokenBytes {
-		return "the token is too long"
+		return "the token is too long", ""
 	}
 	t, ok := decodeJWT(token)
 	if !ok {
-		return "not a ServiceAccount token (a JWT)"
+		return "not a ServiceAccount token (a JWT)", ""
 	}
 	var claims struct {
 		Audience audiences `json:"aud"`
 		Expiry   *float64  `json:"exp"`
+		Subject  string    `json:"sub"`
 	}
 	if err := json.Unmarshal(t.payload, &claims); err != nil {
-		return "not a ServiceAccount token (a JWT)"
+		return "not a ServiceAccount token (a JWT)", ""
 	}
 	if !slices.Contains(claims.Audience, a.audience) {
-		return fmt.Sprintf("not a token for audience %q", a.audience)
+		return fmt.Sprintf("not a token for audience %q", a.audience), ""
 	}
 	// The API server's clock decides; a gateway's ahead of it must not
 	// refuse what the API server still accepts.
 	if claims.Expiry == nil || time.Unix(int64(*claims.Expiry), 0).Add(expiryLeeway).Before(now) {
-		return "the token has expired"
+		return "the token has expired", ""
 	}
-	if a.keys != nil {
-		return a.keys.signatureProblem(t, now)
+	if a.keys == nil {
+		return "", ""
 	}
-	return ""
+	problem, verified := a.keys.signatureProblem(t, now)
+	if !verified {
+		return problem, ""
+	}
+	rest, sa := strings.CutPrefix(claims.Subject, serviceAccountPrefix)
+	ns, _, named := strings.Cut(rest, ":")
+	if !sa || !named {
+		return "", ""
+	}
+	return "", ns
 }
 
 // decodedJWT is a token's three parts, decoded, not verified.

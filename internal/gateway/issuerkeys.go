@@ -54,14 +54,15 @@ type issuerKeys struct {
 }
 
 // signatureProblem says why token's signature is not the cluster's, or ""
-// when it is, or when that cannot be told now (a fetch is then started).
-func (k *issuerKeys) signatureProblem(t decodedJWT, now time.Time) string {
+// when it is, or when that cannot be told now (a fetch is then started);
+// verified says a known key verified it.
+func (k *issuerKeys) signatureProblem(t decodedJWT, now time.Time) (problem string, verified bool) {
 	var h struct {
 		Alg string `json:"alg"`
 		Kid string `json:"kid"`
 	}
 	if json.Unmarshal(t.header, &h) != nil {
-		return "not a ServiceAccount token (a JWT)"
+		return "not a ServiceAccount token (a JWT)", false
 	}
 	k.mu.Lock()
 	key, known := k.keys[h.Kid]
@@ -72,30 +73,14 @@ func (k *issuerKeys) signatureProblem(t decodedJWT, now time.Time) string {
 	k.mu.Unlock()
 	switch {
 	case !known && fresh:
-		return "not signed by a key of the cluster's ServiceAccount issuer"
+		return "not signed by a key of the cluster's ServiceAccount issuer", false
 	case !known:
-		return "" // cannot tell yet: the TokenReview decides
+		return "", false // cannot tell yet: the TokenReview decides
 	}
 	if !verifies(key, h.Alg, t.signed, t.sig) {
-		return "not signed by a key of the cluster's ServiceAccount issuer"
+		return "not signed by a key of the cluster's ServiceAccount issuer", false
 	}
-	return ""
-}
-
-// verified reports whether a key of the issuer, known now, verifies t's
-// signature.
-func (k *issuerKeys) verified(t decodedJWT) bool {
-	var h struct {
-		Alg string `json:"alg"`
-		Kid string `json:"kid"`
-	}
-	if json.Unmarshal(t.header, &h) != nil {
-		return false
-	}
-	k.mu.Lock()
-	key, known := k.keys[h.Kid]
-	k.mu.Unlock()
-	return known && verifies(key, h.Alg, t.signed, t.sig)
+	return "", true
 }
 
 // startFetch starts a fetch unless one is under way or one started within

@@ -189,7 +189,7 @@ func TestForgedTokensCostNoReview(t *testing.T) {
 		t.Fatalf("%d fetches for stale keys, want 1", fetches.Load()-n)
 	}
 	forged, _ := decodeJWT(signedJWT(t, stranger, "k-rsa", "gw", "x"))
-	if p := a.keys.signatureProblem(forged, clk.Now()); p == "" {
+	if p, _ := a.keys.signatureProblem(forged, clk.Now()); p == "" {
 		t.Fatal("a failed fetch forgot the keys known before")
 	}
 }
@@ -277,7 +277,7 @@ func TestOneNamespaceCannotSpendAnothersReviews(t *testing.T) {
 			t.Fatal("a forged subject was held back: it would spend the namespace it names")
 		}
 	}
-	if got := a.verifiedNamespace(token(stranger, "system:serviceaccount:quiet:agent", "x")); got != "" {
+	if _, got := a.inspect(token(stranger, "system:serviceaccount:quiet:agent", "x"), clk.Now()); got != "" {
 		t.Fatalf("a forged subject counted as namespace %q", got)
 	}
 }
