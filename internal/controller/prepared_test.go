@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -112,5 +113,75 @@ var _ = Describe("a call whose arguments and result the cache leaves out", func(
 		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), tc.Status.Result.Message)
 		Expect(tc.Status.Result.Content).To(Equal(args+args), "the body saw the whole arguments")
 		Expect(tc.Spec.Arguments).To(Equal(args))
+	})
+})
+
+// discarding is the process sandbox that records, for each Discard of an
+// attempt of its spec's namespace, whether the API server held the call's
+// result at that moment.
+type discarding struct {
+	sandbox.Provider
+	mu   sync.Mutex
+	ns   string
+	uids map[string]types.NamespacedName // attempt key -> call
+	with map[string]bool                 // attempt key -> result stored
+}
+
+func (d *discarding) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
+	if job.Owner.Namespace == d.ns {
+		d.mu.Lock()
+		d.uids[job.Key] = job.Owner
+		d.mu.Unlock()
+	}
+	return d.Provider.Run(ctx, job)
+}
+
+func (d *discarding) Discard(ctx context.Context, key string) {
+	d.mu.Lock()
+	owner, ok := d.uids[key]
+	d.mu.Unlock()
+	if ok {
+		tc := &toolgatev1alpha1.ToolCall{}
+		stored := k8s.Get(ctx, owner, tc) == nil && tc.Status.Result != nil
+		d.mu.Lock()
+		if before, seen := d.with[key]; !seen || before {
+			d.with[key] = stored // a Discard without the result is kept
+		}
+		d.mu.Unlock()
+	}
+	d.Provider.Discard(ctx, key)
+}
+
+var _ = Describe("a settled call's work", Ordered, func() {
+	box := &discarding{uids: map[string]types.NamespacedName{}, with: map[string]bool{}}
+	BeforeAll(func() {
+		ownManagers()
+		wrapSandbox = func(p sandbox.Provider) sandbox.Provider { box.Provider = p; return box }
+		DeferCleanup(func() { wrapSandbox = func(p sandbox.Provider) sandbox.Provider { return p } })
+		startManager(env.Config)
+	})
+
+	It("ends for every attempt, once the API server holds the result", func() {
+		ns := newNamespace()
+		box.mu.Lock()
+		box.ns = ns
+		box.mu.Unlock()
+		// Two attempts: the first fails (idempotent, retried), the second
+		// succeeds.
+		flaky := shTool("flaky", `if [ -e tried ]; then echo ok; else touch tried; exit 3; fi`).Obj()
+		flaky.Idempotent = true
+		flaky.Retry = &toolgatev1alpha1.RetryPolicy{MaxAttempts: 2}
+		setup(processProfile(ns, flaky).PreRule("allow", toolgatev1alpha1.ActionAllow, "", "flaky"))
+		submit(ns, "c", "flaky", `{}`, 0, 0)
+		tc := committedCall(ns, "c")
+		Expect(tc.Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), tc.Status.Result.Message)
+		Eventually(func() map[string]bool {
+			box.mu.Lock()
+			defer box.mu.Unlock()
+			return maps.Clone(box.with)
+		}).Should(Equal(map[string]bool{
+			sandbox.Key(tc.UID, 1): true,
+			sandbox.Key(tc.UID, 2): true,
+		}), "each attempt discarded once, after the result was written")
 	})
 })

@@ -22,8 +22,9 @@ import (
 // provider's methods from this package is in this file
 // (TestProvidersAreAskedInOneFile). The call's runner (callRunner) does
 // a call's work: run an attempt, prepare its sandbox ahead of its
-// boundary, tell it the boundary is durable, end a settled attempt's
-// work; releaseCall stops a call's work wherever it runs, for a call
+// boundary, and, told what the API server now holds of the call
+// (durable), hand the recorded sandbox its body or end a settled call's
+// attempts; releaseCall stops a call's work wherever it runs, for a call
 // settled without its pipeline; the profile checks ask what a provider
 // enforces.
 
@@ -102,22 +103,25 @@ func (r callRunner) takenNow(ctx context.Context) []string {
 	return r.taken(ctx)
 }
 
-// recorded tells the provider that the call's status now durably names
-// where its attempt runs (sandbox.Preparer's Recorded).
-func (r callRunner) recordedNow(uid types.UID, attempt int, where string) {
-	if rec, ok := r.provider.(sandbox.Preparer); ok && where != "" && attempt > 0 {
-		rec.Recorded(sandbox.Key(uid, attempt), where)
-	}
-}
-
-// discard ends the work of the call's settled attempts 1..attempts at once
-// (what it leaves, releaseCall removes).
-func (r callRunner) discard(ctx context.Context, uid types.UID, attempts int) {
-	if r.provider == nil {
+// durable tells the call's runner what the API server now holds of the
+// call (written, whose current attempt is attempt): the provider may hand
+// the attempt's sandbox its body once the status names it
+// (sandbox.Preparer's Recorded), and once the status holds the result the
+// work of attempts 1..attempt ends (Discard; what it leaves, releaseCall
+// removes). The runner decides from the durable status alone: the
+// reconciler only says a write happened.
+func (r callRunner) durable(ctx context.Context, written *toolgatev1alpha1.ToolCall, attempt int) {
+	if r.provider == nil || attempt <= 0 {
 		return
 	}
-	for a := 1; a <= attempts; a++ {
-		r.provider.Discard(ctx, sandbox.Key(uid, a))
+	if rec, ok := r.provider.(sandbox.Preparer); ok && written.Status.Sandbox != "" {
+		rec.Recorded(sandbox.Key(written.UID, attempt), written.Status.Sandbox)
+	}
+	if written.Status.Result == nil {
+		return
+	}
+	for a := 1; a <= attempt; a++ {
+		r.provider.Discard(ctx, sandbox.Key(written.UID, a))
 	}
 }
 

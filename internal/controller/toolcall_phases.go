@@ -321,7 +321,6 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 	}
 	r.mem.with(s.tc, func(m *memo) { m.prepared, m.live = 0, nil })
 	r.announceDurable(ctx, s.tc)
-	s.runner.discard(ctx, s.tc.UID, s.st.Attempt)
 	logger := log.FromContext(ctx)
 	if seq := s.tc.Status.Schedule.CommitSequence; s.tc.Status.Phase == toolgatev1alpha1.PhaseCommitted && seq != nil {
 		logger.Info("call committed", "call", s.tc.Name, "token", s.st.Token, "sequence", *seq, "outcome", s.st.Result.Outcome, "code", s.st.Result.Code)

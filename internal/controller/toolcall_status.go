@@ -50,10 +50,12 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	}
 	moved, settledNow := planMoved(s.base, written), s.base.Status.Result == nil && written.Status.Result != nil
 	s.base = written // read only, as toolcalls.OwnWrites keeps it
-	s.runner.recordedNow(tc.UID, s.st.Attempt, written.Status.Sandbox)
 	if moved || settledNow {
 		r.wakeNext(ctx, written, settledNow)
 	}
+	// After the wake: ending a settled attempt's work (a pod's delete) is
+	// not what the next call waits for.
+	s.runner.durable(ctx, written, s.st.Attempt)
 	return nil
 }
 
