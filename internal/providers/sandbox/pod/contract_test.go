@@ -109,13 +109,8 @@ func TestProviderContract(t *testing.T) {
 		Started: func() int { return int(started.Load()) },
 		Alive: func(job sandbox.Job) (inProcess, outside int) {
 			p.mu.Lock()
-			for key, f := range p.followers {
-				if !sandbox.OfCall(key, job.OwnerUID) {
-					continue
-				}
-				select {
-				case <-f.done:
-				default:
+			for key, a := range p.attempts {
+				if sandbox.OfCall(key, job.OwnerUID) && a.phase() == phaseFollowed {
 					inProcess++
 				}
 			}

@@ -10,8 +10,9 @@
 // its control to the ToolCall when a call claims it, the call named in its
 // annotations (its labels do not change; warm.go).
 //
-// Files: pod.go is the attempt's lifecycle (Run, Prepare, start),
-// release.go the end of its work (Discard, Release), life.go the
+// Files: attempt.go is what this process knows of each attempt (one
+// record, its phases, one forget), pod.go the attempt's lifecycle (Run,
+// Prepare, start), release.go the end of its work (Discard, Release), life.go the
 // provider's own life in the process (Stop), follower.go the goroutine
 // that hands each pod its call and collects the frame, greet.go the early
 // greeting of a reserved warm pod's runner, warm.go the warm pods, sweep.go

@@ -37,7 +37,7 @@ type follower struct {
 // durably recorded, and may be handed its body.
 func (p *Provider) Recorded(key, where string) {
 	p.mu.Lock()
-	f := p.followers[key]
+	f := p.followerLocked(key)
 	ready := f != nil && !f.recorded && f.pod.Name == where
 	if ready {
 		f.recorded = true
@@ -61,7 +61,16 @@ func (p *Provider) isRecorded(f *follower) bool {
 func (p *Provider) follower(key string) *follower {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.followers[key]
+	return p.followerLocked(key)
+}
+
+// followerLocked is the follower of the attempt with key, nil when none
+// (p.mu held).
+func (p *Provider) followerLocked(key string) *follower {
+	if a := p.attempts[key]; a != nil {
+		return a.follower
+	}
+	return nil
 }
 
 // adopt returns the attempt's follower, starting one for a pod this
@@ -69,16 +78,14 @@ func (p *Provider) follower(key string) *follower {
 func (p *Provider) adopt(job sandbox.Job, pod *corev1.Pod) *follower {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.followers == nil {
-		p.followers = map[string]*follower{}
+	a := p.attemptLocked(job.Key)
+	if a.follower != nil {
+		return a.follower
 	}
-	if f, ok := p.followers[job.Key]; ok {
-		return f
-	}
-	delete(p.prepared, job.Key) // followed from now on
+	a.prepared = nil // followed from now on
 	f := &follower{pod: client.ObjectKeyFromObject(pod), uid: pod.UID, done: make(chan struct{}), wake: make(chan struct{}, 1),
 		recorded: job.Record == nil || job.Record.Where == pod.Name}
-	p.followers[job.Key] = f
+	a.follower = f
 	go p.follow(f, job, pod.DeepCopy())
 	return f
 }
@@ -312,8 +319,8 @@ func (p *Provider) PodChanged(obj any) {
 	key := client.ObjectKeyFromObject(pod)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, f := range p.followers {
-		if f.pod == key {
+	for _, a := range p.attempts {
+		if f := a.follower; f != nil && f.pod == key {
 			select {
 			case f.wake <- struct{}{}:
 			default: // a wake is already pending

@@ -61,14 +61,12 @@ func (p *Provider) greetEarly(key string, pod *corev1.Pod) {
 	}
 	gr := &greeting{pod: pod.UID, ip: pod.Status.PodIP, done: make(chan struct{}), taken: make(chan struct{})}
 	p.mu.Lock()
-	if p.greetings == nil {
-		p.greetings = map[string]*greeting{}
-	}
-	if old := p.greetings[key]; old != nil {
+	a := p.attemptLocked(key)
+	if a.greeting != nil {
 		p.mu.Unlock()
 		return
 	}
-	p.greetings[key] = gr
+	a.greeting = gr
 	p.mu.Unlock()
 	addr, channelKey := runnerAddr(pod), p.keyOf(pod)
 	go func() {
@@ -98,8 +96,11 @@ func (p *Provider) greetEarly(key string, pod *corev1.Pod) {
 // (the follower dials). Once taken, the connection is the caller's.
 func (p *Provider) takeGreeted(ctx context.Context, key string, pod *corev1.Pod) *runner.Greeted {
 	p.mu.Lock()
-	gr := p.greetings[key]
-	delete(p.greetings, key)
+	var gr *greeting
+	if a := p.attempts[key]; a != nil {
+		gr, a.greeting = a.greeting, nil
+		p.tidyLocked(key)
+	}
 	p.mu.Unlock()
 	if gr == nil {
 		return nil
@@ -125,17 +126,24 @@ func (p *Provider) takeGreeted(ctx context.Context, key string, pod *corev1.Pod)
 // taken: whoever removes it from the map owns it.
 func (p *Provider) dropGreeting(key string, gr *greeting) {
 	p.mu.Lock()
-	if gr == nil {
-		gr = p.greetings[key]
+	a := p.attempts[key]
+	if gr == nil && a != nil {
+		gr = a.greeting
 	}
-	mine := gr != nil && p.greetings[key] == gr
+	mine := gr != nil && a != nil && a.greeting == gr
 	if mine {
-		delete(p.greetings, key)
+		a.greeting = nil
+		p.tidyLocked(key)
 	}
 	p.mu.Unlock()
-	if !mine {
-		return
+	if mine {
+		gr.drop()
 	}
+}
+
+// drop closes a greeting whoever removed it from its attempt's record
+// owns: its connection once greeted.
+func (gr *greeting) drop() {
 	close(gr.taken)
 	go func() {
 		<-gr.done

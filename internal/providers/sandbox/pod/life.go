@@ -2,8 +2,6 @@ package pod
 
 import (
 	"context"
-	"maps"
-	"slices"
 
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
@@ -48,8 +46,10 @@ func (p *Provider) Stop(ctx context.Context) error {
 		p.endLife()
 	}
 	var following []chan struct{}
-	for _, f := range p.followers {
-		following = append(following, f.done)
+	for _, a := range p.attempts {
+		if a.follower != nil {
+			following = append(following, a.follower.done)
+		}
 	}
 	p.mu.Unlock()
 	for _, done := range following {
@@ -73,7 +73,12 @@ func (p *Provider) Stop(ctx context.Context) error {
 	done := p.warm.done
 	p.warm.mu.Unlock()
 	p.mu.Lock()
-	greeted := slices.Collect(maps.Keys(p.greetings))
+	var greeted []string
+	for key, a := range p.attempts {
+		if a.greeting != nil {
+			greeted = append(greeted, key)
+		}
+	}
 	p.mu.Unlock()
 	for _, key := range greeted {
 		p.dropGreeting(key, nil)

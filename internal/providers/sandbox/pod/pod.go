@@ -58,23 +58,12 @@ type Provider struct {
 	// real clock).
 	Clock clock.PassiveClock
 
-	mu        sync.Mutex
-	followers map[string]*follower
-	// prepared names the pod Prepare made or claimed for an attempt not
-	// followed yet: Release finds it even before the cache shows it.
-	prepared map[string]*corev1.Pod
-	// remade are the attempts whose unsealed pod (never handed anything)
-	// this process deleted: their pod is made again even once the
-	// pipeline resumes them, since nothing of theirs ever ran.
-	remade map[string]bool
-	// claims are the warm pods this process reserved, by attempt key:
-	// their claims on the way or done (warm.go).
-	claims map[string]*pendingClaim
-	// greetings are the connections to reserved warm pods' runners,
-	// greeted ahead of their hand-over, by attempt key (greet.go).
-	greetings map[string]*greeting
-	warm      pools
-	proxy     proxyCache
+	mu sync.Mutex
+	// attempts is what this process knows of each attempt's sandbox, by
+	// attempt key (attempt.go).
+	attempts map[string]*attempt
+	warm     pools
+	proxy    proxyCache
 	// stopped is set by Stop: Run and Prepare then start nothing, and
 	// life, which every follower runs under, is ended.
 	stopped bool
@@ -118,13 +107,13 @@ func (p *Provider) Validate(policy toolgatev1alpha1.SandboxPolicy) error {
 // Where names the pod the attempt with key runs in, once this provider
 // has started or adopted it ("" before, and after Discard).
 func (p *Provider) Where(key string) string {
-	if f := p.follower(key); f != nil {
-		return f.pod.Name
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pod := p.prepared[key]; pod != nil {
-		return pod.Name // prepared, not followed yet
+	switch a := p.attempts[key]; a.phase() {
+	case phasePrepared:
+		return a.prepared.Name // not followed yet
+	case phaseFollowed, phaseDone:
+		return a.follower.pod.Name
 	}
 	return ""
 }
@@ -225,10 +214,7 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 			// verify (a key rotated out, a copy) may have served: lost.
 			p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "unsealed")
 			p.mu.Lock()
-			if p.remade == nil {
-				p.remade = map[string]bool{}
-			}
-			p.remade[job.Key] = true
+			p.attemptLocked(job.Key).remade = true
 			p.mu.Unlock()
 			return sandbox.Result{}, sandbox.ErrPending
 		case job.Resumed:
@@ -288,7 +274,8 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 func (p *Provider) remaking(key string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.remade[key]
+	a := p.attempts[key]
+	return a != nil && a.remade
 }
 
 // stoppedWithPod tells whether the runner's frame says the body died of
@@ -395,8 +382,8 @@ func (p *Provider) find(ctx context.Context, from client.Reader, job sandbox.Job
 func (p *Provider) preparedPod(key string) *corev1.Pod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pod := p.prepared[key]; pod != nil {
-		return pod.DeepCopy()
+	if a := p.attempts[key]; a.phase() == phasePrepared {
+		return a.prepared.DeepCopy()
 	}
 	return nil
 }
@@ -492,10 +479,7 @@ func (p *Provider) made(job sandbox.Job, pod *corev1.Pod, mode startMode) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.prepared == nil {
-		p.prepared = map[string]*corev1.Pod{}
-	}
-	p.prepared[job.Key] = pod
+	p.attemptLocked(job.Key).prepared = pod
 }
 
 func (p *Provider) now() time.Time {

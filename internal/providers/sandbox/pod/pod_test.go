@@ -107,6 +107,13 @@ func TestOnAPIServer(t *testing.T) {
 		if n := len(pods()); n != 0 {
 			t.Fatalf("release reported the call's work gone while %d of its pods exist", n)
 		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for key := range p.attempts {
+			if sandbox.OfCall(key, call.UID) {
+				t.Fatalf("the released call's attempt %s is still remembered", key)
+			}
+		}
 	}
 
 	t.Run("the pod is admitted under Pod Security restricted, owned by the call, deterministically named", func(t *testing.T) {
@@ -272,7 +279,7 @@ func TestOnAPIServer(t *testing.T) {
 		f := &follower{pod: client.ObjectKey{Namespace: ns.Name, Name: "gone"}, done: make(chan struct{}),
 			res: &runner.Result{Header: runner.Header{Code: "timeout", Error: "the body exceeded its 1s timeout"}}}
 		close(f.done)
-		p.followers = map[string]*follower{j.Key: f}
+		p.attempts = map[string]*attempt{j.Key: {follower: f}}
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		var fail *pipeline.Failure
@@ -299,7 +306,7 @@ func TestOnAPIServer(t *testing.T) {
 			res: &runner.Result{Header: runner.Header{Code: "timeout", Error: "the body exceeded its 1s timeout"}}}
 		close(f.done)
 		p.mu.Lock()
-		p.followers = map[string]*follower{j.Key: f}
+		p.attempts = map[string]*attempt{j.Key: {follower: f}}
 		p.mu.Unlock()
 		// Deleting the pod first lost the outcome to a manager that died
 		// before the call's status write (the pod held the frame).
@@ -363,6 +370,25 @@ func TestOnAPIServer(t *testing.T) {
 		must(t, err)
 		if gone {
 			t.Fatal("release reported the call's pods gone while its unsealed pod exists")
+		}
+		releaseAll(p, j)
+	})
+
+	t.Run("release forgets everything of the call, an attempt whose pod was remade included", func(t *testing.T) {
+		// The unsealed pod under the attempt's name is deleted and made
+		// again (remade): a release kept that mark when it dropped the
+		// rest (releaseAll checks nothing of the call is left).
+		p := newProvider()
+		j := job(13, false)
+		pod, err := p.buildPod(j, Name("call-1", string(call.UID), 13))
+		must(t, err)
+		pod.OwnerReferences = []metav1.OwnerReference{callOwner(j)}
+		must(t, c.Create(ctx, pod))
+		if _, err := p.Run(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("%v, want pending while the unsealed pod is made again", err)
+		}
+		if !p.remaking(j.Key) {
+			t.Fatal("the unsealed pod was not marked to be made again")
 		}
 		releaseAll(p, j)
 	})

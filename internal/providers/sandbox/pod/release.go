@@ -17,7 +17,8 @@ import (
 // Ending work: a settled attempt's pod (Discard), every pod of a call
 // (Release), one exact pod (deleteExactly).
 
-// Release deletes every pod of the call and forgets their followers.
+// Release deletes every pod of the call and, once none is left, forgets
+// its attempts whole (attempt.go).
 func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid types.UID) (bool, error) {
 	pods := &corev1.PodList{}
 	if err := p.Client.List(ctx, pods, client.InNamespace(owner.Namespace), client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}); err != nil {
@@ -62,24 +63,12 @@ func (p *Provider) Release(ctx context.Context, owner types.NamespacedName, uid 
 		}
 	}
 	if left == 0 {
-		p.refillNow(func(key string) bool { return sandbox.OfCall(key, uid) })
-		p.mu.Lock()
-		for key := range p.followers {
-			if sandbox.OfCall(key, uid) {
-				delete(p.followers, key)
+		p.refillNow(ofCall(uid))
+		for _, a := range p.forget(ofCall(uid)) {
+			if a.greeting != nil {
+				a.greeting.drop()
 			}
 		}
-		for key := range p.prepared {
-			if sandbox.OfCall(key, uid) {
-				delete(p.prepared, key)
-			}
-		}
-		for key := range p.claims {
-			if sandbox.OfCall(key, uid) {
-				delete(p.claims, key)
-			}
-		}
-		p.mu.Unlock()
 	}
 	return left == 0, nil
 }
@@ -89,31 +78,28 @@ func (p *Provider) podsOf(uid types.UID) []types.NamespacedName {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var keys []types.NamespacedName
-	for key, f := range p.followers {
-		if sandbox.OfCall(key, uid) {
-			keys = append(keys, f.pod)
+	for key, a := range p.attempts {
+		if !sandbox.OfCall(key, uid) {
+			continue
 		}
-	}
-	for key, pod := range p.prepared {
-		if sandbox.OfCall(key, uid) {
-			keys = append(keys, client.ObjectKeyFromObject(pod))
+		switch a.phase() {
+		case phasePrepared:
+			keys = append(keys, client.ObjectKeyFromObject(a.prepared))
+		case phaseFollowed, phaseDone:
+			keys = append(keys, a.follower.pod)
 		}
 	}
 	return keys
 }
 
 // Discard deletes a settled attempt's pod at once (a pod serves one call:
-// nothing of it is needed any more) and forgets its follower.
+// nothing of it is needed any more) and forgets the attempt whole.
 func (p *Provider) Discard(ctx context.Context, key string) {
-	p.mu.Lock()
-	f, ok := p.followers[key]
-	delete(p.followers, key)
-	delete(p.prepared, key)
-	delete(p.remade, key)
-	delete(p.claims, key)
-	p.mu.Unlock()
-	p.dropGreeting(key, nil)
-	if ok {
+	a := p.forget(func(k string) bool { return k == key })[key]
+	if a != nil && a.greeting != nil {
+		a.greeting.drop()
+	}
+	if f := a.followed(); f != nil {
 		// The pod it followed, never another made under its name since; the
 		// call's next reconcile releases what a failure leaves.
 		p.deleteExactly(ctx, f.pod, f.uid, "settled")

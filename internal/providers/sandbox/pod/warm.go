@@ -131,11 +131,8 @@ func (p *Provider) reserve(ctx context.Context, job sandbox.Job, template string
 		if !claimable(pod, now) || !p.ours(pod, sessionOwner(job)) || (job.Record != nil && slices.Contains(job.Record.Taken, pod.Name)) || p.reservedLocked(pod.UID) {
 			continue
 		}
-		if p.claims == nil {
-			p.claims = map[string]*pendingClaim{}
-		}
 		c := &pendingClaim{pod: pod.UID, done: make(chan struct{})}
-		p.claims[job.Key] = c
+		p.attemptLocked(job.Key).claim = c
 		return pod.DeepCopy(), c
 	}
 	return nil, nil
@@ -150,8 +147,8 @@ func claimable(pod *corev1.Pod, now time.Time) bool {
 // reservedLocked reports whether an attempt of this process holds the
 // pod (p.mu held).
 func (p *Provider) reservedLocked(uid types.UID) bool {
-	for _, c := range p.claims {
-		if c.pod == uid {
+	for _, a := range p.attempts {
+		if a.claim != nil && a.claim.pod == uid {
 			return true
 		}
 	}
@@ -179,7 +176,10 @@ func (p *Provider) claimInBackground(job sandbox.Job, pod *corev1.Pod, c *pendin
 func (p *Provider) claimOf(key string) *pendingClaim {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.claims[key]
+	if a := p.attempts[key]; a != nil {
+		return a.claim
+	}
+	return nil
 }
 
 // takeOver moves a warm pod of the job's session to the job's attempt:
