@@ -101,60 +101,12 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 			p.Notify(job.Owner)
 		}
 	}()
-	// Ended by Stop: nothing of the provider outlives its scope. The pod
-	// stays, for a successor to adopt.
-	ctx := p.lifeContext()
-	workspace := ""
-	if job.Workspace.ClaimName != "" {
-		workspace = job.Policy.WorkspaceRoot
-	}
-	req := runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.RunnerSpec(job, workspace), Arguments: job.Arguments}
-	handed, proxied := false, false
-	// Between looks the follower waits for the pod to change (PodChanged)
-	// or for a poll that backs off, the safety net where no informer tells.
-	// Once the pod has an address, the runner's listening is awaited: no
-	// event marks it, so the poll restarts short.
-	minPoll, maxPoll := p.pollBounds()
-	backoff := minPoll
-	addressed, sawRunning := false, false
-	var endSeen time.Time // when the runner's container was first seen ended
-	wait := func(most time.Duration) {
-		t := time.NewTimer(min(backoff, most))
-		defer t.Stop()
-		select {
-		case <-f.wake:
-		case <-t.C:
-			backoff = min(2*backoff, most)
-		case <-ctx.Done():
-		}
-	}
-	notReady := func(pod *corev1.Pod) error {
-		why := ""
-		if w := whyNotUp(pod); w != "" {
-			why = ": " + w
-		}
-		return pipeline.Fail(pipeline.CodeSandboxNotReady, fmt.Sprintf(
-			"the tool's pod was not ready within %s of dispatch%s; the body never started", p.Config.startTimeout(), why))
-	}
-	managerLate := func() error {
-		return pipeline.Fail(pipeline.CodeManagerUnavailable,
-			"the tool's pod was ready in time, but no manager handed it the call while its deadline left the body its timeout; the body never started")
-	}
-	if c := p.claimOf(job.Key); c != nil {
-		// A warm pod is handed its call only once its claim is durable.
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			f.err = errStopped
-			return
-		}
-		if c.err != nil {
-			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the warm pod reserved for the call could not be claimed (changed or deleted by someone else); the body never started")
-			return
-		}
+	l := p.newLooks(f, job)
+	if f.err = l.awaitClaim(); f.err != nil {
+		return
 	}
 	for {
-		if ctx.Err() != nil {
+		if l.ctx.Err() != nil {
 			f.err = errStopped
 			return
 		}
@@ -162,128 +114,210 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 		first = nil
 		if pod == nil { // looks after the first read the pod
 			pod = &corev1.Pod{}
-			err = p.Reader.Get(ctx, f.pod, pod)
+			err = p.Reader.Get(l.ctx, f.pod, pod)
 		}
-		if err != nil {
-			if apierrors.IsNotFound(err) {
-				f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is gone")
-				return
-			}
-			wait(maxPoll)
-			continue
-		}
-		if pod.UID != f.uid {
-			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by another of the same name")
-			return
-		}
-		if fail := failureOf(pod); fail != nil {
-			f.err = fail
-			return
-		}
-		if terminated(pod) {
-			// The kubelet reports the runner's container ended before it
-			// gives the pod its phase and reason (an eviction's): those
-			// are awaited a little, so that the outcome names the cause.
-			if endSeen.IsZero() {
-				endSeen = time.Now()
-			}
-			if !final(pod) && time.Since(endSeen) < finalWait {
-				wait(maxPoll)
-				continue
-			}
-			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's runner ended without a result")
-			return
-		}
-		// Judged on the pod's own record, never on when a manager looked:
-		// a pod up by its bound met it, however late a manager (one that
-		// was not leading, or restarting) comes to hand it the call.
-		ready := p.startBound(job, pod)
-		late := !handed && p.now().After(ready) && !upBy(pod, ready)
-		up := running(pod)
-		if pod.Status.PodIP == "" || (late && !up) {
-			if late {
-				f.err = notReady(pod)
-				return
-			}
-			wait(maxPoll)
-			continue
-		}
-		// The runner listens before the kubelet reports its container
-		// running (the kubelet reports at its next relist, up to a second
-		// later): it is tried as soon as the pod has an address.
-		if !addressed || (up && !sawRunning) {
-			addressed, sawRunning, backoff = true, up, min(backoff, runningPoll)
-		}
-		// Never start a body past the bound, nor one the pod's active
-		// deadline would cut short; collect one already started.
-		noRoom := !handed && !late && p.now().After(ready) && !p.roomFor(pod, job)
-		if late || noRoom {
-			req.Op = runner.OpCollect
-		}
-		// The body is handed only to a pod the call's status names: a
-		// successor that finds no pod where the status names none knows
-		// that nothing ran, and makes it again.
-		if req.Op == runner.OpRun && !handed && !p.isRecorded(f) {
-			wait(maxPoll)
-			continue
-		}
-		// A tool naming its hosts gets its proxy and grant with the call:
-		// the grant names the pod's address, known only now.
-		// Without them the body is not started; one already started (a
-		// manager resuming) is collected all the same.
-		var noProxy error
-		if req.Op == runner.OpRun && job.Tool.Egress != nil && !proxied {
-			env, proxy, err := p.egressEnv(ctx, job, pod)
-			if err == nil {
-				req.Spec.Await = proxy
-				req.Spec.Env = maps.Clone(req.Spec.Env)
-				if req.Spec.Env == nil {
-					req.Spec.Env = map[string]string{}
-				}
-				maps.Copy(req.Spec.Env, env)
-				proxied = true
-			} else {
-				noProxy, req.Op = err, runner.OpCollect
-			}
-		}
-		hello, res, err := p.exchangeWatching(ctx, f, pod, req, job)
-		if noProxy != nil {
-			if hello != nil && hello.State == runner.StateIdle {
-				f.err = noProxy
-				return
-			}
-			req.Op = runner.OpRun
-		}
-		if hello != nil && hello.State != runner.StateIdle {
-			handed = true
-		}
+		res, most, final := l.look(pod, err)
 		switch {
-		case err == nil:
+		case res != nil:
 			f.res = res
-			traceBody(job, pod, res)
 			return
-		case errors.Is(err, runner.ErrRefused) && late && !handed:
-			f.err = notReady(pod)
-			return
-		case errors.Is(err, runner.ErrRefused) && noRoom && !handed:
-			f.err = managerLate()
-			return
-		case errors.Is(err, runner.ErrProtocol):
-			f.err = pipeline.Fail(pipeline.CodeSandboxUnavailable, "the runner in the tool's pod is of another release ("+err.Error()+
-				"): give the tool image the runner of the manager's release, or unset its runnerPath")
-			return
-		case errors.Is(err, runner.ErrRefused), errors.Is(err, runner.ErrForged):
-			f.err = pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+err.Error())
+		case final != nil:
+			f.err = final
 			return
 		}
-		// Not listening yet, or the connection broke: asked again, often
-		// until the container is reported running.
-		if up {
-			wait(maxPoll)
-		} else {
-			wait(min(maxPoll, startingPoll))
-		}
+		l.wait(most)
 	}
+}
+
+// looks is what a follower carries from one look at its pod to the next.
+type looks struct {
+	p   *Provider
+	f   *follower
+	job sandbox.Job
+	// ctx is the provider's life: ended by Stop, nothing of the provider
+	// outlives its scope (the pod stays, for a successor to adopt).
+	ctx context.Context
+	req runner.Request
+	// handed: the runner has the call (its greeting said it is not idle);
+	// proxied: the request carries the egress proxy's grant.
+	handed, proxied bool
+	// addressed and sawRunning: the pod had an address, and its runner's
+	// container was reported running, at a look before.
+	addressed, sawRunning bool
+	// Between looks the follower waits for the pod to change (PodChanged)
+	// or for a poll that backs off, the safety net where no informer
+	// tells. Once the pod has an address, the runner's listening is
+	// awaited: no event marks it, so the poll restarts short.
+	backoff, maxPoll time.Duration
+	endSeen          time.Time // when the runner's container was first seen ended
+}
+
+func (p *Provider) newLooks(f *follower, job sandbox.Job) *looks {
+	workspace := ""
+	if job.Workspace.ClaimName != "" {
+		workspace = job.Policy.WorkspaceRoot
+	}
+	minPoll, maxPoll := p.pollBounds()
+	return &looks{p: p, f: f, job: job, ctx: p.lifeContext(), backoff: minPoll, maxPoll: maxPoll,
+		req: runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.RunnerSpec(job, workspace), Arguments: job.Arguments}}
+}
+
+// wait waits for the pod to change, the poll (at most most), or the
+// provider's end.
+func (l *looks) wait(most time.Duration) {
+	t := time.NewTimer(min(l.backoff, most))
+	defer t.Stop()
+	select {
+	case <-l.f.wake:
+	case <-t.C:
+		l.backoff = min(2*l.backoff, most)
+	case <-l.ctx.Done():
+	}
+}
+
+// awaitClaim waits for a warm pod's claim: its pod is handed its call
+// only once the claim is durable.
+func (l *looks) awaitClaim() error {
+	c := l.p.claimOf(l.job.Key)
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.done:
+	case <-l.ctx.Done():
+		return errStopped
+	}
+	if c.err != nil {
+		return pipeline.Fail(pipeline.CodeSandboxLost, "the warm pod reserved for the call could not be claimed (changed or deleted by someone else); the body never started")
+	}
+	return nil
+}
+
+// look judges the pod as just read (err: the read's): the frame, or a
+// final failure, or neither and how long at most to wait for the next
+// look.
+func (l *looks) look(pod *corev1.Pod, err error) (*runner.Result, time.Duration, error) {
+	p, job := l.p, l.job
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, 0, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod is gone")
+		}
+		return nil, l.maxPoll, nil
+	}
+	if pod.UID != l.f.uid {
+		return nil, 0, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by another of the same name")
+	}
+	if fail := failureOf(pod); fail != nil {
+		return nil, 0, fail
+	}
+	if terminated(pod) {
+		// The kubelet reports the runner's container ended before it
+		// gives the pod its phase and reason (an eviction's): those are
+		// awaited a little, so that the outcome names the cause.
+		if l.endSeen.IsZero() {
+			l.endSeen = time.Now()
+		}
+		if !final(pod) && time.Since(l.endSeen) < finalWait {
+			return nil, l.maxPoll, nil
+		}
+		return nil, 0, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's runner ended without a result")
+	}
+	// Judged on the pod's own record, never on when a manager looked: a
+	// pod up by its bound met it, however late a manager (one that was
+	// not leading, or restarting) comes to hand it the call.
+	ready := p.startBound(job, pod)
+	late := !l.handed && p.now().After(ready) && !upBy(pod, ready)
+	up := running(pod)
+	if pod.Status.PodIP == "" || (late && !up) {
+		if late {
+			return nil, 0, l.notReady(pod)
+		}
+		return nil, l.maxPoll, nil
+	}
+	// The runner listens before the kubelet reports its container running
+	// (the kubelet reports at its next relist, up to a second later): it
+	// is tried as soon as the pod has an address.
+	if !l.addressed || (up && !l.sawRunning) {
+		l.addressed, l.sawRunning, l.backoff = true, up, min(l.backoff, runningPoll)
+	}
+	// Never start a body past the bound, nor one the pod's active deadline
+	// would cut short; collect one already started.
+	noRoom := !l.handed && !late && p.now().After(ready) && !p.roomFor(pod, job)
+	if late || noRoom {
+		l.req.Op = runner.OpCollect
+	}
+	// The body is handed only to a pod the call's status names: a
+	// successor that finds no pod where the status names none knows that
+	// nothing ran, and makes it again.
+	if l.req.Op == runner.OpRun && !l.handed && !p.isRecorded(l.f) {
+		return nil, l.maxPoll, nil
+	}
+	noProxy := l.grant(pod)
+	hello, res, err := p.exchangeWatching(l.ctx, l.f, pod, l.req, job)
+	if noProxy != nil {
+		if hello != nil && hello.State == runner.StateIdle {
+			return nil, 0, noProxy
+		}
+		l.req.Op = runner.OpRun
+	}
+	if hello != nil && hello.State != runner.StateIdle {
+		l.handed = true
+	}
+	switch {
+	case err == nil:
+		traceBody(job, pod, res)
+		return res, 0, nil
+	case errors.Is(err, runner.ErrRefused) && late && !l.handed:
+		return nil, 0, l.notReady(pod)
+	case errors.Is(err, runner.ErrRefused) && noRoom && !l.handed:
+		return nil, 0, pipeline.Fail(pipeline.CodeManagerUnavailable,
+			"the tool's pod was ready in time, but no manager handed it the call while its deadline left the body its timeout; the body never started")
+	case errors.Is(err, runner.ErrProtocol):
+		return nil, 0, pipeline.Fail(pipeline.CodeSandboxUnavailable, "the runner in the tool's pod is of another release ("+err.Error()+
+			"): give the tool image the runner of the manager's release, or unset its runnerPath")
+	case errors.Is(err, runner.ErrRefused), errors.Is(err, runner.ErrForged):
+		return nil, 0, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's result could not be verified: "+err.Error())
+	}
+	// Not listening yet, or the connection broke: asked again, often
+	// until the container is reported running.
+	if up {
+		return nil, l.maxPoll, nil
+	}
+	return nil, min(l.maxPoll, startingPoll), nil
+}
+
+// grant gives a tool naming its hosts its proxy and grant with the call:
+// the grant names the pod's address, known only now. Without them (the
+// error) the body is not started, and this look only collects one already
+// started (a manager resuming).
+func (l *looks) grant(pod *corev1.Pod) error {
+	if l.req.Op != runner.OpRun || l.job.Tool.Egress == nil || l.proxied {
+		return nil
+	}
+	env, proxy, err := l.p.egressEnv(l.ctx, l.job, pod)
+	if err != nil {
+		l.req.Op = runner.OpCollect
+		return err
+	}
+	l.req.Spec.Await = proxy
+	l.req.Spec.Env = maps.Clone(l.req.Spec.Env)
+	if l.req.Spec.Env == nil {
+		l.req.Spec.Env = map[string]string{}
+	}
+	maps.Copy(l.req.Spec.Env, env)
+	l.proxied = true
+	return nil
+}
+
+// notReady is the failure of a pod not up by its start bound: what it
+// waited for, when the pod says.
+func (l *looks) notReady(pod *corev1.Pod) error {
+	why := ""
+	if w := whyNotUp(pod); w != "" {
+		why = ": " + w
+	}
+	return pipeline.Fail(pipeline.CodeSandboxNotReady, fmt.Sprintf(
+		"the tool's pod was not ready within %s of dispatch%s; the body never started", l.p.Config.startTimeout(), why))
 }
 
 // Poll bounds of a follower: the first wait, the longest, the first once

@@ -131,6 +131,9 @@ func (p *Provider) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	return res, err
 }
 
+// run answers one ask of the attempt's pod, in its order: a warm pod's
+// claim still on its way, the pod's absence, a pod that is not the
+// call's, the call's cancellation, and the pod's frame or failure.
 func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
 	if len(job.Arguments) > MaxArguments {
 		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf("arguments larger than %d bytes cannot be passed to a pod", MaxArguments))
@@ -139,108 +142,137 @@ func (p *Provider) run(ctx context.Context, job sandbox.Job) (sandbox.Result, er
 	// exactly what cancellation needs.
 	api := context.WithoutCancel(ctx)
 	f := p.follower(job.Key)
-	if c := p.claimOf(job.Key); c != nil && f != nil {
-		select {
-		case <-c.done:
-			if c.err != nil && isDone(f) {
-				// The warm pod never became the call's: nothing was
-				// handed over, and the pod is not the call's to judge
-				// or stop.
-				return sandbox.Result{}, f.err
-			}
-		default:
-			// Its claim is on its way: the pod is not the call's yet. The
-			// follower hands the call over once it is, and its end wakes
-			// the call.
-			return sandbox.Result{}, sandbox.ErrPending
-		}
+	if err := p.claimPending(job.Key, f); err != nil {
+		return sandbox.Result{}, err
 	}
 	pod, err := p.find(api, p.Reader, job, f)
 	switch {
 	case apierrors.IsNotFound(err):
-		switch {
-		case f != nil && isDone(f) && f.res != nil && f.res.Code == codes.Timeout:
-			// The runner's budget fired before the stop (the frame it
-			// sent while its pod was being deleted says so): a timeout
-			// that came first stays the outcome.
-			return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
-		case ctx.Err() != nil:
-			// Never started, or stopped and now gone.
-			return sandbox.Result{}, ctx.Err()
-		case f != nil && isDone(f) && f.res != nil && (!stoppedWithPod(f.res) || p.seenOn(f) == nil):
-			return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
-		case f != nil && p.seenOn(f) != nil:
-			// What the pod said before it went (an eviction) says more
-			// than its absence.
-			return sandbox.Result{}, p.seenOn(f)
-		case f != nil && isDone(f) && f.err != nil:
-			return sandbox.Result{}, f.err
-		case f != nil:
-			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
-		case job.Resumed && !p.remaking(job.Key) && (job.Record == nil || job.Record.Where != ""):
-			// Started by a previous manager, recorded, and gone: its
-			// outcome is unknowable. Logged, since the call then ends
-			// interrupted (or is run again) and the pod that would say
-			// why is gone. (A pod never recorded was never handed the
-			// body: made again below.)
-			log.FromContext(ctx).Info("attempt's pod not found on resume", "call", job.Owner.Name, "attempt", job.Attempt)
-			return sandbox.Result{}, sandbox.ErrLost
-		}
-		return sandbox.Result{}, p.start(api, job, startFollowed)
+		return p.absent(ctx, job, f)
 	case err != nil:
 		return sandbox.Result{}, sandbox.ErrPending // transient; asked again
+	case !p.ours(pod, callOwner(job)):
+		return sandbox.Result{}, p.foreign(api, job, f, pod)
+	case ctx.Err() != nil:
+		return sandbox.Result{}, p.stopping(ctx, job, pod)
 	}
-	if !p.ours(pod, callOwner(job)) {
-		// Never handed a call, never read: not toolgate's (seal.go).
-		switch {
-		case !pod.DeletionTimestamp.IsZero():
-			return sandbox.Result{}, sandbox.ErrPending // going (one whose seal failed); then gone
-		case f != nil:
-			// The pod this attempt follows was changed by someone else (its
-			// owner reference taken away), or deleted and another made
-			// under its name: the first is the attempt's own work, stopped;
-			// either way its outcome cannot be trusted, and no pod is made
-			// again for it.
-			if pod.UID == f.uid {
-				p.deleteExactly(api, client.ObjectKeyFromObject(pod), f.uid, "tampered")
-			}
-			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was changed or replaced by someone else ("+pod.Name+")")
-		case controlledBy(pod, callOwner(job)) && (!job.Resumed || neverSealed(pod)):
-			// Created for this attempt by a manager that stopped before
-			// sealing it, and no body was handed to it yet: made again.
-			// Also when resuming, if the pod never carried a seal: only
-			// toolgate may remove one (admission), so it was never
-			// sealed, and never handed anything. A seal that does not
-			// verify (a key rotated out, a copy) may have served: lost.
-			p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "unsealed")
-			p.mu.Lock()
-			p.attemptLocked(job.Key).remade = true
-			p.mu.Unlock()
-			return sandbox.Result{}, sandbox.ErrPending
-		case job.Resumed:
-			return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by one toolgate did not create ("+pod.Name+")")
-		}
-		// Someone else's pod holds the attempt's name (a name is easy to
-		// foresee): it is never handed anything, and the attempt's own
-		// pod is made beside it (find finds it by its labels and seal).
-		return sandbox.Result{}, p.start(api, job, startBeside)
+	return p.collect(api, job, pod)
+}
+
+// claimPending answers for an attempt whose warm pod's claim is not the
+// call's yet (nil: it is, or there is none).
+func (p *Provider) claimPending(key string, f *follower) error {
+	c := p.claimOf(key)
+	if c == nil || f == nil {
+		return nil
 	}
-	if ctx.Err() != nil {
-		// Stop the pod and report only once it is gone.
-		if pod.DeletionTimestamp.IsZero() {
-			// A failure is retried: the attempt stays pending until the pod
-			// is gone.
-			if err := client.IgnoreNotFound(p.Client.Delete(api, pod, client.GracePeriodSeconds(5))); err != nil {
-				log.FromContext(ctx).Error(err, "tool pod not stopped", "pod", pod.Name)
-			}
+	select {
+	case <-c.done:
+		if c.err != nil && isDone(f) {
+			// The warm pod never became the call's: nothing was handed
+			// over, and the pod is not the call's to judge or stop.
+			return f.err
 		}
-		p.adopt(job, pod)
-		if stopped(pod) {
-			return sandbox.Result{}, ctx.Err()
-		}
-		return sandbox.Result{}, sandbox.ErrPending
+		return nil
+	default:
+		// Its claim is on its way: the pod is not the call's yet. The
+		// follower hands the call over once it is, and its end wakes the
+		// call.
+		return sandbox.ErrPending
 	}
-	f = p.adopt(job, pod)
+}
+
+// absent answers for an attempt that has no pod (any more): what its
+// follower learned first, else a new pod, unless it was recorded and lost.
+func (p *Provider) absent(ctx context.Context, job sandbox.Job, f *follower) (sandbox.Result, error) {
+	switch {
+	case f != nil && isDone(f) && f.res != nil && f.res.Code == codes.Timeout:
+		// The runner's budget fired before the stop (the frame it sent
+		// while its pod was being deleted says so): a timeout that came
+		// first stays the outcome.
+		return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
+	case ctx.Err() != nil:
+		// Never started, or stopped and now gone.
+		return sandbox.Result{}, ctx.Err()
+	case f != nil && isDone(f) && f.res != nil && (!stoppedWithPod(f.res) || p.seenOn(f) == nil):
+		return sandbox.Outcome(f.res.Header, f.res.Stdout, f.res.Stderr)
+	case f != nil && p.seenOn(f) != nil:
+		// What the pod said before it went (an eviction) says more than
+		// its absence.
+		return sandbox.Result{}, p.seenOn(f)
+	case f != nil && isDone(f) && f.err != nil:
+		return sandbox.Result{}, f.err
+	case f != nil:
+		return sandbox.Result{}, pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was deleted by someone else")
+	case job.Resumed && !p.remaking(job.Key) && (job.Record == nil || job.Record.Where != ""):
+		// Started by a previous manager, recorded, and gone: its outcome
+		// is unknowable. Logged, since the call then ends interrupted (or
+		// is run again) and the pod that would say why is gone. (A pod
+		// never recorded was never handed the body: made again below.)
+		log.FromContext(ctx).Info("attempt's pod not found on resume", "call", job.Owner.Name, "attempt", job.Attempt)
+		return sandbox.Result{}, sandbox.ErrLost
+	}
+	return sandbox.Result{}, p.start(context.WithoutCancel(ctx), job, startFollowed)
+}
+
+// foreign answers for a pod under the attempt's name that is not the
+// call's: never handed a call, never read (seal.go).
+func (p *Provider) foreign(api context.Context, job sandbox.Job, f *follower, pod *corev1.Pod) error {
+	switch {
+	case !pod.DeletionTimestamp.IsZero():
+		return sandbox.ErrPending // going (one whose seal failed); then gone
+	case f != nil:
+		// The pod this attempt follows was changed by someone else (its
+		// owner reference taken away), or deleted and another made under
+		// its name: the first is the attempt's own work, stopped; either
+		// way its outcome cannot be trusted, and no pod is made again for
+		// it.
+		if pod.UID == f.uid {
+			p.deleteExactly(api, client.ObjectKeyFromObject(pod), f.uid, "tampered")
+		}
+		return pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was changed or replaced by someone else ("+pod.Name+")")
+	case controlledBy(pod, callOwner(job)) && (!job.Resumed || neverSealed(pod)):
+		// Created for this attempt by a manager that stopped before
+		// sealing it, and no body was handed to it yet: made again. Also
+		// when resuming, if the pod never carried a seal: only toolgate
+		// may remove one (admission), so it was never sealed, and never
+		// handed anything. A seal that does not verify (a key rotated
+		// out, a copy) may have served: lost.
+		p.deleteExactly(api, client.ObjectKeyFromObject(pod), pod.UID, "unsealed")
+		p.mu.Lock()
+		p.attemptLocked(job.Key).remade = true
+		p.mu.Unlock()
+		return sandbox.ErrPending
+	case job.Resumed:
+		return pipeline.Fail(pipeline.CodeSandboxLost, "the tool's pod was replaced by one toolgate did not create ("+pod.Name+")")
+	}
+	// Someone else's pod holds the attempt's name (a name is easy to
+	// foresee): it is never handed anything, and the attempt's own pod is
+	// made beside it (find finds it by its labels and seal).
+	return p.start(api, job, startBeside)
+}
+
+// stopping stops the cancelled attempt's pod and reports the cancellation
+// only once the pod is gone.
+func (p *Provider) stopping(ctx context.Context, job sandbox.Job, pod *corev1.Pod) error {
+	if pod.DeletionTimestamp.IsZero() {
+		// A failure is retried: the attempt stays pending until the pod
+		// is gone.
+		if err := client.IgnoreNotFound(p.Client.Delete(context.WithoutCancel(ctx), pod, client.GracePeriodSeconds(5))); err != nil {
+			log.FromContext(ctx).Error(err, "tool pod not stopped", "pod", pod.Name)
+		}
+	}
+	p.adopt(job, pod)
+	if stopped(pod) {
+		return ctx.Err()
+	}
+	return sandbox.ErrPending
+}
+
+// collect follows the call's own pod: its frame once the follower has it,
+// what the pod says when it can no longer give one, pending otherwise.
+func (p *Provider) collect(api context.Context, job sandbox.Job, pod *corev1.Pod) (sandbox.Result, error) {
+	f := p.adopt(job, pod)
 	if r := job.Record; r != nil && r.Where == f.pod.Name {
 		p.Recorded(job.Key, r.Where)
 	}
