@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/keys"
 	approvalapiserver "github.com/toolgate/toolgate/internal/providers/approval/apiserver"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -53,7 +54,7 @@ var _ = Describe("the audit trail", func() {
 		Expect(call.Requester).To(Equal(tc.Spec.Requester))
 		Expect(call.Profile).To(Equal("p"))
 		Expect(call.ArgumentsDigest).To(Equal(digest), "the same digest as the question's")
-		Expect(call.DigestKey).To(Equal(approvalapiserver.KeyID(suiteKey)), "the key the digests were made under, named")
+		Expect(call.DigestKey).To(Equal(keys.KeyID(suiteKey)), "the key the digests were made under, named")
 		Expect(call.ArgumentsPreview).To(ContainSubstring("[redacted]"))
 		Expect(call.Outcome).To(Equal(string(toolgatev1alpha1.OutcomeSucceeded)))
 		Expect(call.ResultDigest).To(HavePrefix("hmac-sha256:"))

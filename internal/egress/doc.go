@@ -4,7 +4,7 @@
 // The manager mints a Grant per attempt when it hands the call over the
 // runner's channel: the call, its pod (UID and address), the hosts and
 // ports the tool declared, and where each credential lives. The grant is
-// signed with a key derived from the manager's channel key (DeriveKey) and
+// signed with a key derived from the manager's channel key (keys.GrantKey) and
 // reaches the body as its proxy credentials (HTTP_PROXY and HTTPS_PROXY),
 // never in the pod spec. The proxy believes a request only when the grant's
 // signature holds, the connection comes from the grant's pod address, that

@@ -133,7 +133,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	cert, pool := testCert(t, "api.example.test", "other.example.test", "deep.wild.example.test", "private.example.test")
-	f := &fixture{key: DeriveKey([]byte("channel key of the test manager..")), pool: pool, now: time.Now(), reg: prometheus.NewRegistry()}
+	f := &fixture{key: testKey("the test manager"), pool: pool, now: time.Now(), reg: prometheus.NewRegistry()}
 	f.api, f.other = newUpstream(t, cert), newUpstream(t, cert)
 	f.apiPort, f.otherPort = portOf(t, f.api.URL), portOf(t, f.other.URL)
 	f.proxy = &Proxy{
@@ -314,7 +314,7 @@ func TestOnlyTheGrantsHostsAndPortsAreReached(t *testing.T) {
 
 func TestAGrantIsBelievedOnlyFromItsLivePodBeforeItExpires(t *testing.T) {
 	f := newFixture(t)
-	other := DeriveKey([]byte("another manager's channel key...."))
+	other := testKey("another manager")
 	wrongIP, gone, expired := f.grant(), f.grant(), f.grant()
 	wrongIP.PodIP = "10.244.0.9"
 	gone.PodUID = "pod-gone"

@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -63,16 +62,6 @@ const KeySize = 32
 
 // tokenVersion prefixes every token; a token of another version is refused.
 const tokenVersion = "g1"
-
-// DeriveKey is the grant-signing key derived from the manager's channel
-// key: the proxy holds this one and never the channel key.
-func DeriveKey(channelKey []byte) []byte {
-	out, err := hkdf.Key(sha256.New, channelKey, nil, "toolgate egress grant v1", KeySize)
-	if err != nil {
-		panic(err) // 32 bytes of HKDF-SHA256 cannot fail
-	}
-	return out
-}
 
 // Mint signs g with key.
 func Mint(key []byte, g Grant) (string, error) {

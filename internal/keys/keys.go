@@ -5,8 +5,11 @@
 // back) is keyed with it; the approval provider seals its questions, and
 // the audit trail makes its digests, under keys derived from it; the egress
 // proxy checks grants with keys derived from it (WriteGrantKeys), never
-// holding it. A composition without a namespace (tests, the process
-// sandbox alone) gets one key per process (ForProcess).
+// holding it. Every key derived from it, and every MAC made under one, is
+// made here (derive.go: one label per use, known answers pinned by a
+// test); its users say only what they seal. A composition without a
+// namespace (tests, the process sandbox alone) gets one key per process
+// (ForProcess).
 package keys
 
 import (
@@ -159,9 +162,9 @@ func Rotate(ctx context.Context, c client.Client, namespace, name string) (*core
 // them and never holds the channel key. Written at every start, so a
 // rotated channel key reaches the proxy with the managers' restart.
 func WriteGrantKeys(ctx context.Context, c client.Client, namespace, name string, keys Manager) error {
-	want := map[string][]byte{egress.KeyField: egress.DeriveKey(keys.Current.Bytes())}
+	want := map[string][]byte{egress.KeyField: GrantKey(keys.Current.Bytes())}
 	if keys.Previous != nil {
-		want[egress.KeyPreviousField] = egress.DeriveKey(keys.Previous.Bytes())
+		want[egress.KeyPreviousField] = GrantKey(keys.Previous.Bytes())
 	}
 	key := client.ObjectKey{Namespace: namespace, Name: name}
 	s := &corev1.Secret{}

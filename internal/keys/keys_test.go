@@ -53,7 +53,7 @@ func TestGrantKeysFollowTheChannelKeys(t *testing.T) {
 		return s
 	}
 	s := read()
-	if string(s.Data[egress.KeyField]) != string(egress.DeriveKey(first.Bytes())) || len(s.Data) != 1 {
+	if string(s.Data[egress.KeyField]) != string(GrantKey(first.Bytes())) || len(s.Data) != 1 {
 		t.Fatalf("created %v, want the key derived from the channel key alone", s.Data)
 	}
 	must(t, WriteGrantKeys(ctx, c, ns, "toolgate-egress-key", Manager{Current: first}))
@@ -64,8 +64,8 @@ func TestGrantKeysFollowTheChannelKeys(t *testing.T) {
 	must(t, err)
 	must(t, WriteGrantKeys(ctx, c, ns, "toolgate-egress-key", Manager{Current: second, Previous: first}))
 	s = read()
-	if string(s.Data[egress.KeyField]) != string(egress.DeriveKey(second.Bytes())) ||
-		string(s.Data[egress.KeyPreviousField]) != string(egress.DeriveKey(first.Bytes())) {
+	if string(s.Data[egress.KeyField]) != string(GrantKey(second.Bytes())) ||
+		string(s.Data[egress.KeyPreviousField]) != string(GrantKey(first.Bytes())) {
 		t.Fatal("after a rotation the grant keys do not follow the channel keys")
 	}
 }

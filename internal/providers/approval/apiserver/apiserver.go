@@ -7,7 +7,6 @@ package apiserver
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -26,6 +25,7 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/audit"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/notify"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
@@ -282,19 +282,6 @@ func (p *Provider) asksUnderAnyKey(found *toolgatev1alpha1.ApprovalRequest, subj
 	return old.asks(found, old.question(subj, q))
 }
 
-// mac is HMAC-SHA256 under the key derived from the manager's for label.
-func (p *Provider) mac(label string, parts ...string) []byte { return mac(p.Key, label, parts...) }
-
-func mac(secret []byte, label string, parts ...string) []byte {
-	key := sha256.Sum256(append([]byte(label+"\x00"), secret...))
-	m := hmac.New(sha256.New, key[:])
-	for _, part := range parts {
-		// Length-prefixed, so that no two questions share a text.
-		fmt.Fprintf(m, "%d:%s", len(part), part)
-	}
-	return m.Sum(nil)
-}
-
 // digest is a MAC of the arguments' canonical JSON (of their text when
 // they have no canonical form), as "hmac-sha256:<hex>": it tells whether
 // two questions are about the same arguments, and nothing about the
@@ -309,7 +296,7 @@ func ArgumentsDigest(secret []byte, args pipeline.Arguments) string {
 	if err != nil {
 		text = args.JSON()
 	}
-	return "hmac-sha256:" + hex.EncodeToString(mac(secret, "toolgate.dev/arguments", text))
+	return keys.Digest(secret, keys.UseArguments, text)
 }
 
 // AuditDigests are the audit trail's digests under the manager's secret:
@@ -319,14 +306,8 @@ func AuditDigests(secret []byte) audit.Digests {
 	return audit.Digests{
 		Arguments: func(a pipeline.Arguments) string { return ArgumentsDigest(secret, a) },
 		Result:    func(value, content string) string { return ResultDigest(secret, value, content) },
-		KeyID:     KeyID(secret),
+		KeyID:     keys.KeyID(secret),
 	}
-}
-
-// KeyID names a secret without revealing it: which key made a digest, so
-// that a reader of the audit trail compares digests only under one key.
-func KeyID(secret []byte) string {
-	return "key-" + hex.EncodeToString(mac(secret, "toolgate.dev/key-id")[:8])
 }
 
 // sealKeyID is the ID of the key that sealed ar (and made its arguments
@@ -336,7 +317,7 @@ func (p *Provider) sealKeyID(ar *toolgatev1alpha1.ApprovalRequest) string {
 	seal := ar.Annotations[toolgatev1alpha1.AnnotationQuestionSeal]
 	for _, k := range [][]byte{p.Key, p.Previous} {
 		if len(k) > 0 && hmac.Equal([]byte(seal), []byte((&Provider{Key: k}).seal(ar))) {
-			return KeyID(k)
+			return keys.KeyID(k)
 		}
 	}
 	return ""
@@ -345,7 +326,7 @@ func (p *Provider) sealKeyID(ar *toolgatev1alpha1.ApprovalRequest) string {
 // ResultDigest is the digest of a call's result (its value and the content
 // the model read) under the manager's secret.
 func ResultDigest(secret []byte, value, content string) string {
-	return "hmac-sha256:" + hex.EncodeToString(mac(secret, "toolgate.dev/result", value, content))
+	return keys.Digest(secret, keys.UseResult, value, content)
 }
 
 // seal is the MAC of what an approver reads on ar, and its arguments
@@ -370,7 +351,7 @@ func (p *Provider) seal(ar *toolgatev1alpha1.ApprovalRequest) string {
 	if s.RelayApprovalMessages {
 		parts = append(parts, "relay-approval-messages")
 	}
-	return hex.EncodeToString(p.mac("toolgate.dev/question", parts...))
+	return hex.EncodeToString(keys.MAC(p.Key, keys.UseQuestion, parts...))
 }
 
 func (p *Provider) create(ctx context.Context, subj approval.Subject, q pipeline.Question) error {

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/approval"
 )
@@ -167,20 +168,20 @@ func TestAQuestionOutlivesOneKeyRotation(t *testing.T) {
 	// The audit trail names the key of each digest: a question asked
 	// before the rotation, ending after it, is recorded with the key that
 	// made its annotation, not the one the manager holds now.
-	if got, want := rotated.sealKeyID(asked), KeyID(k1); got != want || got == KeyID(k2) {
+	if got, want := rotated.sealKeyID(asked), keys.KeyID(k1); got != want || got == keys.KeyID(k2) {
 		t.Errorf("the question asked under the old key ended recorded under %q, want %q", got, want)
 	}
-	if got := rotated.sealKeyID(stored(t, rotated.question(subject, q))); got != KeyID(k2) {
+	if got := rotated.sealKeyID(stored(t, rotated.question(subject, q))); got != keys.KeyID(k2) {
 		t.Errorf("a question asked under the current key: %q", got)
 	}
 	if got := twice.sealKeyID(asked); got != "" {
 		t.Errorf("a question no held key sealed is credited to %q", got)
 	}
-	if d := AuditDigests(k2); d.KeyID != KeyID(k2) || d.Arguments(q.Call.Args) != ArgumentsDigest(k2, q.Call.Args) ||
+	if d := AuditDigests(k2); d.KeyID != keys.KeyID(k2) || d.Arguments(q.Call.Args) != ArgumentsDigest(k2, q.Call.Args) ||
 		d.Arguments(q.Call.Args) == asked.Annotations[toolgatev1alpha1.AnnotationArgumentsDigest] {
 		t.Errorf("the call record's digests and key ID disagree: %+v", d.KeyID)
 	}
-	if strings.Contains(KeyID(k1), hex.EncodeToString(k1[:4])) {
+	if strings.Contains(keys.KeyID(k1), hex.EncodeToString(k1[:4])) {
 		t.Error("the key ID shows the key")
 	}
 }

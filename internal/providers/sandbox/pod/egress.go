@@ -21,6 +21,7 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/egress"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 )
@@ -158,7 +159,7 @@ func (p *Provider) egressEnv(ctx context.Context, job sandbox.Job, pod *corev1.P
 		return nil, "", pipeline.Fail(pipeline.CodeSandboxUnavailable, fmt.Sprintf(
 			"the tool names the hosts it may reach, but the egress proxy (Service %s/%s) has no ready pod; the body never started", t.namespace, p.Config.EgressService))
 	}
-	token, err := egress.Mint(egress.DeriveKey(p.Key.Bytes()), Grant(job, pod, p.now()))
+	token, err := egress.Mint(keys.GrantKey(p.Key.Bytes()), Grant(job, pod, p.now()))
 	if err != nil {
 		return nil, "", pipeline.Fail(pipeline.CodeSandboxUnavailable, "the egress grant cannot be made: "+err.Error())
 	}

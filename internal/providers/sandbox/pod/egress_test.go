@@ -17,6 +17,7 @@ import (
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/egress"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
 	"github.com/toolgate/toolgate/internal/runner"
@@ -132,7 +133,7 @@ func TestTheBodyIsHandedItsProxyAndAGrantForItsPod(t *testing.T) {
 	if spec.Await != addr {
 		t.Fatalf("the runner awaits %q before the body, want the proxy it is handed, %s", spec.Await, addr)
 	}
-	g, err := egress.Verify([][]byte{egress.DeriveKey(managerKey.Bytes())}, token, time.Now())
+	g, err := egress.Verify([][]byte{keys.GrantKey(managerKey.Bytes())}, token, time.Now())
 	if err != nil {
 		t.Fatalf("the grant: %v", err)
 	}

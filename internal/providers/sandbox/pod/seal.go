@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ecdh"
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/keys"
 	"github.com/toolgate/toolgate/internal/runner"
 )
 
@@ -34,10 +34,7 @@ func (p *Provider) sealOf(pod *corev1.Pod) string {
 }
 
 func sealUnder(k *ecdh.PrivateKey, pod *corev1.Pod) []byte {
-	key := sha256.Sum256(append([]byte("toolgate.dev/seal\x00"), k.Bytes()...))
-	mac := hmac.New(sha256.New, key[:])
-	mac.Write([]byte(pod.Namespace + "\x00" + pod.Name + "\x00" + string(pod.UID)))
-	return mac.Sum(nil)
+	return keys.PodSeal(k.Bytes(), pod.Namespace, pod.Name, string(pod.UID))
 }
 
 // sealed reports whether pod carries its valid seal, under the manager's
