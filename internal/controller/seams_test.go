@@ -32,7 +32,7 @@ func TestSandboxSeam(t *testing.T) {
 		provider, _ := mounts.Get("Process")
 		run := callRunner{provider: provider, job: sandbox.Job{
 			Owner: types.NamespacedName{Namespace: "ns", Name: "c"}, OwnerUID: "uid-1",
-			Workspace: sandbox.Workspace{Session: types.NamespacedName{Namespace: "ns", Name: "s"}},
+			Session: sandbox.Session{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "s"}},
 		}}
 		return run.Run(context.Background(), tool, pipeline.ArgumentsOf(`{"x":1}`), &pipeline.Exec{Attempt: 1, Resumed: resumed})
 	}

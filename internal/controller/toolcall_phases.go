@@ -145,8 +145,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	s.subject = subjectOf(tc)
 	s.runner.job = sandbox.Job{
 		Owner: client.ObjectKeyFromObject(tc), OwnerUID: tc.UID, Traceparent: tc.Annotations[toolgatev1alpha1.AnnotationTraceparent],
-		Workspace: sandbox.Workspace{Session: client.ObjectKeyFromObject(session), SessionUID: session.UID, ClaimName: session.Status.WorkspaceClaimName},
-		WarmPods:  warmPods(session),
+		Session: sandbox.Session{NamespacedName: client.ObjectKeyFromObject(session), UID: session.UID, ClaimName: session.Status.WorkspaceClaimName, WarmPods: warmPods(session)},
 	}
 	if ready := meta.FindStatusCondition(session.Status.Conditions, toolgatev1alpha1.ConditionReady); ready != nil &&
 		ready.Reason == toolgatev1alpha1.AgentSessionReasonWorkspaceUnavailable && s.st.Next.Before(pipeline.StageExecute) {

@@ -43,8 +43,9 @@ type Job struct {
 	Arguments string
 	// Policy is the profile's sandbox policy (defaults applied).
 	Policy toolgatev1alpha1.SandboxPolicy
-	// Workspace is the session's workspace, if any.
-	Workspace Workspace
+	// Session is the session the call belongs to: its workspace, and
+	// what its provider may keep ready for its next calls.
+	Session Session
 	// Resumed is true when the attempt was started before (by this process
 	// or a previous one): the provider must re-attach, never start again.
 	Resumed bool
@@ -52,10 +53,6 @@ type Job struct {
 	// bounds the time its sandbox takes to get ready from it. The tool's
 	// timeout is not counted from it but from the body's own start.
 	Dispatched time.Time
-	// WarmPods is how many sandboxes of this kind the provider may keep
-	// ready ahead of the session's next calls (the session's warmPods,
-	// bounded by its maxParallel); 0: none.
-	WarmPods int
 	// Record is the call's durable record of where its attempts run, when
 	// its caller keeps one (nil: it does not, and a provider hands a body
 	// to its sandbox at once).
@@ -154,16 +151,23 @@ func RunnerSpec(job Job, workspace string) runner.Spec {
 	return spec
 }
 
-// Workspace identifies the session's workspace.
-type Workspace struct {
-	// Session is the session's namespaced name, SessionUID its UID (the
-	// owner of sandboxes kept ready for it).
-	Session    types.NamespacedName
-	SessionUID types.UID
+// Session is what a provider knows of the call's session.
+type Session struct {
+	// NamespacedName and UID are the session's (the owner of sandboxes
+	// kept ready for it).
+	types.NamespacedName
+	UID types.UID
 	// ClaimName is the PersistentVolumeClaim mounted by pod providers; empty
 	// without a workspace.
 	ClaimName string
+	// WarmPods is how many sandboxes of each kind the provider may keep
+	// ready ahead of the session's next calls (the session's warmPods,
+	// bounded by its maxParallel); 0: none.
+	WarmPods int
 }
+
+// Warm reports whether sandboxes may be kept ready for the session.
+func (s Session) Warm() bool { return s.WarmPods > 0 && s.UID != "" }
 
 // Result is what the tool produced.
 type Result struct {

@@ -638,8 +638,8 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	call := callIn(t, c, ns, "call-1", `{}`)
 	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
 	job.Owner, job.OwnerUID, job.Attempt, job.Key = client.ObjectKeyFromObject(call), call.UID, 1, sandbox.Key(call.UID, 1)
-	job.Dispatched, job.WarmPods = time.Now(), 1
-	job.Workspace.Session, job.Workspace.SessionUID = client.ObjectKeyFromObject(session), session.UID
+	job.Dispatched, job.Session.WarmPods = time.Now(), 1
+	job.Session.NamespacedName, job.Session.UID = client.ObjectKeyFromObject(session), session.UID
 
 	now := clocktesting.NewFakePassiveClock(time.Now())
 	p := newProvider()
@@ -975,8 +975,8 @@ func warmSession(t *testing.T, c client.Client, prefix string, n int) (string, *
 		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
 		j.Owner = client.ObjectKeyFromObject(calls[i])
 		j.OwnerUID, j.Attempt, j.Key = calls[i].UID, 1, sandbox.Key(calls[i].UID, 1)
-		j.Arguments, j.Dispatched, j.WarmPods = calls[i].Spec.Arguments, time.Now(), 1
-		j.Workspace.Session, j.Workspace.SessionUID = client.ObjectKeyFromObject(session), session.UID
+		j.Arguments, j.Dispatched, j.Session.WarmPods = calls[i].Spec.Arguments, time.Now(), 1
+		j.Session.NamespacedName, j.Session.UID = client.ObjectKeyFromObject(session), session.UID
 		return j
 	}
 	return ns, session, calls, job

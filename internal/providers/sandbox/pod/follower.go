@@ -154,7 +154,7 @@ type looks struct {
 
 func (p *Provider) newLooks(f *follower, job sandbox.Job) *looks {
 	workspace := ""
-	if job.Workspace.ClaimName != "" {
+	if job.Session.ClaimName != "" {
 		workspace = job.Policy.WorkspaceRoot
 	}
 	minPoll, maxPoll := p.pollBounds()

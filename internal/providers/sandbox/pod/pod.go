@@ -476,7 +476,7 @@ func (p *Provider) start(ctx context.Context, job sandbox.Job, mode startMode) e
 		p.made(job, warm, mode)
 		p.replenishAfter(job, template)
 		return sandbox.ErrPending
-	} else if job.WarmPods > 0 {
+	} else if job.Session.WarmPods > 0 {
 		warmClaims.WithLabelValues("miss").Inc()
 	}
 	// A pool without a pod to give is filled at once.

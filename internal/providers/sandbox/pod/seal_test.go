@@ -40,7 +40,7 @@ func TestForgedPodsNeverServe(t *testing.T) {
 		j := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
 		j.Owner, j.OwnerUID, j.Attempt, j.Key = client.ObjectKeyFromObject(call), call.UID, attempt, sandbox.Key(call.UID, attempt)
 		j.Arguments, j.Dispatched = call.Spec.Arguments, time.Now()
-		j.Workspace.Session, j.Workspace.SessionUID = client.ObjectKeyFromObject(session), session.UID
+		j.Session.NamespacedName, j.Session.UID = client.ObjectKeyFromObject(session), session.UID
 		return j
 	}
 	var net network
@@ -196,7 +196,7 @@ func TestForgedPodsNeverServe(t *testing.T) {
 	// and template, no seal. It is never claimed (the call starts its own
 	// pod), and the sweep leaves it alone.
 	w := job(4)
-	w.WarmPods = 1
+	w.Session.WarmPods = 1
 	cold, err := p.buildPod(w, p.podKey(w).Name)
 	must(t, err)
 	warm, err := p.warmPod(w, templateOf(cold))

@@ -284,10 +284,10 @@ func BuildPod(cfg Config, job sandbox.Job, name string) (*corev1.Pod, error) {
 			},
 		}}
 	}
-	if job.Workspace.ClaimName != "" {
+	if job.Session.ClaimName != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: policy.WorkspaceRoot, ReadOnly: !writable})
 		volumes = append(volumes, corev1.Volume{Name: "workspace", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: job.Workspace.ClaimName, ReadOnly: !writable},
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: job.Session.ClaimName, ReadOnly: !writable},
 		}})
 	}
 	resources := toolResources(policy.Resources)

@@ -34,7 +34,7 @@ func testJob(mode toolgatev1alpha1.SandboxMode, claim string) sandbox.Job {
 			Mode: mode, WorkspaceRoot: "/workspace",
 			Resources: toolgatev1alpha1.SandboxResources{CPU: ptr.To(resource.MustParse("500m")), Memory: ptr.To(resource.MustParse("128Mi"))},
 		},
-		Workspace: sandbox.Workspace{Session: types.NamespacedName{Namespace: "ns", Name: "s"}, ClaimName: claim},
+		Session: sandbox.Session{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "s"}, ClaimName: claim},
 	}
 }
 
@@ -184,7 +184,7 @@ func TestAWarmPoolIsSpreadOverNodes(t *testing.T) {
 	}
 	p := &Provider{Config: testConfig, Key: key}
 	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
-	job.Workspace.SessionUID = "session-uid"
+	job.Session.UID = "session-uid"
 	cold, err := p.buildPod(job, "p")
 	if err != nil {
 		t.Fatal(err)

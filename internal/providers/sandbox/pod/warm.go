@@ -74,7 +74,7 @@ func poolKey(session types.NamespacedName, template string) string {
 // template: how the pool is listed, and spread over nodes.
 func poolLabels(job sandbox.Job, template string) map[string]string {
 	return map[string]string{
-		toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name), toolgatev1alpha1.LabelTemplate: template,
+		toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Session.Name), toolgatev1alpha1.LabelTemplate: template,
 	}
 }
 
@@ -116,7 +116,7 @@ type pendingClaim struct {
 // for the session (its seal and owner reference: seal.go) that is running,
 // young enough and not being deleted is taken.
 func (p *Provider) reserve(ctx context.Context, job sandbox.Job, template string) (*corev1.Pod, *pendingClaim) {
-	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
+	if !job.Session.Warm() {
 		return nil, nil
 	}
 	list := &corev1.PodList{}
@@ -231,7 +231,7 @@ func (p *Provider) applyClaim(pod *corev1.Pod, job sandbox.Job) {
 // body was handed to it (the hand-over waits for the claim). nil when the
 // boundary names no such pod.
 func (p *Provider) claimRecorded(ctx context.Context, job sandbox.Job) (*corev1.Pod, error) {
-	if job.Record == nil || job.Record.Where == "" || job.WarmPods <= 0 {
+	if job.Record == nil || job.Record.Where == "" || job.Session.WarmPods <= 0 {
 		return nil, nil
 	}
 	pod := &corev1.Pod{}
@@ -255,12 +255,12 @@ func (p *Provider) claimed(ctx context.Context, from client.Reader, job sandbox.
 	}); err != nil {
 		return nil, err
 	}
-	if job.WarmPods > 0 && job.Workspace.SessionUID != "" {
+	if job.Session.Warm() {
 		// A claimed warm pod keeps the labels of its pool, and names its
 		// call in its annotations.
 		warm := &corev1.PodList{}
 		if err := from.List(ctx, warm, client.InNamespace(job.Owner.Namespace), client.MatchingLabels{
-			toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Workspace.Session.Name),
+			toolgatev1alpha1.LabelWarm: "true", toolgatev1alpha1.LabelSession: textutil.LabelValue(job.Session.Name),
 		}); err != nil {
 			return nil, err
 		}
@@ -290,7 +290,7 @@ func callOwner(job sandbox.Job) metav1.OwnerReference {
 
 func sessionOwner(job sandbox.Job) metav1.OwnerReference {
 	return metav1.OwnerReference{
-		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: job.Workspace.Session.Name, UID: job.Workspace.SessionUID,
+		APIVersion: toolgatev1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: job.Session.Name, UID: job.Session.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 	}
 }
@@ -313,7 +313,7 @@ type refill struct {
 // replacement is rarely needed before the call that emptied the pool
 // ends.
 func (p *Provider) replenishAfter(job sandbox.Job, template string) {
-	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
+	if !job.Session.Warm() {
 		return
 	}
 	p.warm.mu.Lock()
@@ -355,7 +355,7 @@ func (p *Provider) refillNow(matches func(key string) bool) {
 // warm pods until the pool holds its size. It runs beside the call, never
 // in its way: a failure only means the next call starts cold.
 func (p *Provider) replenish(job sandbox.Job, template string) {
-	if job.WarmPods <= 0 || job.Workspace.SessionUID == "" {
+	if !job.Session.Warm() {
 		return
 	}
 	p.warm.mu.Lock()
@@ -367,13 +367,13 @@ func (p *Provider) replenish(job sandbox.Job, template string) {
 	if p.warm.byKey == nil {
 		p.warm.byKey = map[string]*pool{}
 	}
-	key := poolKey(job.Workspace.Session, template)
+	key := poolKey(job.Session.NamespacedName, template)
 	pl := p.warm.byKey[key]
 	if pl == nil {
 		pl = &pool{template: template}
 		p.warm.byKey[key] = pl
 	}
-	pl.job, pl.size, pl.lastUse = job, job.WarmPods, p.now()
+	pl.job, pl.size, pl.lastUse = job, job.Session.WarmPods, p.now()
 	if pl.creating {
 		p.warm.mu.Unlock()
 		return
@@ -388,8 +388,8 @@ func (p *Provider) replenish(job sandbox.Job, template string) {
 			pl.creating = false
 			p.warm.mu.Unlock()
 		}()
-		if err := p.fill(context.Background(), job, template, job.WarmPods); err != nil {
-			log.Log.Error(err, "warm pods not started", "session", job.Workspace.Session.Name)
+		if err := p.fill(context.Background(), job, template, job.Session.WarmPods); err != nil {
+			log.Log.Error(err, "warm pods not started", "session", job.Session.Name)
 		}
 	}()
 }
@@ -434,7 +434,7 @@ func (p *Provider) warmPod(job sandbox.Job, template string) (*corev1.Pod, error
 	if got := templateOf(pod); got != template {
 		return nil, fmt.Errorf("warm pod template %s, want %s", got, template)
 	}
-	prefix := job.Workspace.Session.Name
+	prefix := job.Session.Name
 	if len(prefix) > 40 {
 		prefix = prefix[:40]
 	}

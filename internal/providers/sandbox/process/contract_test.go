@@ -39,7 +39,7 @@ func TestProviderContract(t *testing.T) {
 			uid := types.UID(fmt.Sprintf("uid-%d", calls))
 			return sandbox.Job{
 				Key: sandbox.Key(uid, 1), Attempt: 1, Owner: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("c%d", calls)}, OwnerUID: uid,
-				Arguments: args, Workspace: sandbox.Workspace{Session: types.NamespacedName{Namespace: "ns", Name: "s"}},
+				Arguments: args, Session: sandbox.Session{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "s"}},
 			}
 		},
 		Echo: tool("echo", "exec cat"),

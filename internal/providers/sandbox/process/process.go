@@ -244,7 +244,7 @@ func (p *Provider) start(job sandbox.Job, r *run) (err error) {
 			r.stop()
 		}
 	}()
-	dir := p.WorkspaceDir(job.Workspace.Session)
+	dir := p.WorkspaceDir(job.Session.NamespacedName)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

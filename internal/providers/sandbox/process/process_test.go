@@ -22,8 +22,8 @@ import (
 func job(key string, argv []string, args string) sandbox.Job {
 	return sandbox.Job{
 		Key: key, Owner: types.NamespacedName{Namespace: "ns", Name: "c"}, Arguments: args,
-		Tool:      &toolgatev1alpha1.ToolDefinition{Name: "t", Container: &toolgatev1alpha1.ContainerRuntime{Command: argv, MaxOutputBytes: 1024}},
-		Workspace: sandbox.Workspace{Session: types.NamespacedName{Namespace: "ns", Name: "s"}},
+		Tool:    &toolgatev1alpha1.ToolDefinition{Name: "t", Container: &toolgatev1alpha1.ContainerRuntime{Command: argv, MaxOutputBytes: 1024}},
+		Session: sandbox.Session{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "s"}},
 	}
 }
 
@@ -96,7 +96,7 @@ func TestCancelStopsTheWholeProcessGroupFirst(t *testing.T) {
 		t.Fatal("cancellation waited for the tool")
 	}
 	time.Sleep(2500 * time.Millisecond)
-	if _, err := os.Stat(filepath.Join(p.WorkspaceDir(j.Workspace.Session), "child-survived")); err == nil {
+	if _, err := os.Stat(filepath.Join(p.WorkspaceDir(j.Session.NamespacedName), "child-survived")); err == nil {
 		t.Fatal("a child of the tool outlived the cancellation")
 	}
 }
@@ -119,7 +119,7 @@ func TestCancelReachesProcessesThatLeftTheGroup(t *testing.T) {
 		t.Fatalf("cancel: %v", err)
 	}
 	time.Sleep(2500 * time.Millisecond)
-	if _, err := os.Stat(filepath.Join(p.WorkspaceDir(j.Workspace.Session), "grandchild-survived")); err == nil {
+	if _, err := os.Stat(filepath.Join(p.WorkspaceDir(j.Session.NamespacedName), "grandchild-survived")); err == nil {
 		t.Fatal("a descendant that left the process group outlived the cancellation")
 	}
 }
