@@ -62,39 +62,48 @@ func SubCalls(mgr ctrl.Manager) (sandbox.SubCalls, error) {
 			}
 			return failed(codes.Internal, "the sub-call could not be recorded: %v", err)
 		}
-		key := client.ObjectKeyFromObject(nested)
-		for checked := false; ; {
-			woken, stop := settled.await(key)
-			got := &toolgatev1alpha1.ToolCall{}
-			err := c.Get(ctx, key, got)
-			if err == nil && (!checked || got.Status.Result != nil) && strippedInCache(got) {
-				err = api.Get(ctx, key, got) // its arguments, value or content are over 1 KiB (cachestrip.go)
-			}
-			if err == nil && !checked && !sameSubCall(got, nested) {
-				// Its name is easy to foresee: someone else's call under
-				// it is never this sub-call's result.
-				stop()
-				return failed(codes.DuplicateCall, "another call holds the sub-call's name (%s); it was not made", key.Name)
-			}
-			checked = checked || err == nil
-			if err == nil && got.Status.Result != nil {
-				stop()
-				r := got.Status.Result
-				return runner.SubResult{Outcome: string(r.Outcome), Code: r.ErrorCode, Message: r.Message, Value: r.Value, Content: r.Content}
-			}
-			safety := time.NewTimer(subCallSafetyNet)
-			select {
-			case <-ctx.Done():
-				safety.Stop()
-				stop()
-				return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeCancelled), Code: codes.Cancelled, Message: "the calling body was stopped before the sub-call settled"}
-			case <-woken:
-			case <-safety.C:
-			}
+		return awaitSubCall(ctx, c, api, settled, nested, subCallSafetyNet)
+	}, nil
+}
+
+// awaitSubCall waits for the sub-call nested (just made) to settle and
+// returns its result. The wait is woken by the informer as the result
+// arrives (settled); the call is read again only then, or after safetyNet
+// without a wake (one missed, or the call not in the cache yet): never a
+// poll (TestASubCallIsReadOnlyWhenWoken).
+func awaitSubCall(ctx context.Context, c, api client.Reader, settled *settledCalls, nested *toolgatev1alpha1.ToolCall, safetyNet time.Duration) runner.SubResult {
+	key := client.ObjectKeyFromObject(nested)
+	for checked := false; ; {
+		woken, stop := settled.await(key)
+		got := &toolgatev1alpha1.ToolCall{}
+		err := c.Get(ctx, key, got)
+		if err == nil && (!checked || got.Status.Result != nil) && strippedInCache(got) {
+			err = api.Get(ctx, key, got) // its arguments, value or content are over 1 KiB (cachestrip.go)
+		}
+		if err == nil && !checked && !sameSubCall(got, nested) {
+			// Its name is easy to foresee: someone else's call under
+			// it is never this sub-call's result.
+			stop()
+			return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeFailed), Code: codes.DuplicateCall, Message: fmt.Sprintf("another call holds the sub-call's name (%s); it was not made", key.Name)}
+		}
+		checked = checked || err == nil
+		if err == nil && got.Status.Result != nil {
+			stop()
+			r := got.Status.Result
+			return runner.SubResult{Outcome: string(r.Outcome), Code: r.ErrorCode, Message: r.Message, Value: r.Value, Content: r.Content}
+		}
+		safety := time.NewTimer(safetyNet)
+		select {
+		case <-ctx.Done():
 			safety.Stop()
 			stop()
+			return runner.SubResult{Outcome: string(toolgatev1alpha1.OutcomeCancelled), Code: codes.Cancelled, Message: "the calling body was stopped before the sub-call settled"}
+		case <-woken:
+		case <-safety.C:
 		}
-	}, nil
+		safety.Stop()
+		stop()
+	}
 }
 
 // subCallSafetyNet is how often a sub-call's result is read again while no
