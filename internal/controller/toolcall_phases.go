@@ -225,26 +225,26 @@ func (r *ToolCallReconciler) reconcileRefusal(ctx context.Context, s *callScope)
 // the status before every stage with a side effect (asking a person,
 // running the body) and once at the end, never when nothing changed.
 func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
+	requeue, res, stop, err := r.stepWhileOpen(ctx, s)
+	if err != nil || stop {
+		return res, stop, err
+	}
+	return r.afterSteps(ctx, s, requeue)
+}
+
+// stepWhileOpen steps the pipeline while the call's gate is open (or
+// opens), until it settles, waits, or the gate shuts; requeue is how long
+// a wait asked for. It stops the reconcile (stop) while the body's
+// sub-calls still run.
+func (r *ToolCallReconciler) stepWhileOpen(ctx context.Context, s *callScope) (requeue time.Duration, res ctrl.Result, stop bool, err error) {
 	callCtx := callContext(ctx, s.tc, s.session, s.parent)
 	heldAt := toolcalls.HeldExecute(s.tc)
-	var requeue time.Duration
 	childrenChecked := false
 	for !s.st.Done() {
 		if !childrenChecked && pipeline.BodyDone(s.st.Next) {
 			childrenChecked = true
-			settled, err := r.childrenSettled(ctx, s)
-			if err != nil {
-				return ctrl.Result{}, true, err
-			}
-			if !settled {
-				// The body has ended and its sub-calls still run: they
-				// are its owned work, stopped and settled before it.
-				// This boundary is written so that they see the body
-				// ended (callContext); each one's result wakes the call.
-				if err := r.persist(ctx, s); err != nil {
-					return ctrl.Result{}, true, err
-				}
-				return ctrl.Result{RequeueAfter: r.PollInterval}, true, nil
+			if res, stop, err := r.awaitChildren(ctx, s); err != nil || stop {
+				return 0, res, stop, err
 			}
 		}
 		if !gateOpen(s) {
@@ -253,7 +253,7 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 				opened, err = r.releaseSelf(ctx, s)
 			}
 			if err != nil {
-				return ctrl.Result{}, true, err
+				return 0, ctrl.Result{}, true, err
 			}
 			if !opened {
 				break
@@ -268,24 +268,57 @@ func (r *ToolCallReconciler) reconcileSteps(ctx context.Context, s *callScope) (
 		}
 		r.remember(s.tc, s.st)
 		if err := r.announceLive(ctx, s); err != nil {
-			return ctrl.Result{}, true, err
+			return 0, ctrl.Result{}, true, err
 		}
 		if progress == pipeline.Waiting {
-			requeue = wait
-			break
+			return wait, ctrl.Result{}, false, nil
 		}
-		if s.st.Next == pipeline.StageApproval || s.st.Next == pipeline.StageExecute {
-			// The next step has a side effect: make this boundary durable
-			// first.
-			if err := r.persist(ctx, s); err != nil {
-				return ctrl.Result{}, true, err
-			}
-			if s.st.Next == pipeline.StageApproval {
-				emit(ctx, r.Client, r.Clock.Now(), regardingCall(s.tc), eventName(s.tc, "approval-requested"), corev1.EventTypeNormal,
-					EventApprovalRequested, "Ask", "waiting for a person's approval: kubectl toolgate pending lists the request, kubectl toolgate approve or deny decides it", nil)
-			}
+		if err := r.durableBeforeSideEffect(ctx, s); err != nil {
+			return 0, ctrl.Result{}, true, err
 		}
 	}
+	return 0, ctrl.Result{}, false, nil
+}
+
+// awaitChildren stops the reconcile while the ended body's sub-calls
+// still run: they are its owned work, stopped and settled before it. The
+// boundary is written so that they see the body ended (callContext); each
+// one's result wakes the call.
+func (r *ToolCallReconciler) awaitChildren(ctx context.Context, s *callScope) (ctrl.Result, bool, error) {
+	settled, err := r.childrenSettled(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if settled {
+		return ctrl.Result{}, false, nil
+	}
+	if err := r.persist(ctx, s); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	return ctrl.Result{RequeueAfter: r.PollInterval}, true, nil
+}
+
+// durableBeforeSideEffect writes the boundary when the next step has a
+// side effect (asking a person, running the body), and says a question
+// is asked.
+func (r *ToolCallReconciler) durableBeforeSideEffect(ctx context.Context, s *callScope) error {
+	if s.st.Next != pipeline.StageApproval && s.st.Next != pipeline.StageExecute {
+		return nil
+	}
+	if err := r.persist(ctx, s); err != nil {
+		return err
+	}
+	if s.st.Next == pipeline.StageApproval {
+		emit(ctx, r.Client, r.Clock.Now(), regardingCall(s.tc), eventName(s.tc, "approval-requested"), corev1.EventTypeNormal,
+			EventApprovalRequested, "Ask", "waiting for a person's approval: kubectl toolgate pending lists the request, kubectl toolgate approve or deny decides it", nil)
+	}
+	return nil
+}
+
+// afterSteps ends a reconcile's stepping: nothing to write for a call not
+// admitted yet or one whose finished body waits for its turn; otherwise
+// the status is written, and a settled call's durable result announced.
+func (r *ToolCallReconciler) afterSteps(ctx context.Context, s *callScope, requeue time.Duration) (ctrl.Result, bool, error) {
 	if !s.st.Done() && s.st.Next == pipeline.StageCall && len(s.st.Records) == 0 {
 		// Not admitted yet: nothing has happened to the call to write. The
 		// calls before it wake it (nextInLine); the poll is a safety net.
