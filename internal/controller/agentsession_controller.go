@@ -91,7 +91,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !controllerutil.ContainsFinalizer(s, sessionFinalizer) {
 		base := s.DeepCopy()
 		controllerutil.AddFinalizer(s, sessionFinalizer)
-		if err := patch(ctx, r.Client, s, base, false, true); err != nil {
+		if err := patch(ctx, r.Client, s, base, objectLocked); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -111,7 +111,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 				return
 			}
 		}
-		if err := patch(ctx, r.Client, s, base, true, false); err != nil && retErr == nil {
+		if err := patch(ctx, r.Client, s, base, statusUnlocked); err != nil && retErr == nil {
 			retErr = client.IgnoreNotFound(err)
 			return
 		}
@@ -162,7 +162,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// a round of every session's reconciles per turn, and under load
 		// the backlog of calls held grew without bound. This is the
 		// reconcile's one status write; the defer finds nothing left.
-		if err := patch(ctx, r.Client, s, base, true, false); err != nil {
+		if err := patch(ctx, r.Client, s, base, statusUnlocked); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		base = s.DeepCopy()
@@ -285,7 +285,7 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 	err := writeEach(ctx, cancel, func(ctx context.Context, base *toolgatev1alpha1.ToolCall) error {
 		c := base.DeepCopy() // base is the cache's, read only
 		c.Spec.CancelRequested = true
-		return patch(ctx, r.Client, c, base, false, true)
+		return patch(ctx, r.Client, c, base, objectLocked)
 	})
 	if err != nil {
 		return err
@@ -305,7 +305,7 @@ func (r *AgentSessionReconciler) reconcileDelete(ctx context.Context, s *toolgat
 	}
 	base := s.DeepCopy()
 	controllerutil.RemoveFinalizer(s, sessionFinalizer)
-	return client.IgnoreNotFound(patch(ctx, r.Client, s, base, false, false))
+	return client.IgnoreNotFound(patch(ctx, r.Client, s, base, objectUnlocked))
 }
 
 // profileCondition reports whether the session's profile is usable.

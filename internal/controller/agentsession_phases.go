@@ -45,7 +45,7 @@ func (r *AgentSessionReconciler) patchSchedule(ctx context.Context, cached *tool
 	for _, edit := range edits {
 		edit(&c.Status.Schedule)
 	}
-	if err := patch(ctx, r.Client, c, cached, true, true); err != nil {
+	if err := patch(ctx, r.Client, c, cached, statusLocked); err != nil {
 		countWriteError("agentsession", err)
 		return nil, err
 	}

@@ -40,16 +40,28 @@ const fieldOwner = client.FieldOwner("toolgate-manager")
 //
 // An AgentSession's status and a ToolProfile's have one writer each, their
 // controller, and are written unlocked, once per reconcile, in a defer.
-func patch(ctx context.Context, c client.Client, obj, base client.Object, status, locked bool) error {
+func patch(ctx context.Context, c client.Client, obj, base client.Object, mode patchMode) error {
 	p := client.MergeFrom(base)
-	if locked {
+	if mode.locked {
 		p = client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
 	}
-	if status {
+	if mode.status {
 		return c.Status().Patch(ctx, obj, p, fieldOwner)
 	}
 	return c.Patch(ctx, obj, p, fieldOwner)
 }
+
+// patchMode is what a patch writes (the object's metadata and spec, or
+// its status) and whether it is optimistic-locked (the version it
+// replaces must still be current).
+type patchMode struct{ status, locked bool }
+
+var (
+	objectLocked   = patchMode{locked: true}
+	objectUnlocked = patchMode{}
+	statusLocked   = patchMode{status: true, locked: true}
+	statusUnlocked = patchMode{status: true}
+)
 
 // patchCall is patch for the ToolCall controller's own writes on a call,
 // always locked: it records the version the write replaced, so that a
@@ -57,8 +69,10 @@ func patch(ctx context.Context, c client.Client, obj, base client.Object, status
 // for a status write, keeps the call as written for the plans of the calls
 // after it (toolcalls.OwnWrites.Current). It returns the call as written, which may
 // not be changed.
-func (r *ToolCallReconciler) patchCall(ctx context.Context, tc, base *toolgatev1alpha1.ToolCall, status bool) (*toolgatev1alpha1.ToolCall, error) {
-	if err := patch(ctx, r.Client, tc, base, status, true); err != nil {
+func (r *ToolCallReconciler) patchCall(ctx context.Context, tc, base *toolgatev1alpha1.ToolCall, mode patchMode) (*toolgatev1alpha1.ToolCall, error) {
+	mode.locked = true
+	status := mode.status
+	if err := patch(ctx, r.Client, tc, base, mode); err != nil {
 		if status {
 			countWriteError("toolcall", err)
 		}

@@ -120,7 +120,7 @@ func (r *ToolCallReconciler) reconcileFinalizer(ctx context.Context, s *callScop
 	}
 	base := s.tc.DeepCopy()
 	controllerutil.AddFinalizer(s.tc, callFinalizer)
-	written, err := r.patchCall(ctx, s.tc, base, false)
+	written, err := r.patchCall(ctx, s.tc, base, objectLocked)
 	if err != nil {
 		return ctrl.Result{}, true, fmt.Errorf("setting the finalizer: %w", err)
 	}
@@ -455,7 +455,7 @@ func (r *ToolCallReconciler) letGo(ctx context.Context, s *callScope, workLeft b
 	}
 	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, callFinalizer)
-	if _, err := r.patchCall(ctx, tc, base, false); err != nil {
+	if _, err := r.patchCall(ctx, tc, base, objectLocked); err != nil {
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
 	log.FromContext(ctx).Info("deleted call let go", "call", tc.Name, "token", tc.Status.Token)

@@ -29,7 +29,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		return nil // nothing new: no API write
 	}
 	started := r.Clock.Now()
-	written, err := r.patchCall(ctx, tc, s.base, true)
+	written, err := r.patchCall(ctx, tc, s.base, statusLocked)
 	if err != nil && s.base.Status.Result == nil && tc.Status.Result != nil && refusedForGood(err) {
 		log.FromContext(ctx).Info("result refused by the API server", "call", tc.Name, "code", pipeline.CodeResultRejected)
 		s.st.FailResult(pipeline.CodeResultRejected, "the API server refused to store the result: "+textutil.OneLine(err.Error(), 512))
@@ -38,7 +38,7 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 		r.mem.with(tc, func(m *memo) { m.announced = false })
 		tc.Status = *s.base.Status.DeepCopy()
 		toolcalls.WriteState(tc, s.st, r.Clock.Now())
-		written, err = r.patchCall(ctx, tc, s.base, true)
+		written, err = r.patchCall(ctx, tc, s.base, statusLocked)
 	}
 	if err != nil {
 		return fmt.Errorf("writing the call's status: %w", err)

@@ -44,7 +44,7 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if equality.Semantic.DeepEqual(base.Status, obj.Status) {
 			return // nothing new: no API write
 		}
-		if err := patch(ctx, r.Client, obj, base, true, false); err != nil && retErr == nil {
+		if err := patch(ctx, r.Client, obj, base, statusUnlocked); err != nil && retErr == nil {
 			retErr = client.IgnoreNotFound(err)
 		}
 	}()
