@@ -50,12 +50,19 @@ func (r *ToolCallReconciler) persist(ctx context.Context, s *callScope) error {
 	}
 	moved, settledNow := planMoved(s.base, written), s.base.Status.Result == nil && written.Status.Result != nil
 	s.base = written // read only, as toolcalls.OwnWrites keeps it
+	// The runner is told before the wake when the write hands a sandbox
+	// its body (a warm call's start waits for it), after it when the
+	// write settles the call (ending its work, a pod's delete, is not
+	// what the next call waits for).
+	if !settledNow {
+		s.runner.durable(ctx, written, s.st.Attempt)
+	}
 	if moved || settledNow {
 		r.wakeNext(ctx, written, settledNow)
 	}
-	// After the wake: ending a settled attempt's work (a pod's delete) is
-	// not what the next call waits for.
-	s.runner.durable(ctx, written, s.st.Attempt)
+	if settledNow {
+		s.runner.durable(ctx, written, s.st.Attempt)
+	}
 	return nil
 }
 

@@ -117,12 +117,8 @@ func (p *Provider) follow(f *follower, job sandbox.Job, first *corev1.Pod) {
 			err = p.Reader.Get(l.ctx, f.pod, pod)
 		}
 		res, most, final := l.look(pod, err)
-		switch {
-		case res != nil:
-			f.res = res
-			return
-		case final != nil:
-			f.err = final
+		if most == 0 { // the look's answer is final: the frame, or why none
+			f.res, f.err = res, final
 			return
 		}
 		l.wait(most)
@@ -193,9 +189,9 @@ func (l *looks) awaitClaim() error {
 	return nil
 }
 
-// look judges the pod as just read (err: the read's): the frame, or a
-// final failure, or neither and how long at most to wait for the next
-// look.
+// look judges the pod as just read (err: the read's): the frame or a
+// final failure (and no wait), or how long at most to wait for the next
+// look (never 0).
 func (l *looks) look(pod *corev1.Pod, err error) (*runner.Result, time.Duration, error) {
 	p, job := l.p, l.job
 	if err != nil {
