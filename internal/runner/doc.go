@@ -17,6 +17,12 @@
 // the same user cannot read its keys through /proc; if it cannot, it
 // listens for nothing and runs nothing (fail closed).
 //
+// A tool that is an MCP server's (Spec.MCPTool) has that server as its
+// body: the runner speaks MCP to it over stdio, makes the call's one
+// tools/call, tells it of a cancellation before stopping it, and refuses
+// its requests for sampling, elicitation or roots (mcp.go); ListMCPTools
+// lists a server's tools.
+//
 // The runner is copied into every tool pod, so it links only the standard
 // library, x/sys and the leaf packages builtin and codes: no pipeline, no
 // providers, no Kubernetes (deps_test.go keeps it so). The providers turn a

@@ -39,6 +39,10 @@ type Spec struct {
 	Argv []string `json:"argv,omitempty"`
 	// Env are the tool's literal environment variables.
 	Env map[string]string `json:"env,omitempty"`
+	// MCPTool names a tool of the MCP server Argv starts (its stdio
+	// transport): the body is that server, asked that tool once with the
+	// arguments (mcp.go).
+	MCPTool string `json:"mcpTool,omitempty"`
 	// Builtin names a built-in workspace tool instead of Argv.
 	Builtin string `json:"builtin,omitempty"`
 	// Workspace is the workspace root ("" without a workspace); the tool's
@@ -131,15 +135,49 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	if len(spec.Argv) == 0 {
 		return Header{Error: "no argv", Code: codes.ToolError, ExitCode: 127}, nil, nil
 	}
+	if spec.MCPTool != "" {
+		return executeMCP(ctx, spec, arguments, grace, calls)
+	}
 	limit := spec.MaxOutputBytes
 	if limit <= 0 {
 		limit = 1 << 20
 	}
 	stdout := &Bounded{Limit: limit}
 	stderr := &Bounded{Limit: MaxStderrBytes}
+	b := newBody(ctx, spec, grace, calls)
+	defer b.cleanup()
+	b.cmd.Stdin = bytes.NewReader(arguments)
+	b.cmd.Stdout, b.cmd.Stderr = stdout, stderr
+	if spec.Await != "" {
+		await(ctx, spec.Await)
+	}
+	if err := b.cmd.Start(); err != nil {
+		return Header{Error: "the tool could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
+	}
+	h := b.wait(ctx, spec, grace, nil)
+	h.Truncated = stdout.Truncated
+	return h, stdout.Bytes(), stderr.Bytes()
+}
+
+// body is a started (or about to be started) body process: its command,
+// the mark its processes carry, and what it was given.
+type body struct {
+	cmd      *exec.Cmd
+	mark     string
+	contexts string // the file the tool defers contexts to ("": none)
+	started  time.Time
+	done     chan error
+	stops    []func()
+	// onStop runs before a budget or a cancellation stops the body (an
+	// MCP server is told first).
+	onStop func()
+}
+
+// newBody prepares the body's process for spec's exact argv: its
+// directory, environment and process group.
+func newBody(ctx context.Context, spec Spec, grace time.Duration, calls Calls) *body {
+	b := &body{}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...) // exact argv, never a shell
-	cmd.Stdin = bytes.NewReader(arguments)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Dir = spec.Workspace
 	if cmd.Dir == "" {
 		cmd.Dir = os.TempDir()
@@ -147,19 +185,18 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.TempDir(), "TOOLGATE_ARGUMENTS_FILE=" + spec.ArgumentsFile}
 	// Where the tool may defer context messages for the model, one per
 	// line (without a writable temporary directory it simply cannot).
-	contexts := ""
 	if f, err := os.CreateTemp("", "toolgate-contexts-*"); err == nil {
-		contexts = f.Name()
+		b.contexts = f.Name()
 		_ = f.Close()
-		defer func() { _ = os.Remove(contexts) }()
-		cmd.Env = append(cmd.Env, "TOOLGATE_CONTEXTS_FILE="+contexts)
+		b.stops = append(b.stops, func() { _ = os.Remove(b.contexts) })
+		cmd.Env = append(cmd.Env, "TOOLGATE_CONTEXTS_FILE="+b.contexts)
 	}
 	if spec.Workspace != "" {
 		cmd.Env = append(cmd.Env, "TOOLGATE_WORKSPACE="+spec.Workspace)
 	}
 	if calls.Caller != nil {
 		if socket, stop := serveSubCalls(ctx, calls.Caller); socket != "" {
-			defer stop()
+			b.stops = append(b.stops, stop)
 			cmd.Env = append(cmd.Env, EnvCallSocket+"="+socket, EnvRunner+"="+calls.Runner)
 		}
 	}
@@ -168,45 +205,71 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	}
 	// Every process the body starts carries this mark in its environment,
 	// so that one which leaves the process group (setsid) is found too.
-	mark := bodyMark()
-	cmd.Env = append(cmd.Env, mark)
+	b.mark = bodyMark()
+	cmd.Env = append(cmd.Env, b.mark)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A descendant that keeps the body's output open (a daemon it
 	// started) does not hold the body's end past the grace.
 	cmd.WaitDelay = max(grace, time.Second)
-	if spec.Await != "" {
-		await(ctx, spec.Await)
+	b.cmd = cmd
+	return b
+}
+
+// stopping runs onStop, if any.
+func (b *body) stopping() {
+	if b.onStop != nil {
+		b.onStop()
 	}
-	if err := cmd.Start(); err != nil {
-		return Header{Error: "the tool could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
+}
+
+// cleanup removes what the body was given (its contexts file, its
+// sub-call endpoint).
+func (b *body) cleanup() {
+	for i := len(b.stops) - 1; i >= 0; i-- {
+		b.stops[i]()
 	}
-	started := time.Now()
+}
+
+// wait waits for the started body to end, for its budget (spec's
+// timeout, counted from now), for ctx to end, or for early (nil: never)
+// to close; the last three stop its process group (SIGTERM, then SIGKILL
+// after grace). No process the body started outlives it. The header says
+// how long it ran, its exit, and the stop's code when one stopped it
+// (early: none; the caller says why).
+func (b *body) wait(ctx context.Context, spec Spec, grace time.Duration, early <-chan struct{}) Header {
+	b.started = time.Now()
 	var budget <-chan time.Time
 	if spec.TimeoutMillis > 0 {
 		t := time.NewTimer(time.Duration(spec.TimeoutMillis) * time.Millisecond)
 		defer t.Stop()
 		budget = t.C
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	if b.done == nil {
+		b.done = make(chan error, 1)
+		go func() { b.done <- b.cmd.Wait() }()
+	}
 	var werr error
 	timedOut, stopped := false, false
 	select {
-	case werr = <-done:
+	case werr = <-b.done:
 	case <-budget:
 		timedOut = true
-		werr = stopGroup(cmd.Process.Pid, mark, done, grace)
+		b.stopping()
+		werr = stopGroup(b.cmd.Process.Pid, b.mark, b.done, grace)
 	case <-ctx.Done():
 		stopped = true
-		werr = stopGroup(cmd.Process.Pid, mark, done, grace)
+		b.stopping()
+		werr = stopGroup(b.cmd.Process.Pid, b.mark, b.done, grace)
+	case <-early:
+		werr = stopGroup(b.cmd.Process.Pid, b.mark, b.done, grace)
 	}
 	// No process the tool started outlives it: its group, and any that
 	// left the group but kept its environment.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	killMarked(mark)
-	ran := time.Since(started)
-	h := Header{Truncated: stdout.Truncated, Contexts: readContexts(contexts), BodyMillis: ran.Milliseconds(),
-		BodyStartedUnixMicros: started.UnixMicro(), BodyMicros: ran.Microseconds()}
+	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+	killMarked(b.mark)
+	ran := time.Since(b.started)
+	h := Header{Contexts: readContexts(b.contexts), BodyMillis: ran.Milliseconds(),
+		BodyStartedUnixMicros: b.started.UnixMicro(), BodyMicros: ran.Microseconds()}
 	switch {
 	case timedOut:
 		h.Code = codes.Timeout
@@ -219,13 +282,13 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 		h.Error = "the tool's pod was stopped while the body ran, and the body with it"
 	}
 	if werr != nil {
-		h.ExitCode = cmd.ProcessState.ExitCode()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		h.ExitCode = b.cmd.ProcessState.ExitCode()
+		if ws, ok := b.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			h.Signal = ws.Signal().String()
 			h.ExitCode = 128 + int(ws.Signal())
 		}
 	}
-	return h, stdout.Bytes(), stderr.Bytes()
+	return h
 }
 
 // writableWorkspace checks, as the tool's own user, that a workspace the

@@ -1,0 +1,46 @@
+package mcpservers
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+)
+
+// Dir is this directory.
+func Dir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(file)
+}
+
+var installOnce = sync.OnceValue(func() error {
+	out, err := exec.Command(filepath.Join(Dir(), "..", "..", "hack", "npm-clients.sh"), Dir()).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("hack/npm-clients.sh %s: %w\n%s", Dir(), err, out)
+	}
+	return nil
+})
+
+// Install installs the pinned servers (once per process; the cache makes
+// a second run cheap).
+func Install() error { return installOnce() }
+
+// The servers, by their package's entry point.
+const (
+	Everything = "@modelcontextprotocol/server-everything/dist/index.js"
+	Filesystem = "@modelcontextprotocol/server-filesystem/dist/index.js"
+)
+
+// Node is the path of node, which runs the servers.
+func Node() (string, error) { return exec.LookPath("node") }
+
+// Argv is the exact argv that starts server (one of the constants above)
+// on its stdio transport, with args.
+func Argv(server string, args ...string) ([]string, error) {
+	node, err := Node()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{node, filepath.Join(Dir(), "node_modules", server)}, args...), nil
+}
