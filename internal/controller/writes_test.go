@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,9 +77,18 @@ var _ = Describe("API writes", Ordered, func() {
 	})
 
 	It("calls admit and release themselves: the session writes no call of a parallel turn, and each call has three versions at most", func() {
+		// Every version of the calls, also if the API server ends the
+		// watch (under load it may): watched again from the last version
+		// seen.
 		w, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 		Expect(err).NotTo(HaveOccurred())
-		watcher, err := w.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(ns))
+		list := &toolgatev1alpha1.ToolCallList{}
+		Expect(w.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		watcher, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &toolscache.ListWatch{
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				return w.Watch(ctx, &toolgatev1alpha1.ToolCallList{}, client.InNamespace(ns), &client.ListOptions{Raw: &opts})
+			},
+		})
 		Expect(err).NotTo(HaveOccurred())
 		defer watcher.Stop()
 		var mu sync.Mutex

@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -584,6 +585,20 @@ type laterClock struct{ ahead atomic.Int64 }
 func (c *laterClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.ahead.Load())) }
 func (c *laterClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
+// setStatus writes status on pod as the kubelet would. The provider may
+// still be writing the pod (sealing a warm pod it just made) as it is
+// read: the status is written on the pod as it is then.
+func setStatus(t *testing.T, c client.Client, pod corev1.Pod, status corev1.PodStatus) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(&pod), &pod); err != nil {
+			return err
+		}
+		pod.Status = status
+		return c.Status().Update(context.Background(), &pod)
+	}))
+}
+
 // waitingWarm lists the warm pods of ns no call has claimed.
 func waitingWarm(t *testing.T, c client.Client, ns string) []corev1.Pod {
 	t.Helper()
@@ -682,10 +697,8 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 	// A warm pod that ended (its container could not start, say) can never
 	// be claimed: the sweep removes it at once, and starts none in its
 	// place (the next call of its kind does; a broken kind does not churn).
-	ended := waitingWarm(t, c, ns)[0]
-	ended.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128}}}}}
-	must(t, c.Status().Update(ctx, &ended))
+	setStatus(t, c, waitingWarm(t, c, ns)[0], corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128}}}}})
 	p.sweep(ctx)
 	p.warm.fills.Wait()
 	if n := warm(); n != 0 {
@@ -704,10 +717,8 @@ func TestIdleWarmPodsAreReleased(t *testing.T) {
 
 	// One whose image cannot be pulled can never be claimed either: it is
 	// dropped, not left in ImagePullBackOff holding its requests.
-	stuck := waitingWarm(t, c, ns)[0]
-	stuck.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
-		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}}
-	must(t, c.Status().Update(ctx, &stuck))
+	setStatus(t, c, waitingWarm(t, c, ns)[0], corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerTool,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}})
 	p.sweep(ctx)
 	p.warm.fills.Wait()
 	if n := warm(); n != 0 {
