@@ -26,22 +26,25 @@ const Port = 3128
 
 // Verdicts, the metric's verdict label: what became of a request.
 const (
-	VerdictTunnelled   = "tunnelled"       // a CONNECT tunnel opened
-	VerdictForwarded   = "forwarded"       // a request sent on, no credential
-	VerdictInjected    = "injected"        // a request sent on with its credential
-	VerdictNoGrant     = "no_grant"        // no proxy credentials, or not a grant toolgate signed
-	VerdictExpired     = "expired"         // the grant expired
-	VerdictWrongSource = "wrong_source"    // the grant came from another address than its pod's
-	VerdictPodGone     = "pod_gone"        // the grant's pod is gone or being deleted
-	VerdictHost        = "host_refused"    // a host the grant does not name
-	VerdictPort        = "port_refused"    // a named host, on a port it does not allow
-	VerdictAddress     = "address_refused" // the host resolved to an address that is not public
-	VerdictTunnelCred  = "tunnel_refused"  // a CONNECT to a host with a credential
-	VerdictNotProxy    = "not_proxy"       // neither CONNECT nor a request in absolute form
-	VerdictMethod      = "method_refused"  // TRACE or TRACK, or a method a credential is never added to
-	VerdictBusy        = "busy"            // the call already holds as many connections as one may
-	VerdictCredential  = "credential_unreadable"
-	VerdictUpstream    = "upstream_error"
+	VerdictTunnelled    = "tunnelled"       // a CONNECT tunnel opened
+	VerdictForwarded    = "forwarded"       // a request sent on, no credential
+	VerdictInjected     = "injected"        // a request sent on with its credential
+	VerdictNoGrant      = "no_grant"        // no proxy credentials, or not a grant toolgate signed
+	VerdictExpired      = "expired"         // the grant expired
+	VerdictWrongSource  = "wrong_source"    // the grant came from another address than its pod's
+	VerdictPodGone      = "pod_gone"        // the grant's pod is gone or being deleted
+	VerdictHost         = "host_refused"    // a host the grant does not name
+	VerdictPort         = "port_refused"    // a named host, on a port it does not allow
+	VerdictAddress      = "address_refused" // the host resolved to an address that is not public
+	VerdictTunnelCred   = "tunnel_refused"  // a CONNECT to a host with a credential
+	VerdictNotProxy     = "not_proxy"       // neither CONNECT nor a request in absolute form
+	VerdictMethod       = "method_refused"  // TRACE or TRACK, or a method a credential is never added to
+	VerdictBusy         = "busy"            // the call already holds as many connections as one may
+	VerdictCredential   = "credential_unreadable"
+	VerdictTunnelHost   = "tunnel_other_host" // a tunnel's TLS named another host than its CONNECT
+	VerdictTunnelHTTP   = "tunnel_http"       // plain HTTP sent through a tunnel
+	VerdictTunnelUnread = "tunnel_unreadable" // a tunnel's first message started as TLS and was not, or was too large
+	VerdictUpstream     = "upstream_error"
 )
 
 // Pods tells whether the pod of a grant still serves it: the pod with
@@ -268,9 +271,20 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, g Grant) {
 	}
 	done := make(chan struct{}, 2)
 	go func() {
-		// Bytes the client sent after its CONNECT are in buf.
-		_, _ = io.Copy(upstream, buf)
-		closeWrite(upstream)
+		// Bytes the client sent after its CONNECT are in buf. Its first
+		// message decides whether the tunnel goes on (tunnel.go); closing
+		// both ends the other copy too.
+		refused, more := p.inspect(r, g, name, down, buf.Reader, upstream)
+		switch {
+		case refused:
+			_ = down.Close()
+			_ = upstream.Close()
+		case more:
+			_, _ = io.Copy(upstream, buf)
+			closeWrite(upstream)
+		default:
+			closeWrite(upstream)
+		}
 		done <- struct{}{}
 	}()
 	go func() {
