@@ -1179,3 +1179,68 @@ func (r refusingClaims) Patch(ctx context.Context, obj client.Object, patch clie
 	}
 	return r.Client.Patch(ctx, obj, patch, opts...)
 }
+
+// TestAWaitingCallTakesTheRoomOfWarmPods: a call's pod that the scheduler
+// cannot place (Insufficient cpu, say) has a waiting warm pod on a node
+// give up its room at once (its change pokes the sweep), and none is
+// started in its place; a warm pod no node holds frees nothing and stays.
+func TestAWaitingCallTakesTheRoomOfWarmPods(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns := namespace(t, c, "room-", nil)
+	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"},
+		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
+	must(t, c.Create(ctx, session))
+	call := callIn(t, c, ns, "call-1", `{}`)
+	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
+	job.Owner, job.OwnerUID, job.Attempt, job.Key = client.ObjectKeyFromObject(call), call.UID, 1, sandbox.Key(call.UID, 1)
+	job.Dispatched, job.Session.WarmPods = time.Now(), 1
+	job.Session.NamespacedName, job.Session.UID = client.ObjectKeyFromObject(session), session.UID
+	p := newProvider()
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	must(t, p.Prepare(ctx, job)) // the call's own pod, and the session's pool
+	waitFor := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			n := 0
+			for _, pod := range waitingWarm(t, c, ns) {
+				if pod.DeletionTimestamp.IsZero() {
+					n++
+				}
+			}
+			if n == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d warm pods, want %d: %s", n, want, what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor(1, "the pool started")
+	warmPod := waitingWarm(t, c, ns)[0]
+	must(t, c.SubResource("binding").Create(ctx, &warmPod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}))
+	p.sweep(ctx)
+	waitFor(1, "nothing waits for room: the warm pod stays")
+
+	callPod := &corev1.Pod{}
+	must(t, c.Get(ctx, p.podKey(job), callPod))
+	setStatus(t, c, *callPod, corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+		Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu."}}})
+	must(t, c.Get(ctx, p.podKey(job), callPod))
+	p.PodChanged(callPod) // as the manager's informer of tool pods does
+	waitFor(0, "the call's pod waits for room: the warm pod on a node gives it up")
+	p.warm.fills.Wait()
+	time.Sleep(200 * time.Millisecond)
+	waitFor(0, "none is started in its place")
+
+	// The next call's pool refill is a pod no node holds yet: it frees
+	// nothing, and stays while the call's pod still waits.
+	next := job
+	next.Attempt, next.Key = 2, sandbox.Key(call.UID, 2)
+	must(t, p.Prepare(ctx, next))
+	waitFor(1, "the next call refills the pool")
+	p.sweep(ctx)
+	waitFor(1, "a warm pod no node holds frees nothing")
+}

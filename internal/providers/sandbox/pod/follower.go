@@ -346,6 +346,9 @@ func (p *Provider) PodChanged(obj any) {
 	if !ok {
 		return
 	}
+	if unschedulable(pod) && !waiting(pod) {
+		p.pokeSweeper() // waiting warm pods give it their room
+	}
 	key := client.ObjectKeyFromObject(pod)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -16,7 +16,9 @@ import (
 )
 
 // The warm pools' sweeper: every warmSweep it ages the pools, drops warm
-// pods that can never be claimed, and reports what the waiting ones hold.
+// pods that can never be claimed, gives the room of waiting warm pods to
+// call pods the scheduler could not place, and reports what the waiting
+// ones hold.
 
 // startSweeper starts the goroutine that ages pools (called with the
 // pools' lock held).
@@ -25,25 +27,43 @@ func (p *Provider) startSweeper() {
 		return
 	}
 	p.warm.started = true
-	p.warm.stop, p.warm.done = make(chan struct{}), make(chan struct{})
+	p.warm.stop, p.warm.done, p.warm.poke = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+	stop, poke := p.warm.stop, p.warm.poke
 	go func() {
 		defer close(p.warm.done)
 		t := time.NewTicker(warmSweep)
 		defer t.Stop()
 		for {
 			select {
-			case <-p.warm.stop:
+			case <-stop:
 				return
 			case <-t.C:
-				p.sweep(context.Background())
+			case <-poke:
 			}
+			p.sweep(context.Background())
 		}
 	}()
 }
 
+// pokeSweeper has the sweeper sweep now (a call's pod waits for room),
+// when it runs.
+func (p *Provider) pokeSweeper() {
+	p.warm.mu.Lock()
+	poke := p.warm.poke
+	p.warm.mu.Unlock()
+	if poke == nil {
+		return
+	}
+	select {
+	case poke <- struct{}{}:
+	default: // a sweep is already due
+	}
+}
+
 // sweep releases the warm pods of sessions idle for WarmIdle, those of no
-// pool this process knows once they are that old (after a restart), and
-// those that ended; it replaces warm pods too old to be claimed.
+// pool this process knows once they are that old (after a restart), those
+// that ended, and one on a node for each call pod that waits for room; it
+// replaces warm pods too old to be claimed.
 func (p *Provider) sweep(ctx context.Context) {
 	list := &corev1.PodList{}
 	if err := p.Client.List(ctx, list, client.MatchingLabels{toolgatev1alpha1.LabelWarm: "true"}); err != nil {
@@ -82,8 +102,20 @@ func (p *Provider) sweep(ctx context.Context) {
 	}
 	p.warm.mu.Unlock()
 	refill := map[string]*pool{}
+	// Room for the calls the scheduler could not place: as many waiting
+	// warm pods on nodes give it up (a warm pod is an optimisation, a
+	// call is work), none started in their place here.
+	yield := p.waitingForRoom(ctx)
 	for i := range list.Items {
 		pod := &list.Items[i]
+		if yield > 0 && pod.DeletionTimestamp.IsZero() && pod.Spec.NodeName != "" && !ended(pod) {
+			yield--
+			log.Log.Info("warm pod released: a call's pod waits for room", "namespace", pod.Namespace, "pod", pod.Name)
+			if err := client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
+				log.Log.Error(err, "warm pod not released", "pod", pod.Name)
+			}
+			continue
+		}
 		key := poolKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[toolgatev1alpha1.LabelSession]}, pod.Labels[toolgatev1alpha1.LabelTemplate])
 		pl := active[key]
 		age := now.Sub(pod.CreationTimestamp.Time)
@@ -114,6 +146,32 @@ func (p *Provider) sweep(ctx context.Context) {
 		p.warm.mu.Unlock()
 		p.replenish(job, pl.template)
 	}
+}
+
+// waitingForRoom counts toolgate's call pods (sealed, not waiting warm
+// ones) that the scheduler could not place.
+func (p *Provider) waitingForRoom(ctx context.Context) int {
+	list := &corev1.PodList{}
+	if err := p.Client.List(ctx, list, client.MatchingLabels{toolgatev1alpha1.LabelSandbox: "true"}); err != nil {
+		return 0
+	}
+	n := 0
+	for i := range list.Items {
+		if pod := &list.Items[i]; pod.DeletionTimestamp.IsZero() && unschedulable(pod) && !waiting(pod) && p.sealed(pod) {
+			n++
+		}
+	}
+	return n
+}
+
+// unschedulable reports whether the scheduler said it cannot place pod.
+func unschedulable(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
 }
 
 // requested is what a pod holds of its node while it waits: the cpu

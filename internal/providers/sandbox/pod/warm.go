@@ -63,6 +63,7 @@ type pools struct {
 	stopped bool
 	stop    chan struct{}
 	done    chan struct{}
+	poke    chan struct{} // a sweep now (pokeSweeper)
 	fills   sync.WaitGroup
 }
 
