@@ -66,6 +66,46 @@ type ToolProfileSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Approval ApprovalSettings `json:"approval,omitempty"`
+
+	// mcpServers are MCP servers whose tools this profile runs (a tool
+	// with mcp set): each call of such a tool starts its server, over the
+	// server's stdio transport, in the call's own sandbox, and asks it that
+	// one tool with the call's arguments, after every policy, guard and
+	// approval of the profile, as any tool.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	MCPServers []MCPServer `json:"mcpServers,omitempty"`
+}
+
+// MCPServer is an MCP server a profile's tools run in.
+type MCPServer struct {
+	// name names the server in this profile (a tool's mcp.server).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// container is the server: its image, and the exact argv that starts
+	// its stdio transport (maxOutputBytes bounds a tool's value).
+	// +required
+	Container ContainerRuntime `json:"container"`
+}
+
+// MCPToolRuntime makes a tool one of an MCP server's.
+type MCPToolRuntime struct {
+	// server names one of the profile's mcpServers.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Server string `json:"server"`
+
+	// tool is the server's name for the tool; empty: the definition's name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Tool string `json:"tool,omitempty"`
 }
 
 // PermissionPreset is the decision for calls no preExecute rule matches.
@@ -83,7 +123,7 @@ const (
 
 // ToolDefinition declares one tool: what the model sees (name, description,
 // parameters), what it must return (output), and how it runs (runtime).
-// +kubebuilder:validation:XValidation:rule="has(self.container) != has(self.builtin)",message="exactly one of container or builtin must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.container), has(self.builtin), has(self.mcp)].filter(x, x).size() == 1",message="exactly one of container, builtin or mcp must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.retry) || self.retry.maxAttempts <= 1 || (has(self.idempotent) && self.idempotent)",message="retry with maxAttempts > 1 requires idempotent: true",fieldPath=".retry.maxAttempts"
 type ToolDefinition struct {
 	// name is the tool name the model calls.
@@ -120,6 +160,12 @@ type ToolDefinition struct {
 	// workspace root.
 	// +optional
 	Builtin *BuiltinRuntime `json:"builtin,omitempty"`
+
+	// mcp runs the tool as a tool of one of the profile's MCP servers
+	// (spec.mcpServers): the server is the body. Its parameters and output
+	// are declared here as for any tool.
+	// +optional
+	MCP *MCPToolRuntime `json:"mcp,omitempty"`
 
 	// isConcurrencySafe is a CEL expression over `args` (the call's
 	// arguments). Only the exact value true lets a call run in parallel with
@@ -1009,4 +1055,33 @@ type ToolProfileList struct {
 
 func init() {
 	register(&ToolProfile{}, &ToolProfileList{})
+}
+
+// RunnableTools is spec.tools as a sandbox runs them: each MCP tool with
+// its server's container as its own (a tool naming no server of the
+// profile has none, and the profile is not Ready).
+func (s *ToolProfileSpec) RunnableTools() []ToolDefinition {
+	out := make([]ToolDefinition, len(s.Tools))
+	for i := range s.Tools {
+		out[i] = s.Tools[i]
+		m := out[i].MCP
+		if m == nil {
+			continue
+		}
+		for j := range s.MCPServers {
+			if s.MCPServers[j].Name == m.Server {
+				out[i].Container = s.MCPServers[j].Container.DeepCopy()
+			}
+		}
+	}
+	return out
+}
+
+// ToolName is the server's name for the tool whose definition is named
+// def.
+func (m *MCPToolRuntime) ToolName(def string) string {
+	if m.Tool != "" {
+		return m.Tool
+	}
+	return def
 }

@@ -184,7 +184,7 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 	}
 	s.runner.provider, _ = r.Sandboxes.Get(string(spec.Sandbox.Provider))
 	s.runner.job.Policy = spec.Sandbox
-	s.runner.tools = spec.Tools
+	s.runner.tools = spec.RunnableTools()
 	s.runner.recorded = func() string { return s.base.Status.Sandbox }
 	s.runner.taken = func(ctx context.Context) []string { return r.sandboxesTaken(ctx, tc) }
 	s.runner.prepared = func(attempt int) { r.mem.with(tc, func(m *memo) { m.prepared = attempt }) }

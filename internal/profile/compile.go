@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -118,6 +119,9 @@ func (c *Compiled) compile(env *cel.Env) error {
 }
 
 func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition) error {
+	if m := t.MCP; m != nil && !slices.ContainsFunc(c.Spec.MCPServers, func(s toolgatev1alpha1.MCPServer) bool { return s.Name == m.Server }) {
+		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: mcp.server %q names none of the profile's mcpServers", t.Name, m.Server)
+	}
 	if t.Egress != nil {
 		for _, h := range t.Egress.Hosts {
 			// An IPv6 host is matched as written: only its canonical form
@@ -170,6 +174,14 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition)
 	}
 	stringOutput := schemaType(output) == "string"
 	tool := t.DeepCopy()
+	if t.MCP != nil {
+		// The body is the tool's MCP server: its container (RunnableTools).
+		for _, r := range c.Spec.RunnableTools() {
+			if r.Name == t.Name {
+				tool = r.DeepCopy()
+			}
+		}
+	}
 	def.Execute = func(ctx context.Context, _ pipeline.Arguments, exec *pipeline.Exec) (any, error) {
 		// The body runs in the call's sandbox: the controller gives each
 		// call's pipeline a Runner bound to it.
@@ -202,8 +214,11 @@ func (c *Compiled) compileTool(env *cel.Env, t *toolgatev1alpha1.ToolDefinition)
 		return fail(toolgatev1alpha1.ToolProfileReasonSchemaInvalid, "tool %s: %v", t.Name, oneLine(err))
 	}
 	runtime := "container"
-	if t.Builtin != nil {
+	switch {
+	case t.Builtin != nil:
 		runtime = "builtin:" + t.Builtin.Name
+	case t.MCP != nil:
+		runtime = "mcp:" + t.MCP.Server + "/" + t.MCP.ToolName(t.Name)
 	}
 	c.Tools = append(c.Tools, toolgatev1alpha1.ResolvedTool{
 		Name: t.Name, Runtime: runtime, ConcurrencyClassified: t.IsConcurrencySafe != "", Idempotent: t.Idempotent,

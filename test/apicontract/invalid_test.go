@@ -112,6 +112,22 @@ var corpus = []TableEntry{
 	Entry("neither container nor builtin", invalid{func(ns string) client.Object {
 		return tool(ns, func(t *v1.ToolDefinition) { t.Container = nil })
 	}, "spec.tools[0]"}),
+	Entry("container and mcp together", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) { t.MCP = &v1.MCPToolRuntime{Server: "everything"} })
+	}, "spec.tools[0]"}),
+	Entry("mcp without a server", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) { t.Container, t.MCP = nil, &v1.MCPToolRuntime{} })
+	}, "spec.tools[0].mcp.server"}),
+	Entry("an MCP server without a command", invalid{func(ns string) client.Object {
+		return profile(ns, func(s *v1.ToolProfileSpec) {
+			s.MCPServers = []v1.MCPServer{{Name: "everything", Container: v1.ContainerRuntime{Image: "example.com/mcp:1"}}}
+		})
+	}, "spec.mcpServers[0].container.command"}),
+	Entry("an MCP server's name in upper case", invalid{func(ns string) client.Object {
+		return profile(ns, func(s *v1.ToolProfileSpec) {
+			s.MCPServers = []v1.MCPServer{{Name: "Everything", Container: v1.ContainerRuntime{Image: "example.com/mcp:1", Command: []string{"server"}}}}
+		})
+	}, "spec.mcpServers[0].name"}),
 	Entry("container without command", invalid{func(ns string) client.Object {
 		return tool(ns, func(t *v1.ToolDefinition) { t.Container.Command = []string{} })
 	}, "spec.tools[0].container.command"}),

@@ -129,7 +129,8 @@ func Writable(policy toolgatev1alpha1.SandboxPolicy) bool {
 }
 
 // RunnerSpec is what the runner runs for job: a built-in, or the exact
-// argv and literal env with its output bound; and the tool's timeout, which
+// argv and literal env with its output bound (an MCP server's, asked the
+// tool); and the tool's timeout, which
 // the runner counts from the moment the body starts. workspace is the root
 // the tool sees ("" without a workspace).
 func RunnerSpec(job Job, workspace string) runner.Spec {
@@ -146,6 +147,11 @@ func RunnerSpec(job Job, workspace string) runner.Spec {
 			for _, e := range c.Env {
 				spec.Env[e.Name] = e.Value
 			}
+		}
+		if m := job.Tool.MCP; m != nil {
+			// The container is the MCP server's (RunnableTools): the body
+			// is the server, asked this tool.
+			spec.MCPTool = m.ToolName(job.Tool.Name)
 		}
 	}
 	return spec
