@@ -21,15 +21,8 @@ import (
 // and tr) instead of in the tools image.
 var _ = Describe("docs/tools.md's example tool", func() {
 	It("counts words, fails with its exit code and stderr, and is never run on arguments its schema refuses", func() {
-		page, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "tools.md"))
-		Expect(err).NotTo(HaveOccurred())
-		block := regexp.MustCompile("(?s)<!-- example: profile -->\n```yaml\n(.*?)```\n").FindSubmatch(page)
-		Expect(block).NotTo(BeNil(), "docs/tools.md has no example profile")
-		p := &toolgatev1alpha1.ToolProfile{}
-		Expect(yaml.UnmarshalStrict(block[1], p)).To(Succeed())
-		ns := newNamespace()
-		p.Namespace = ns
-		p.Spec.Sandbox.Provider = toolgatev1alpha1.SandboxProviderProcess
+		p := docsProfile("tools.md", "profile")
+		ns := p.Namespace
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		profileReady(p, "True", toolgatev1alpha1.ToolProfileReasonResolved)
 		Expect(k8s.Create(ctx, tu.MakeAgentSession(ns, "s", p.Name).Obj())).To(Succeed())
@@ -57,3 +50,19 @@ var _ = Describe("docs/tools.md's example tool", func() {
 		Expect(c.Message).To(ContainSubstring(`at /: missing required field "text"`))
 	})
 })
+
+// docsProfile is the ToolProfile of the YAML block after the page's
+// "<!-- example: NAME -->" marker, read strictly (a field the API does not
+// have fails), in a new namespace, on the process sandbox (the specs'
+// sandbox; nothing else differs from the page).
+func docsProfile(page, name string) *toolgatev1alpha1.ToolProfile {
+	text, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", page))
+	Expect(err).NotTo(HaveOccurred())
+	block := regexp.MustCompile("(?s)<!-- example: "+regexp.QuoteMeta(name)+" -->\n```yaml\n(.*?)```\n").FindSubmatch(text)
+	Expect(block).NotTo(BeNil(), "docs/%s has no example %s", page, name)
+	p := &toolgatev1alpha1.ToolProfile{}
+	Expect(yaml.UnmarshalStrict(block[1], p)).To(Succeed())
+	p.Namespace = newNamespace()
+	p.Spec.Sandbox.Provider = toolgatev1alpha1.SandboxProviderProcess
+	return p
+}

@@ -1,16 +1,10 @@
 package controller
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
-
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"sigs.k8s.io/yaml"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
-	"github.com/toolgate/toolgate/internal/testenv"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 	"github.com/toolgate/toolgate/test/mcpservers"
 )
@@ -26,15 +20,8 @@ var _ = Describe("docs/mcp-servers.md's example profile", func() {
 		Expect(mcpservers.Install()).To(Succeed())
 		argv, err := mcpservers.Argv(mcpservers.Everything, "stdio")
 		Expect(err).NotTo(HaveOccurred())
-		page, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "mcp-servers.md"))
-		Expect(err).NotTo(HaveOccurred())
-		block := regexp.MustCompile("(?s)<!-- example: mcp profile -->\n```yaml\n(.*?)```\n").FindSubmatch(page)
-		Expect(block).NotTo(BeNil(), "docs/mcp-servers.md has no example profile")
-		p := &toolgatev1alpha1.ToolProfile{}
-		Expect(yaml.UnmarshalStrict(block[1], p)).To(Succeed())
-		ns := newNamespace()
-		p.Namespace = ns
-		p.Spec.Sandbox.Provider = toolgatev1alpha1.SandboxProviderProcess
+		p := docsProfile("mcp-servers.md", "mcp profile")
+		ns := p.Namespace
 		Expect(p.Spec.MCPServers).To(HaveLen(1))
 		p.Spec.MCPServers[0].Container.Command = argv
 		Expect(k8s.Create(ctx, p)).To(Succeed())

@@ -646,15 +646,8 @@ func TestPreparedPodWaitsForTheHandOver(t *testing.T) {
 func TestIdleWarmPodsAreReleased(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := namespace(t, c, "idle-", nil)
-	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"},
-		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
-	must(t, c.Create(ctx, session))
-	call := callIn(t, c, ns, "call-1", `{}`)
-	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
-	job.Owner, job.OwnerUID, job.Attempt, job.Key = client.ObjectKeyFromObject(call), call.UID, 1, sandbox.Key(call.UID, 1)
-	job.Dispatched, job.Session.WarmPods = time.Now(), 1
-	job.Session.NamespacedName, job.Session.UID = client.ObjectKeyFromObject(session), session.UID
+	ns, _, calls, jobOf := warmSession(t, c, "idle-", 1)
+	call, job := calls[0], jobOf(0)
 
 	now := clocktesting.NewFakePassiveClock(time.Now())
 	p := newProvider()
@@ -1187,15 +1180,8 @@ func (r refusingClaims) Patch(ctx context.Context, obj client.Object, patch clie
 func TestAWaitingCallTakesTheRoomOfWarmPods(t *testing.T) {
 	c, newProvider := onAPIServer(t)
 	ctx := context.Background()
-	ns := namespace(t, c, "room-", nil)
-	session := &toolgatev1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"},
-		Spec: toolgatev1alpha1.AgentSessionSpec{Owner: "agent", ProfileRef: toolgatev1alpha1.LocalObjectReference{Name: "p"}}}
-	must(t, c.Create(ctx, session))
-	call := callIn(t, c, ns, "call-1", `{}`)
-	job := testJob(toolgatev1alpha1.SandboxWorkspaceWrite, "ws")
-	job.Owner, job.OwnerUID, job.Attempt, job.Key = client.ObjectKeyFromObject(call), call.UID, 1, sandbox.Key(call.UID, 1)
-	job.Dispatched, job.Session.WarmPods = time.Now(), 1
-	job.Session.NamespacedName, job.Session.UID = client.ObjectKeyFromObject(session), session.UID
+	ns, _, calls, jobOf := warmSession(t, c, "room-", 1)
+	call, job := calls[0], jobOf(0)
 	p := newProvider()
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	must(t, p.Prepare(ctx, job)) // the call's own pod, and the session's pool
@@ -1244,3 +1230,4 @@ func TestAWaitingCallTakesTheRoomOfWarmPods(t *testing.T) {
 	p.sweep(ctx)
 	waitFor(1, "a warm pod no node holds frees nothing")
 }
+
