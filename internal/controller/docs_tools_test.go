@@ -58,7 +58,7 @@ var _ = Describe("docs/tools.md's example tool", func() {
 func docsProfile(page, name string) *toolgatev1alpha1.ToolProfile {
 	text, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", page))
 	Expect(err).NotTo(HaveOccurred())
-	block := regexp.MustCompile("(?s)<!-- example: "+regexp.QuoteMeta(name)+" -->\n```yaml\n(.*?)```\n").FindSubmatch(text)
+	block := regexp.MustCompile("(?s)<!-- example: " + regexp.QuoteMeta(name) + " -->\n```yaml\n(.*?)```\n").FindSubmatch(text)
 	Expect(block).NotTo(BeNil(), "docs/%s has no example %s", page, name)
 	p := &toolgatev1alpha1.ToolProfile{}
 	Expect(yaml.UnmarshalStrict(block[1], p)).To(Succeed())

@@ -1230,4 +1230,3 @@ func TestAWaitingCallTakesTheRoomOfWarmPods(t *testing.T) {
 	p.sweep(ctx)
 	waitFor(1, "a warm pod no node holds frees nothing")
 }
-
