@@ -107,6 +107,35 @@ func TestMCPServersNobodyHereWrote(t *testing.T) {
 	}
 }
 
+// TestAGoMCPServerAsksAndIsRefused: the Go SDK's example server, built
+// from the module proxy, answers its tools (text, structured), and asks its
+// client for sampling and roots although the runner declared neither: each
+// request is refused and named on stderr, and the tool's failure says it
+// in the server's words.
+func TestAGoMCPServerAsksAndIsRefused(t *testing.T) {
+	server, err := mcpservers.GoEverything()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(tool, args string) (Header, string, string) {
+		t.Helper()
+		h, out, errb := Execute(context.Background(), Spec{Argv: []string{server}, MCPTool: tool, TimeoutMillis: 30_000}, []byte(args), time.Second)
+		return h, string(out), string(errb)
+	}
+	if h, out, _ := run("greet", `{"name":"ada"}`); h.Code != "" || out != "Hi ada" {
+		t.Errorf("greet: %+v %q", h, out)
+	}
+	if h, out, _ := run("greet (structured)", `{"name":"ada"}`); h.Code != "" || out != `{"message":"Hi ada"}` {
+		t.Errorf("structured: %+v %q", h, out)
+	}
+	for tool, method := range map[string]string{"sample": "sampling/createMessage", "roots": "roots/list"} {
+		h, _, stderr := run(tool, `{}`)
+		if h.Code != codes.ToolError || !strings.Contains(h.Error, method) || !strings.Contains(stderr, "refused the MCP server's requests ("+method+")") {
+			t.Errorf("%s: %+v, stderr %.300q", tool, h, stderr)
+		}
+	}
+}
+
 // TestAnMCPCallIsStoppedWithItsServer: a cancelled call and one past its
 // budget end with the server's whole process tree, within the grace; the
 // call's outcome is the stop's or the budget's.

@@ -2,6 +2,7 @@ package mcpservers
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -44,3 +45,27 @@ func Argv(server string, args ...string) ([]string, error) {
 	}
 	return append([]string{node, filepath.Join(Dir(), "node_modules", server)}, args...), nil
 }
+
+// GoEverything builds (once per process) the Go SDK's "everything"
+// example server from the module proxy, the version go.mod pins, as a
+// static binary, and returns its path. It asks its client for sampling
+// and roots whatever the client declared.
+func GoEverything() (string, error) { return goEverything() }
+
+var goEverything = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "toolgate-mcp-go-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "mcp-everything")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, GoEverythingPackage)
+	cmd.Dir = Dir()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", GoEverythingPackage, err, out)
+	}
+	return bin, nil
+})
+
+// GoEverythingPackage is the Go SDK's example server the tests run.
+const GoEverythingPackage = "github.com/modelcontextprotocol/go-sdk/examples/server/everything"
