@@ -12,7 +12,11 @@ CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/kubectl-toolgat
 # stages (plus the local cluster's tools and pause images).
 # The e2e suite's stand-in for an external HTTPS API goes in the tools image.
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/standin-api ./test/standin-api
-go run ./hack/images -dockerfile Dockerfile -bin _output/bin -out _output/images -tools-extra /bin/standin-api=_output/bin/standin-api
+# An MCP server nobody here wrote, for the e2e's MCP tools: the Go SDK's
+# example, from the module proxy at the version go.mod pins.
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/mcp-everything github.com/modelcontextprotocol/go-sdk/examples/server/everything
+go run ./hack/images -dockerfile Dockerfile -bin _output/bin -out _output/images \
+  -tools-extra /bin/standin-api=_output/bin/standin-api,/bin/mcp-everything=_output/bin/mcp-everything
 # Into every node's containerd (hack/node-up.sh adds nodes).
 for sock in "$CONTAINERD_SOCK" "$CLUSTER_DIR"/nodes/node*/containerd/containerd.sock; do
   [ -S "$sock" ] || continue
