@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/internal/lifecycle"
@@ -154,5 +156,36 @@ func TestNoOutputWithoutItsFinalizer(t *testing.T) {
 	res, _ := auditRun(h.pipeline(Options{}), req("secret", `{}`))
 	if strings.Contains(res.Content+res.Value, "SECRET") || res.Code != CodeUnknownTool {
 		t.Fatalf("%s %s content %q value %q", res.Outcome, res.Code, res.Content, res.Value)
+	}
+}
+
+// TestARemovedToolsWorkIsStopped: a tool removed while its body's work
+// runs elsewhere (a Reattach body, answering Pending) settles unknown_tool
+// only once that work is stopped, as a cancellation stops it: the
+// in-memory driver once settled it and left the work running.
+func TestARemovedToolsWorkIsStopped(t *testing.T) {
+	h := newHarness(t)
+	h.allowAll()
+	toolScope := lifecycle.NewScope()
+	var running, asked atomic.Int32
+	must(t, h.reg.Register(toolScope, Definition{Name: "remote", Parameters: `{"type":"object"}`, Output: Output{Schema: `{"type":"string"}`}, Reattach: true,
+		Execute: func(ctx context.Context, _ Arguments, _ *Exec) (any, error) {
+			if asked.Add(1) == 1 {
+				running.Store(1) // its work starts elsewhere
+				toolScope.Dispose()
+				return nil, Pending
+			}
+			if ctx.Err() != nil {
+				running.Store(0) // stopped, as a cancellation asks
+				return nil, ctx.Err()
+			}
+			return nil, Pending
+		}}))
+	res := h.pipeline(Options{PollInterval: 10 * time.Millisecond}).Run(context.Background(), req("remote", `{}`))
+	if res.Code != CodeUnknownTool {
+		t.Fatalf("%s %s: %s", res.Outcome, res.Code, res.Message)
+	}
+	if running.Load() != 0 {
+		t.Fatal("the removed tool's work still runs after its call settled")
 	}
 }

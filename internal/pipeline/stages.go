@@ -267,6 +267,19 @@ func retryable(c Code) bool {
 func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progress, time.Duration) {
 	now := p.opts.Clock.Now()
 	if snap.tool == nil {
+		if st.entered != nil && st.reattaching {
+			// Its body's work still runs elsewhere: stopped first, through
+			// the tool it was entered with and the cancelled signal, as a
+			// cancellation stops it; the call settles once it is gone.
+			stop, cancel := context.WithCancel(ctx)
+			cancel()
+			snap.tool = st.entered
+			exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: true, StartedAt: st.AttemptStartedAt, runner: p.opts.Runner}
+			if _, fail := p.invoke(stop, st, snap, exec); fail != nil && fail.Code == codePending {
+				return Waiting, p.opts.PollInterval
+			}
+			st.entered = nil
+		}
 		st.record(StageExecute, VerdictError, string(CodeUnknownTool), now)
 		st.settle(CodeUnknownTool, fmt.Sprintf("tool %q was removed during execution", st.Request.Tool))
 		return Advanced, 0
@@ -286,6 +299,7 @@ func (p *Pipeline) execute(ctx context.Context, st *State, snap snapshot) (Progr
 		return Advanced, 0
 	}
 	exec := &Exec{Call: st.call(), Attempt: st.Attempt, Resumed: resumed, StartedAt: st.AttemptStartedAt, runner: p.opts.Runner}
+	st.entered = snap.tool
 	value, fail := p.invoke(ctx, st, snap, exec)
 	now = p.opts.Clock.Now()
 	if exec.Sandbox != "" {

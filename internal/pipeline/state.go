@@ -124,6 +124,10 @@ type State struct {
 	// caller cancelled, while its Reattach body was still stopping (it
 	// answered Pending): the timeout stays the outcome.
 	timedOut bool
+	// entered is the tool whose body this process entered for the current
+	// attempt: removed from the registry while its work runs elsewhere (a
+	// Reattach body), that work is still stopped through it.
+	entered *tool
 	// args caches the frozen arguments.
 	args Arguments
 }
