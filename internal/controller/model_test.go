@@ -22,7 +22,8 @@ import (
 // The durable log against a reference model (issue 51): a generator makes
 // schedules of a session's life (turns of calls of several kinds, created
 // out of order within a turn, resent, cancelled, approved, denied or left
-// to expire, retried, expired by retention, the manager restarted), runs
+// to expire, retried, timed out, expired by retention and then sent again,
+// the manager restarted), runs
 // each against the controllers, and compares every observable to what the
 // seed's rules allow: one committed result per call, the log in model
 // order with no gap, outcome precedence (cancellation replaces only a
@@ -43,9 +44,10 @@ const (
 	kindFail  = "fail"  // parallel-safe, fails (tool_error)
 	kindFlaky = "flaky" // idempotent, 2 attempts: the first fails
 	kindAsk   = "ask"   // asks a person, then succeeds
+	kindLate  = "late"  // parallel-safe, runs past its 1 s timeout (timeout)
 )
 
-var modelKindList = []string{kindOK, kindSlow, kindFail, kindFlaky, kindAsk}
+var modelKindList = []string{kindOK, kindSlow, kindFail, kindFlaky, kindAsk, kindLate}
 
 // modelTools log "start ID" and "end ID" around their body.
 func modelTools() []toolgatev1alpha1.ToolDefinition {
@@ -57,7 +59,9 @@ func modelTools() []toolgatev1alpha1.ToolDefinition {
 	flaky.Idempotent = true
 	flaky.Retry = &toolgatev1alpha1.RetryPolicy{MaxAttempts: 2, BackoffSeconds: 0}
 	ask := shTool(kindAsk, id+`echo "end $id" >> log; printf %s "$id"`)
-	return []toolgatev1alpha1.ToolDefinition{ok.Obj(), slow.Obj(), fail.Obj(), flaky.Obj(), ask.Obj()}
+	late := shTool(kindLate, id+`sleep 5; echo "end $id" >> log; printf %s "$id"`).ConcurrencySafe("true").Obj()
+	late.TimeoutSeconds = 1
+	return []toolgatev1alpha1.ToolDefinition{ok.Obj(), slow.Obj(), fail.Obj(), flaky.Obj(), ask.Obj(), late}
 }
 
 // modelCall is one generated call and what the schedule does to it.
@@ -78,6 +82,9 @@ type modelSchedule struct {
 	retention   bool // ttlSecondsAfterCommit 0: calls expire once their turn is complete
 	restartAt   int  // restart the manager after creating this many calls (-1: never)
 	calls       []*modelCall
+	// lateResend is the call sent again once retention deleted it (-1:
+	// none): a client resending what it sent long ago.
+	lateResend int
 }
 
 func generateSchedule(seed uint64) *modelSchedule {
@@ -103,12 +110,16 @@ func generateSchedule(seed uint64) *modelSchedule {
 	if r.IntN(3) == 0 {
 		s.restartAt = r.IntN(len(s.calls) + 1)
 	}
+	s.lateResend = -1
+	if s.retention && r.IntN(2) == 0 {
+		s.lateResend = r.IntN(len(s.calls))
+	}
 	return s
 }
 
 func (s *modelSchedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: maxParallel %d, retention %v, restart after %d;", s.seed, s.maxParallel, s.retention, s.restartAt)
+	fmt.Fprintf(&b, "seed %d: maxParallel %d, retention %v, restart after %d, late resend %d;", s.seed, s.maxParallel, s.retention, s.restartAt, s.lateResend)
 	for _, c := range s.calls {
 		fmt.Fprintf(&b, " %s:%s", c.name, c.kind)
 		if c.cancel {
@@ -140,6 +151,8 @@ func (c *modelCall) allowed(restarted bool) (results []string, minStarts, maxSta
 		results, minStarts, maxStarts = ran("Succeeded/"), 1, 1
 	case kindFail:
 		results, minStarts, maxStarts = ran("Failed/tool_error"), 1, 1
+	case kindLate:
+		results, minStarts, maxStarts = ran("TimedOut/timeout"), 1, 1
 	case kindFlaky:
 		results, minStarts, maxStarts = ran("Succeeded/"), 2, 2
 		if c.cancel {
@@ -287,6 +300,9 @@ func runSchedule(s *modelSchedule) {
 		r := tc.Status.Result
 		results, minStarts, maxStarts := c.allowed(s.restartAt >= 0)
 		Expect(results).To(ContainElement(string(r.Outcome)+"/"+r.ErrorCode), "%s settled %s/%s (%s): %s", c.name, r.Outcome, r.ErrorCode, r.Message, stageTrace(tc))
+		if r.ErrorCode == "interrupted" {
+			minStarts = 0 // the manager stopped it before its first line
+		}
 		n := starts(c.name)
 		Expect(n).To(BeNumerically(">=", minStarts), "%s's body starts", c.name)
 		Expect(n).To(BeNumerically("<=", maxStarts), "%s's body starts", c.name)
@@ -327,6 +343,29 @@ func runSchedule(s *modelSchedule) {
 			names[i] = c.name
 		}
 		release(ns, names...)
+	}
+	if s.lateResend >= 0 {
+		// Sent again once gone: its place in the log is taken, so it is
+		// refused (duplicate_call, or turn_closed for an older turn) and
+		// its body never runs again.
+		c := s.calls[s.lateResend]
+		Eventually(callGone(ns, c.name), 30*time.Second).Should(BeTrue(), "%s expired", c.name)
+		before := starts(c.name)
+		Expect(k8s.Create(ctx, create(c))).To(Succeed(), c.name)
+		tc := &toolgatev1alpha1.ToolCall{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: c.name}, tc)).To(Succeed())
+			g.Expect(tc.Status.Result).NotTo(BeNil())
+		}, 60*time.Second, 50*time.Millisecond).Should(Succeed(), func() string {
+			return fmt.Sprintf("%s sent again settles: phase %q, schedule %+v, conditions %+v", c.name, tc.Status.Phase, tc.Status.Schedule, tc.Status.Conditions)
+		})
+		Expect(tc.Status.Result.ErrorCode).To(BeElementOf("duplicate_call", "turn_closed"), "%s sent again: %s", c.name, tc.Status.Result.Message)
+		log = strings.Split(workspaceFile(ns, "log"), "\n")
+		Expect(starts(c.name)).To(Equal(before), "%s's body ran again when it was sent again", c.name)
+		if tc.DeletionTimestamp.IsZero() {
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, tc))).To(Succeed())
+		}
+		release(ns, c.name)
 	}
 }
 

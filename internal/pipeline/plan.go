@@ -25,6 +25,10 @@ type TurnCall struct {
 	// Refused: the call arrived too late to be ordered; it settles
 	// without running and is never admitted.
 	Refused bool
+	// Late: the call's turn is complete by the driver's durable record
+	// (its calls may be gone, expired): it can no longer be ordered, and
+	// is refused like a call that arrived after a later one started.
+	Late bool
 	// Committed: the call's result is appended to the session's log.
 	Committed bool
 }
@@ -65,12 +69,14 @@ type Plan struct {
 // PlanTurn decides, for calls in model order (sorted by turn, then index),
 // what may happen next:
 //
-//   - a call that arrived after a later call started is refused;
+//   - a call that arrived after a later call started, or late (its turn
+//     complete by the record), is refused;
 //   - the current turn is the first that is not complete (a turn is
 //     complete once as many of its calls as it declared have committed); a
 //     turn starts only when every earlier turn is complete;
 //   - a turn's calls start in index order: a missing index holds back the
-//     calls after it until it arrives;
+//     calls after it until it arrives (a call too late to be ordered is
+//     held back by nothing: its turn can have no earlier call either);
 //   - the first uncommitted call of the current turn may settle (it is
 //     released); post-execute and commitment thus follow model order;
 //   - calls start in model order, each once the previous one's pre-execute
@@ -91,7 +97,7 @@ func PlanTurn(calls []TurnCall, maxParallel int, classify func(i int) Mode) Plan
 	for first < end && calls[first].Committed {
 		first++
 	}
-	if first == end || calls[first].Index != first-start {
+	if first == end || (calls[first].Index != first-start && !plan.tooLate(calls, first)) {
 		return plan // waiting for a call of the turn that has not arrived
 	}
 	idle := func(i int) bool { return plan.NeverStarts(calls, i) }
@@ -116,8 +122,16 @@ func (p Plan) NeverStarts(calls []TurnCall, i int) bool {
 	return c.Mode == "" && (c.Refused || c.BodyDone() || slices.Contains(p.Refuse, i))
 }
 
-// refused lists the calls before the latest started call in model order
-// that have not started themselves.
+// tooLate reports whether call i can no longer be ordered (refused now or
+// before, or late): the calls missing before it in its turn would be too,
+// so they hold it back no more.
+func (p Plan) tooLate(calls []TurnCall, i int) bool {
+	return calls[i].Refused || calls[i].Late || slices.Contains(p.Refuse, i)
+}
+
+// refused lists the calls that have not started and never will: before
+// the latest started call in model order, or late (their turn complete by
+// the record).
 func refused(calls []TurnCall) []int {
 	latest := -1
 	for i, c := range calls {
@@ -126,8 +140,8 @@ func refused(calls []TurnCall) []int {
 		}
 	}
 	var out []int
-	for i := 0; i < latest; i++ {
-		if c := calls[i]; !c.Started() && !c.Refused && !c.BodyDone() {
+	for i, c := range calls {
+		if (i < latest || c.Late) && !c.Started() && !c.Refused && !c.BodyDone() {
 			out = append(out, i)
 		}
 	}

@@ -318,7 +318,8 @@ func TurnCallOf(c *toolgatev1alpha1.ToolCall) pipeline.TurnCall {
 }
 
 // planView is what turn planning sees of the session's calls: turns already
-// recorded complete, and closed turns, no longer count their declared size.
+// recorded complete, and closed turns, no longer count their declared size,
+// and an unstarted call of a turn before the last complete one is late.
 func planView(calls []*toolgatev1alpha1.ToolCall, through int64) []pipeline.TurnCall {
 	closed := closedTurns(calls)
 	view := make([]pipeline.TurnCall, len(calls))
@@ -327,6 +328,12 @@ func planView(calls []*toolgatev1alpha1.ToolCall, through int64) []pipeline.Turn
 		if c.Spec.Turn <= through || closed[c.Spec.Turn] {
 			view[i].Size = 0
 		}
+		// A turn before the last complete one is complete by the
+		// session's record, which outlives its calls: a call that has not
+		// started there never will (sent again after its predecessor
+		// expired, say; the last complete turn's are refused as
+		// duplicates: placeTaken).
+		view[i].Late = c.Spec.Turn < through && !started(c)
 	}
 	return view
 }

@@ -301,3 +301,46 @@ func TestDeferredContextsFitTheSessionStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestACallSentToAnOldTurnAfterItsCallsExpiredIsRefused: found by the
+// model-based test (schedule 1007). Retention deleted every call of a
+// session whose turns 0 to 2 committed; a client sends a call of turn 0
+// again (index 1: its index 0 is gone too). Planning once waited for the
+// turn's missing index for good: the call never had a result. Its turn is
+// complete by the session's record, so it is refused as too late and
+// released in its place, after the log's last.
+func TestACallSentToAnOldTurnAfterItsCallsExpiredIsRefused(t *testing.T) {
+	s := tu.MakeAgentSession("ns", "s", "p").Obj()
+	s.Status.CommittedTurn, s.Status.NextSequence, s.Status.CommittedCalls = 2, 8, 8
+	s.Status.CommitCursor = &toolgatev1alpha1.CallPosition{Turn: 2, Index: 1}
+	again := tu.MakeToolCall("ns", "t0-i1", "s").At(0, 1).Of(3).Obj()
+	sp := PlanSession(s, []*toolgatev1alpha1.ToolCall{again}, nil)
+	work := sp.Work()
+	if len(work) != 1 || work[0].Refusal != string(pipeline.CodeTurnClosed) {
+		t.Fatalf("work %+v, want the call refused turn_closed", work)
+	}
+	sch := toolgatev1alpha1.CallSchedule{}
+	for _, edit := range work[0].Edits {
+		edit(&sch)
+	}
+	if !sch.Released || sch.CommitSequence == nil || *sch.CommitSequence != 8 {
+		t.Errorf("schedule %+v, want released at the log's next place (8)", sch)
+	}
+}
+
+// TestALateCallAfterAGapIsReleased: a call of turn 1 at index 1 arrives
+// after turn 2 started, and its index 0 never comes: it is refused
+// (turn_closed) and released in its place; the missing index held it back
+// for good before.
+func TestALateCallAfterAGapIsReleased(t *testing.T) {
+	excl := toolgatev1alpha1.ModeExclusive
+	calls := []*toolgatev1alpha1.ToolCall{
+		tu.MakeToolCall("ns", "t0", "s").At(0, 0).Committed(0).Obj(),
+		tu.MakeToolCall("ns", "late", "s").At(1, 1).Of(2).Obj(),
+		tu.MakeToolCall("ns", "t2", "s").At(2, 0).Admitted(excl).Released(1).NextStage(string(pipeline.StageExecute)).Obj(),
+	}
+	plan := pipeline.PlanTurn(planView(calls, 0), 1, func(int) pipeline.Mode { return pipeline.Exclusive })
+	if !slices.Contains(plan.Refuse, 1) || plan.Release != 1 {
+		t.Errorf("plan %+v, want the late call refused and released", plan)
+	}
+}
