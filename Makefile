@@ -84,11 +84,16 @@ promtool: ## Build promtool from source into the cache (once; hack/build-promtoo
 	hack/build-promtool.sh
 
 .PHONY: test
-test: envtest-bins helm promtool ## Run every test: unit and envtest (real kube-apiserver), and promtool on the alerts.
-	go test ./... -count=1 -v
+# The suites the race detector slows most (minutes of envtest each) run
+# without it in make test; make test-race runs them under it too.
+RACE_SLOW := /(internal/controller|test/apicontract|test/chart)$$
+
+test: envtest-bins helm promtool ## Run every test: unit and envtest (real kube-apiserver), and promtool on the alerts; all but the three longest envtest suites under the race detector.
+	go test -race -count=1 -v $$(go list ./... | grep -v -E '$(RACE_SLOW)')
+	go test -count=1 -v $$(go list ./... | grep -E '$(RACE_SLOW)')
 
 .PHONY: test-race
-test-race: envtest-bins helm promtool ## make test under the race detector (about 2.8 times as long; README says why CI does not run it).
+test-race: envtest-bins helm promtool ## Every package under the race detector, the three envtest suites make test runs without it included (README).
 	go test -race ./... -count=1
 
 .PHONY: test-slow-approval
