@@ -294,6 +294,28 @@ func (r mcpCallResult) text() string {
 	return strings.Join(parts, "\n")
 }
 
+// startServer starts the server b runs, its stderr kept in stderr, and
+// opens the session's connection over its stdio (messages of at most max
+// bytes).
+func startServer(ctx context.Context, b *body, spec Spec, stderr *Bounded, max int) (*mcpConn, error) {
+	in, err := b.cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("the MCP server could not start: %w", err)
+	}
+	out, err := b.cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("the MCP server could not start: %w", err)
+	}
+	b.cmd.Stderr = stderr
+	if spec.Await != "" {
+		await(ctx, spec.Await)
+	}
+	if err := b.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("the MCP server could not start: %w", err)
+	}
+	return newMCPConn(in, out, max), nil
+}
+
 // executeMCP runs spec's server and its tool MCPTool once with arguments.
 func executeMCP(ctx context.Context, spec Spec, arguments []byte, grace time.Duration, calls Calls) (Header, []byte, []byte) {
 	limit := spec.MaxOutputBytes
@@ -303,23 +325,11 @@ func executeMCP(ctx context.Context, spec Spec, arguments []byte, grace time.Dur
 	stderr := &Bounded{Limit: MaxStderrBytes}
 	b := newBody(ctx, spec, grace, calls)
 	defer b.cleanup()
-	in, err := b.cmd.StdinPipe()
-	if err != nil {
-		return Header{Error: "the MCP server could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
-	}
-	out, err := b.cmd.StdoutPipe()
-	if err != nil {
-		return Header{Error: "the MCP server could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
-	}
-	b.cmd.Stderr = stderr
-	if spec.Await != "" {
-		await(ctx, spec.Await)
-	}
-	if err := b.cmd.Start(); err != nil {
-		return Header{Error: "the MCP server could not start: " + err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
-	}
 	// A message may carry the whole value, escaped, and its envelope.
-	conn := newMCPConn(in, out, 2*limit+64<<10)
+	conn, err := startServer(ctx, b, spec, stderr, 2*limit+64<<10)
+	if err != nil {
+		return Header{Error: err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
+	}
 	var (
 		res    mcpCallResult
 		resErr error
@@ -402,19 +412,10 @@ func ListMCPTools(ctx context.Context, spec Spec, grace time.Duration) ([]MCPToo
 	stderr := &Bounded{Limit: MaxStderrBytes}
 	b := newBody(ctx, spec, grace, Calls{})
 	defer b.cleanup()
-	in, err := b.cmd.StdinPipe()
+	conn, err := startServer(ctx, b, spec, stderr, 8<<20)
 	if err != nil {
 		return nil, err
 	}
-	out, err := b.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	b.cmd.Stderr = stderr
-	if err := b.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("the MCP server could not start: %w", err)
-	}
-	conn := newMCPConn(in, out, 8<<20)
 	var tools []MCPTool
 	var listErr error
 	listed := make(chan struct{})
