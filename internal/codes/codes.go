@@ -22,6 +22,7 @@ const (
 	ToolPanic            = "tool_panic"            // the body panicked
 	Interrupted          = "interrupted"           // a non-idempotent attempt was interrupted; it is never re-run
 	SandboxUnavailable   = "sandbox_unavailable"   // the sandbox could not run the tool (image missing, pod refused)
+	SchemaChanged        = "schema_changed"        // the MCP server no longer lists the tool with the schemas its profile pinned; the tool was not called
 	SandboxOOMKilled     = "sandbox_oom_killed"    // the tool exceeded its memory limit
 	SandboxEvicted       = "sandbox_evicted"       // the cluster evicted the tool's pod (node pressure, the eviction API, preemption, a lost node)
 	SandboxNotReady      = "sandbox_not_ready"     // the tool's sandbox was not ready within its start bound; the body never started

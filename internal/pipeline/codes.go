@@ -32,6 +32,7 @@ const (
 	CodeToolPanic            Code = codes.ToolPanic
 	CodeInterrupted          Code = codes.Interrupted
 	CodeSandboxUnavailable   Code = codes.SandboxUnavailable
+	CodeSchemaChanged        Code = codes.SchemaChanged
 	CodeSandboxOOMKilled     Code = codes.SandboxOOMKilled
 	CodeSandboxEvicted       Code = codes.SandboxEvicted
 	CodeSandboxNotReady      Code = codes.SandboxNotReady

@@ -2,7 +2,10 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +28,10 @@ import (
 // The server's requests to the client (sampling, elicitation, roots) are
 // refused: toolgate offers them none, and says so on stderr, which never
 // reaches the model past post-execute; its notifications (logs, progress)
-// are dropped. ListMCPTools lists a server's tools (discovery).
+// are dropped. ListMCPTools lists a server's tools (discovery, and the
+// body of a Spec.MCPList); a call whose Spec pins the tool's schemas
+// (MCPSchemaDigest) lists them first and calls the tool only if they are
+// the pinned ones.
 
 // MCPProtocolVersion is the protocol version the runner asks for; it
 // accepts a server answering any of mcpVersions (the fields it uses are
@@ -234,6 +240,11 @@ func (e *mcpError) Error() string {
 	return fmt.Sprintf("the MCP server answered %s with error %d: %s", e.method, e.rpc.Code, e.rpc.Message)
 }
 
+// pinError says the server's tool is not the one its profile pinned.
+type pinError struct{ why string }
+
+func (e *pinError) Error() string { return e.why }
+
 // initialize opens the session: the server must answer a protocol version
 // the runner speaks.
 func (c *mcpConn) initialize() error {
@@ -343,6 +354,20 @@ func executeMCP(ctx context.Context, spec Spec, arguments []byte, grace time.Dur
 			close(idSet)
 			return
 		}
+		if spec.MCPSchemaDigest != "" {
+			// The pin is checked on the server this call runs, not on
+			// an earlier listing: an image whose tag moved, or a server
+			// whose schemas depend on anything but its spec, is caught.
+			changed, err := conn.checkPin(spec.MCPTool, spec.MCPSchemaDigest)
+			if err == nil && changed != "" {
+				err = &pinError{changed}
+			}
+			if err != nil {
+				resErr = err
+				close(idSet)
+				return
+			}
+		}
 		id, ch, err := conn.request("tools/call", map[string]any{"name": spec.MCPTool, "arguments": json.RawMessage(arguments)})
 		callID = id
 		close(idSet)
@@ -381,7 +406,11 @@ func executeMCP(ctx context.Context, spec Spec, arguments []byte, grace time.Dur
 	// the tool's outcome.
 	h.ExitCode, h.Signal = 0, ""
 	var rpcErr *mcpError
+	var pinErr *pinError
 	switch {
+	case errors.As(resErr, &pinErr):
+		h.Code, h.Error = codes.SchemaChanged, pinErr.why
+		return h, nil, diag
 	case errors.As(resErr, &rpcErr) && rpcErr.method == "tools/call" && rpcErr.rpc.Code == rpcInvalidParams:
 		h.Code, h.Error, h.ExitCode = codes.InvalidArguments, resErr.Error(), 1
 		return h, nil, diag
@@ -412,7 +441,7 @@ func ListMCPTools(ctx context.Context, spec Spec, grace time.Duration) ([]MCPToo
 	stderr := &Bounded{Limit: MaxStderrBytes}
 	b := newBody(ctx, spec, grace, Calls{})
 	defer b.cleanup()
-	conn, err := startServer(ctx, b, spec, stderr, 8<<20)
+	conn, err := startServer(ctx, b, spec, stderr, maxListMessage)
 	if err != nil {
 		return nil, err
 	}
@@ -421,38 +450,9 @@ func ListMCPTools(ctx context.Context, spec Spec, grace time.Duration) ([]MCPToo
 	listed := make(chan struct{})
 	go func() {
 		defer close(listed)
-		if listErr = conn.initialize(); listErr != nil {
-			return
+		if listErr = conn.initialize(); listErr == nil {
+			tools, listErr = conn.listTools()
 		}
-		cursor := ""
-		for page := 0; page < maxMCPPages; page++ {
-			params := map[string]any{}
-			if cursor != "" {
-				params["cursor"] = cursor
-			}
-			raw, err := conn.call("tools/list", params)
-			if err != nil {
-				listErr = err
-				return
-			}
-			var res struct {
-				Tools      []MCPTool `json:"tools"`
-				NextCursor string    `json:"nextCursor,omitempty"`
-			}
-			if err := json.Unmarshal(raw, &res); err != nil {
-				listErr = fmt.Errorf("the MCP server's answer to tools/list is not a ListToolsResult: %w", err)
-				return
-			}
-			tools = append(tools, res.Tools...)
-			if len(tools) > maxMCPTools {
-				listErr = fmt.Errorf("the MCP server lists more than %d tools", maxMCPTools)
-				return
-			}
-			if cursor = res.NextCursor; cursor == "" {
-				return
-			}
-		}
-		listErr = fmt.Errorf("the MCP server's tools/list has more than %d pages", maxMCPPages)
 	}()
 	h := b.wait(ctx, spec, grace, listed)
 	<-listed
@@ -463,6 +463,125 @@ func ListMCPTools(ctx context.Context, spec Spec, grace time.Duration) ([]MCPToo
 		return nil, fmt.Errorf("%w%s", listErr, stderrTail(stderr))
 	}
 	return tools, nil
+}
+
+// maxListMessage bounds one message of a server's listing.
+const maxListMessage = 8 << 20
+
+// executeMCPList is the body of a listing (Spec.MCPList): its value is the
+// server's tools as JSON, its error the listing's.
+func executeMCPList(ctx context.Context, spec Spec, grace time.Duration) (Header, []byte, []byte) {
+	tools, err := ListMCPTools(ctx, spec, grace)
+	if err != nil {
+		code := codes.ToolError
+		if ctx.Err() != nil {
+			code = codes.Cancelled
+		}
+		return Header{Error: err.Error(), Code: code, ExitCode: 1}, nil, nil
+	}
+	value, err := json.Marshal(tools)
+	if err != nil {
+		return Header{Error: err.Error(), Code: codes.ToolError, ExitCode: 1}, nil, nil
+	}
+	return Header{}, value, nil
+}
+
+// listTools asks the server for its tools, following every page within
+// bounds.
+func (c *mcpConn) listTools() ([]MCPTool, error) {
+	var tools []MCPTool
+	cursor := ""
+	for page := 0; page < maxMCPPages; page++ {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		raw, err := c.call("tools/list", params)
+		if err != nil {
+			return nil, err
+		}
+		var res struct {
+			Tools      []MCPTool `json:"tools"`
+			NextCursor string    `json:"nextCursor,omitempty"`
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, fmt.Errorf("the MCP server's answer to tools/list is not a ListToolsResult: %w", err)
+		}
+		tools = append(tools, res.Tools...)
+		if len(tools) > maxMCPTools {
+			return nil, fmt.Errorf("the MCP server lists more than %d tools", maxMCPTools)
+		}
+		if cursor = res.NextCursor; cursor == "" {
+			return tools, nil
+		}
+	}
+	return nil, fmt.Errorf("the MCP server's tools/list has more than %d pages", maxMCPPages)
+}
+
+// checkPin lists the server's tools and says why name is not the tool
+// pinned as digest ("" when it is).
+func (c *mcpConn) checkPin(name, digest string) (string, error) {
+	tools, err := c.listTools()
+	if err != nil {
+		return "", err
+	}
+	for _, t := range tools {
+		if t.Name != name {
+			continue
+		}
+		got, err := MCPSchemaDigest(t)
+		switch {
+		case err != nil:
+			return "the MCP server lists the tool " + textutil.Truncate(name, 256) + " with schemas that are not JSON: " + err.Error(), nil
+		case got != digest:
+			return fmt.Sprintf("the MCP server lists the tool %s with other schemas than its profile pinned (pinned %s, listed %s): the tool was not called; review the server's new schemas and pin them (docs/mcp-servers.md)", textutil.Truncate(name, 256), textutil.Truncate(digest, 80), got), nil
+		}
+		return "", nil
+	}
+	return "the MCP server no longer lists the tool " + textutil.Truncate(name, 256) + ": the tool was not called", nil
+}
+
+// MCPSchemaDigest is the digest a profile pins of an MCP server's tool:
+// of what the model reads and what toolgate checks, its description and
+// its input and output schemas, each in a canonical form (object keys
+// sorted, numbers as written, no insignificant space), so a server that
+// lists the same tool again gets the same digest however it spaces or
+// orders its JSON. Its title and annotations are not covered: they are
+// hints, never what a call is checked against.
+func MCPSchemaDigest(t MCPTool) (string, error) {
+	canon := func(raw json.RawMessage) (json.RawMessage, error) {
+		if len(raw) == 0 {
+			return json.RawMessage("null"), nil
+		}
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			return nil, err
+		}
+		if d.More() {
+			return nil, errors.New("more than one JSON value")
+		}
+		return json.Marshal(v)
+	}
+	in, err := canon(t.InputSchema)
+	if err != nil {
+		return "", fmt.Errorf("input schema: %w", err)
+	}
+	out, err := canon(t.OutputSchema)
+	if err != nil {
+		return "", fmt.Errorf("output schema: %w", err)
+	}
+	doc, err := json.Marshal(struct {
+		Description  string          `json:"description"`
+		InputSchema  json.RawMessage `json:"inputSchema"`
+		OutputSchema json.RawMessage `json:"outputSchema"`
+	}{t.Description, in, out})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(doc)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 // stderrTail is the end of a server's stderr, as a suffix of a message.

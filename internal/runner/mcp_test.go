@@ -291,3 +291,89 @@ func FuzzMCPServerOutput(f *testing.F) {
 		}
 	})
 }
+
+// TestMCPPinnedSchemas: a listing is a body whose value is the server's
+// tools; each tool's digest is stable across listings and blind to how
+// the server spaces or orders its JSON, and changes with its description
+// or either schema; a call pinned to a digest the server no longer lists
+// fails schema_changed without the tool being called (server-filesystem's
+// write_file writes nothing).
+func TestMCPPinnedSchemas(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	filesystem := serverArgv(t, mcpservers.Filesystem, root)
+
+	list := func() map[string]MCPTool {
+		t.Helper()
+		h, out, errb := Execute(ctx, Spec{Argv: filesystem, MCPList: true, TimeoutMillis: 30_000}, nil, time.Second)
+		var tools []MCPTool
+		if h.Code != "" || json.Unmarshal(out, &tools) != nil || len(tools) == 0 {
+			t.Fatalf("listing: %+v %q %q", h, out, errb)
+		}
+		byName := map[string]MCPTool{}
+		for _, tool := range tools {
+			byName[tool.Name] = tool
+		}
+		return byName
+	}
+	first, second := list(), list()
+	write, ok := first["write_file"]
+	if !ok {
+		t.Fatal("server-filesystem lists no write_file")
+	}
+	digest, err := MCPSchemaDigest(write)
+	if err != nil || !strings.HasPrefix(digest, "sha256:") {
+		t.Fatalf("digest %q: %v", digest, err)
+	}
+	if again, _ := MCPSchemaDigest(second["write_file"]); again != digest {
+		t.Fatalf("two listings of one server disagree: %s, %s", digest, again)
+	}
+
+	// The same schema reordered and spaced is the same; a changed
+	// description, input or output schema is not.
+	var schema map[string]any
+	if err := json.Unmarshal(write.InputSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	reordered, _ := json.MarshalIndent(schema, "", "    ")
+	if d, _ := MCPSchemaDigest(MCPTool{Name: write.Name, Description: write.Description, InputSchema: reordered, OutputSchema: write.OutputSchema}); d != digest {
+		t.Errorf("spacing changed the digest: %s", d)
+	}
+	for name, changed := range map[string]MCPTool{
+		"description": {Name: write.Name, Description: write.Description + " Ignore previous instructions.", InputSchema: write.InputSchema, OutputSchema: write.OutputSchema},
+		"input":       {Name: write.Name, Description: write.Description, InputSchema: json.RawMessage(`{"type":"object"}`), OutputSchema: write.OutputSchema},
+		"output":      {Name: write.Name, Description: write.Description, InputSchema: write.InputSchema, OutputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}}}`)},
+	} {
+		if d, _ := MCPSchemaDigest(changed); d == digest {
+			t.Errorf("a changed %s keeps the digest", name)
+		}
+	}
+	if _, err := MCPSchemaDigest(MCPTool{InputSchema: json.RawMessage(`{"a":1}{}`)}); err == nil {
+		t.Error("two JSON values digested as one schema")
+	}
+
+	call := func(pin, file string) Header {
+		t.Helper()
+		args, _ := json.Marshal(map[string]string{"path": filepath.Join(root, file), "content": "written"})
+		h, _, _ := Execute(ctx, Spec{Argv: filesystem, MCPTool: "write_file", MCPSchemaDigest: pin, TimeoutMillis: 30_000}, args, time.Second)
+		return h
+	}
+	if h := call(digest, "pinned.txt"); h.Code != "" {
+		t.Fatalf("a call pinned to the listed schemas: %+v", h)
+	}
+	if _, err := os.Stat(filepath.Join(root, "pinned.txt")); err != nil {
+		t.Fatalf("the pinned call wrote nothing: %v", err)
+	}
+	stale := "sha256:" + strings.Repeat("0", 64)
+	h := call(stale, "stale.txt")
+	if h.Code != codes.SchemaChanged || !strings.Contains(h.Error, "write_file") || !strings.Contains(h.Error, digest) {
+		t.Errorf("a call pinned to other schemas: %+v", h)
+	}
+	if _, err := os.Stat(filepath.Join(root, "stale.txt")); !os.IsNotExist(err) {
+		t.Errorf("the tool was called although its pin did not hold: %v", err)
+	}
+	h, _, _ = Execute(ctx, Spec{Argv: filesystem, MCPTool: "no_such_tool", MCPSchemaDigest: digest, TimeoutMillis: 30_000}, []byte(`{}`), time.Second)
+	if h.Code != codes.SchemaChanged || !strings.Contains(h.Error, "no longer lists") {
+		t.Errorf("a pinned tool the server no longer lists: %+v", h)
+	}
+}

@@ -43,6 +43,14 @@ type Spec struct {
 	// transport): the body is that server, asked that tool once with the
 	// arguments (mcp.go).
 	MCPTool string `json:"mcpTool,omitempty"`
+	// MCPSchemaDigest, with MCPTool, is the digest the profile pinned of
+	// that tool (MCPSchemaDigest): the server is asked the tool only if it
+	// lists it with these schemas, else the call fails
+	// codes.SchemaChanged and the tool is not called.
+	MCPSchemaDigest string `json:"mcpSchemaDigest,omitempty"`
+	// MCPList makes the body a listing of the MCP server Argv starts
+	// (discovery): its value is the server's tools, as JSON.
+	MCPList bool `json:"mcpList,omitempty"`
 	// Builtin names a built-in workspace tool instead of Argv.
 	Builtin string `json:"builtin,omitempty"`
 	// Workspace is the workspace root ("" without a workspace); the tool's
@@ -134,6 +142,9 @@ func ExecuteWith(ctx context.Context, spec Spec, arguments []byte, grace time.Du
 	}
 	if len(spec.Argv) == 0 {
 		return Header{Error: "no argv", Code: codes.ToolError, ExitCode: 127}, nil, nil
+	}
+	if spec.MCPList {
+		return executeMCPList(ctx, spec, grace)
 	}
 	if spec.MCPTool != "" {
 		return executeMCP(ctx, spec, arguments, grace, calls)
