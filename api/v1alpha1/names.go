@@ -43,6 +43,10 @@ const (
 	// LabelTurn is the turn of a call pkg/agent or the gateway made: with
 	// LabelSession, a client lists one turn's calls, not the namespace's.
 	LabelTurn = "toolgate.dev/turn"
+	// LabelListing names the MCP server (a ToolProfile's, by its name in
+	// the profile) whose tools a pod lists (discovery): such a pod serves
+	// no call.
+	LabelListing = "toolgate.dev/listing"
 	// LabelTemplate is the hash of a warm pod's spec: a call takes a warm
 	// pod only of its own template.
 	LabelTemplate = "toolgate.dev/template"

@@ -106,6 +106,17 @@ type MCPToolRuntime struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Tool string `json:"tool,omitempty"`
+
+	// schemaDigest pins the tool's description and input and output
+	// schemas as the server listed them when the profile was reviewed
+	// (status.mcpServers[].tools[].schemaDigest): a listing with other
+	// schemas makes the profile not Ready, naming the tool, and a call
+	// whose server lists other schemas fails schema_changed without the
+	// tool being called. Empty: not pinned (a warning), and the server may
+	// change the tool unnoticed.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	SchemaDigest string `json:"schemaDigest,omitempty"`
 }
 
 // PermissionPreset is the decision for calls no preExecute rule matches.
@@ -906,6 +917,89 @@ type ToolProfileStatus struct {
 	// approval is the resolved approval provider.
 	// +optional
 	Approval *ResolvedApproval `json:"approval,omitempty"`
+
+	// mcpServers are the tools each of spec.mcpServers listed when the
+	// controller last started it, in a sandbox of its own (discovery),
+	// with the digest a tool's mcp.schemaDigest pins.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	MCPServers []DiscoveredMCPServer `json:"mcpServers,omitempty"`
+}
+
+// DiscoveredMCPServer is what an MCP server listed.
+type DiscoveredMCPServer struct {
+	// name is the server's, in spec.mcpServers.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// specDigest is the digest of the server's spec the listing is of: a
+	// changed spec is listed again.
+	// +required
+	// +kubebuilder:validation:MaxLength=80
+	SpecDigest string `json:"specDigest"`
+
+	// listedTime is when the listing ended.
+	// +optional
+	ListedTime *metav1.Time `json:"listedTime,omitempty"`
+
+	// error says why the server could not be listed ("" when it was).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Error string `json:"error,omitempty"`
+
+	// tools are the server's tools, as it listed them.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=1000
+	Tools []DiscoveredMCPTool `json:"tools,omitempty"`
+
+	// schemasOmitted says the listing's schemas did not fit the status:
+	// its tools are named with their digests only.
+	// +optional
+	SchemasOmitted bool `json:"schemasOmitted,omitempty"`
+}
+
+// DiscoveredMCPTool is one tool an MCP server listed.
+type DiscoveredMCPTool struct {
+	// name is the server's name for the tool.
+	// +required
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+
+	// schemaDigest is the digest of its description and input and output
+	// schemas (the value a tool's mcp.schemaDigest pins).
+	// +required
+	// +kubebuilder:validation:MaxLength=80
+	SchemaDigest string `json:"schemaDigest"`
+
+	// description is the server's, as listed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Description string `json:"description,omitempty"`
+
+	// inputSchema and outputSchema are the server's, as listed.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	InputSchema *apiextensionsv1.JSON `json:"inputSchema,omitempty"`
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	OutputSchema *apiextensionsv1.JSON `json:"outputSchema,omitempty"`
+
+	// hints are the server's annotations of the tool that it set, as
+	// name=value (readOnlyHint=true, destructiveHint=false, ...): hints a
+	// profile may adopt explicitly (isConcurrencySafe, idempotent), never
+	// a classification by themselves.
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MaxLength=32
+	// +listType=set
+	Hints []string `json:"hints,omitempty"`
 }
 
 // ResolvedTool is a compiled tool.
@@ -1017,6 +1111,22 @@ const (
 	// cannot run the profile's sandbox policy at all (for example resources
 	// above its caps); the message says what and why.
 	ToolProfileReasonSandboxPolicyRefused = "SandboxPolicyRefused"
+	// ToolProfileReasonMCPListing: an MCP server's tools are being listed
+	// (its spec is new or changed); the profile is resolved again once
+	// they are.
+	ToolProfileReasonMCPListing = "MCPListing"
+	// ToolProfileReasonMCPServerUnlisted: an MCP server could not be
+	// listed (its pod failed, or it did not answer as an MCP server); the
+	// message names the server and says why.
+	ToolProfileReasonMCPServerUnlisted = "MCPServerUnlisted"
+	// ToolProfileReasonMCPToolMissing: a tool names a server's tool the
+	// server does not list; the message names both.
+	ToolProfileReasonMCPToolMissing = "MCPToolMissing"
+	// ToolProfileReasonMCPSchemaChanged: a server lists a tool with other
+	// schemas than the tool's mcp.schemaDigest pins; the message names the
+	// tool and what the server now declares. Its calls fail
+	// schema_changed, the tool not called, until the pin is updated.
+	ToolProfileReasonMCPSchemaChanged = "MCPSchemaChanged"
 )
 
 // ToolProfile is a GitOps-managed tool catalog with its policies.

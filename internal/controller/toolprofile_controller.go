@@ -72,6 +72,9 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			}
 		}
 	}
+	var listing bool
+	st.MCPServers, listing = r.discover(ctx, obj)
+	pinReason, pinMessage, pinWarnings := pinsHold(spec, st.MCPServers)
 	switch missing, refused := unmountedProviders(spec, r.Sandboxes, r.Approvals), refusedPolicy(spec, r.Sandboxes); {
 	case cerr != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, cerr.Reason, cerr.Message
@@ -79,23 +82,31 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonProviderNotMounted, missing
 	case refused != "":
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, toolgatev1alpha1.ToolProfileReasonSandboxPolicyRefused, refused
+	case pinReason != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, pinReason, textutil.Truncate(pinMessage, maxWarnings)
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, toolgatev1alpha1.ToolProfileReasonResolved, "every schema, expression and template compiled; the providers are mounted"
-		if len(compiled.Warnings) > 0 {
-			warnings := strings.Join(compiled.Warnings, "; ")
-			cond.Message += fmt.Sprintf("; warnings (%d): %s", len(compiled.Warnings), textutil.Truncate(warnings, maxWarnings))
+		if all := append(slices.Clone(compiled.Warnings), pinWarnings...); len(all) > 0 {
+			warnings := strings.Join(all, "; ")
+			cond.Message += fmt.Sprintf("; warnings (%d): %s", len(all), textutil.Truncate(warnings, maxWarnings))
 			emit(ctx, r.Client, r.Clock.Now(), regardingProfile(obj), eventName(obj, fmt.Sprintf("g%d", obj.Generation), "warnings"),
 				corev1.EventTypeWarning, EventProfileWarnings, "Compile", warnings, nil)
 		}
 	}
-	if cond.Status != metav1.ConditionTrue {
+	if cond.Status != metav1.ConditionTrue && cond.Reason != toolgatev1alpha1.ToolProfileReasonMCPListing {
 		log.FromContext(ctx).Info("profile not ready", "reason", cond.Reason)
 		emit(ctx, r.Client, r.Clock.Now(), regardingProfile(obj), eventName(obj, fmt.Sprintf("g%d", obj.Generation), "invalid"),
 			corev1.EventTypeWarning, EventProfileInvalid, "Compile", cond.Reason+": "+cond.Message, nil)
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
-	if recheck {
+	if listing {
+		return ctrl.Result{RequeueAfter: listPoll}, nil
+	}
+	if recheck || slices.ContainsFunc(st.MCPServers, func(s toolgatev1alpha1.DiscoveredMCPServer) bool { return s.Error != "" }) {
 		return ctrl.Result{RequeueAfter: recheckEvery}, nil
+	}
+	if len(st.MCPServers) > 0 {
+		return ctrl.Result{RequeueAfter: relistEvery}, nil
 	}
 	return ctrl.Result{}, nil
 }

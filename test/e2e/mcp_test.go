@@ -3,8 +3,15 @@
 package e2e
 
 import (
+	"strings"
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 )
@@ -71,5 +78,35 @@ var _ = Describe("an MCP server's tools on real pods", func() {
 		sample := ns.Committed("sample").Status.Result
 		Expect(sample.ErrorCode).To(Equal("tool_error"))
 		Expect(sample.Message).To(ContainSubstring("sampling/createMessage"))
+
+		By("the server was listed in a pod of its own, gone once listed")
+		p := &toolgatev1alpha1.ToolProfile{}
+		Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "e2e-mcp"}, p)).To(Succeed())
+		Expect(p.Status.MCPServers).To(HaveLen(1))
+		Expect(p.Status.MCPServers[0].Error).To(BeEmpty())
+		digests := map[string]string{}
+		for _, t := range p.Status.MCPServers[0].Tools {
+			digests[t.Name] = t.SchemaDigest
+		}
+		Expect(digests).To(HaveKey("greet"))
+		Eventually(func() ([]corev1.Pod, error) {
+			pods := &corev1.PodList{}
+			err := ns.Admin.List(ctx, pods, client.InNamespace(ns.Name), client.HasLabels{toolgatev1alpha1.LabelListing})
+			return pods.Items, err
+		}, 60*time.Second).Should(BeEmpty())
+
+		By("a pin that no longer holds is named, and its calls never reach the tool")
+		pinned := strings.Replace(mcpProfile, "mcp: {server: everything}", `mcp: {server: everything, schemaDigest: "`+digests["greet"]+`"}`, 1)
+		pinned = strings.Replace(pinned, `tool: "greet (structured)"}`, `tool: "greet (structured)", schemaDigest: "sha256:`+strings.Repeat("0", 64)+`"}`, 1)
+		ns.Apply(userAdmin, pinned)
+		Eventually(func(g Gomega) *metav1.Condition {
+			g.Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "e2e-mcp"}, p)).To(Succeed())
+			return apimeta.FindStatusCondition(p.Status.Conditions, toolgatev1alpha1.ConditionReady)
+		}, 60*time.Second).Should(And(Not(BeNil()), HaveField("Reason", toolgatev1alpha1.ToolProfileReasonMCPSchemaChanged),
+			HaveField("Message", ContainSubstring("tool greet_structured: server everything"))))
+		ns.Submit(call{"pinned", "greet", `{"name":"ada"}`}, call{"stale", "greet_structured", `{"name":"ada"}`})
+		Expect(ns.Committed("pinned").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		stale := ns.Committed("stale").Status.Result
+		Expect(stale.ErrorCode).To(Equal("schema_changed"), stale.Message)
 	})
 })

@@ -69,3 +69,17 @@ var goEverything = sync.OnceValues(func() (string, error) {
 
 // GoEverythingPackage is the Go SDK's example server the tests run.
 const GoEverythingPackage = "github.com/modelcontextprotocol/go-sdk/examples/server/everything"
+
+// Greeter is an MCP server on stdio in a few lines of sh (run it with
+// /bin/sh -c): one tool, greet, whose description is $GREETING, so a
+// test changes what the server lists by changing its environment, as a
+// new version of a server changes it. It stands in for a server that
+// changes, which no published server does on demand.
+const Greeter = `while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/^{"jsonrpc":"2.0","id":\([0-9]*\).*/\1/p')
+  case "$line" in
+  *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"greeter","version":"1"}}}\n' "$id" ;;
+  *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"greet","description":"%s","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}\n' "$id" "$GREETING" ;;
+  *'"method":"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"hello"}]}}\n' "$id" ;;
+  esac
+done`

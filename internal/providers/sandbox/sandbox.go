@@ -151,7 +151,7 @@ func RunnerSpec(job Job, workspace string) runner.Spec {
 		if m := job.Tool.MCP; m != nil {
 			// The container is the MCP server's (RunnableTools): the body
 			// is the server, asked this tool.
-			spec.MCPTool = m.ToolName(job.Tool.Name)
+			spec.MCPTool, spec.MCPSchemaDigest = m.ToolName(job.Tool.Name), m.SchemaDigest
 		}
 	}
 	return spec

@@ -62,6 +62,9 @@ type Provider struct {
 	// attempts is what this process knows of each attempt's sandbox, by
 	// attempt key (attempt.go).
 	attempts map[string]*attempt
+	// listings are the exchanges with listing pods' runners, by listing
+	// key (list.go).
+	listings map[string]*listing
 	warm     pools
 	proxy    proxyCache
 	// stopped is set by Stop: Run and Prepare then start nothing, and

@@ -277,3 +277,20 @@ func (p *Provider) start(job sandbox.Job, r *run) (err error) {
 	}()
 	return nil
 }
+
+var _ sandbox.Lister = &Provider{}
+
+// List lists an MCP server's tools as a local subprocess, at once (a
+// listing holds nothing a restart would lose).
+func (p *Provider) List(ctx context.Context, job sandbox.ListJob) ([]runner.MCPTool, error) {
+	p.mu.Lock()
+	stopped := p.stopped
+	p.mu.Unlock()
+	if stopped {
+		return nil, errStopped
+	}
+	spec := sandbox.ListSpec(job)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(spec.TimeoutMillis)*time.Millisecond)
+	defer cancel()
+	return runner.ListMCPTools(ctx, spec, grace)
+}

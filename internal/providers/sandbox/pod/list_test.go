@@ -1,0 +1,131 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
+	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
+	"github.com/toolgate/toolgate/test/mcpservers"
+)
+
+// listUntil asks List until it answers something other than ErrPending.
+func listUntil(t *testing.T, p *Provider, job sandbox.ListJob) ([]runner.MCPTool, error) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		tools, err := p.List(context.Background(), job)
+		if !errors.Is(err, sandbox.ErrPending) {
+			return tools, err
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no listing within 20s")
+		}
+	}
+}
+
+// TestAnMCPServerIsListedInAPodOfItsOwn: on a real API server, a listing
+// makes a pod owned by the profile (sealed, no call, no network, the
+// server's image), hands its runner a listing over the channel (the
+// server, a real process, is listed), returns the tools and deletes the
+// pod; a restarted manager collects a listing its predecessor handed over
+// without the server listed twice; a pod whose image cannot be pulled
+// fails the listing with the image named.
+func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
+	c, newProvider := onAPIServer(t)
+	ctx := context.Background()
+	ns := namespace(t, c, "listing-", nil)
+	job := func(greeting string) sandbox.ListJob {
+		server := toolgatev1alpha1.MCPServer{Name: "greeter", Container: toolgatev1alpha1.ContainerRuntime{
+			Image: "mcp/greeter:1", Command: []string{"/bin/sh", "-c", mcpservers.Greeter},
+			Env: []toolgatev1alpha1.EnvVar{{Name: "GREETING", Value: greeting}},
+		}}
+		return sandbox.ListJob{Key: sandbox.ListKey("profile-uid", server), Owner: types.NamespacedName{Namespace: ns, Name: "tools"}, OwnerUID: "profile-uid",
+			Server: server, Policy: testJob(toolgatev1alpha1.SandboxReadOnly, "").Policy}
+	}
+	podOf := func(j sandbox.ListJob) (*corev1.Pod, error) {
+		pod := &corev1.Pod{}
+		return pod, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ListName(j)}, pod)
+	}
+	real := func(ctx context.Context, spec runner.Spec, args []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
+		return runner.Execute(ctx, spec, args, time.Second)
+	}
+
+	p := newProvider()
+	j := job("Greets a person.")
+	if _, err := p.List(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	pod, err := podOf(j)
+	must(t, err)
+	ref := pod.OwnerReferences
+	switch {
+	case len(ref) != 1 || ref[0].Kind != "ToolProfile" || ref[0].Name != "tools" || ref[0].UID != "profile-uid":
+		t.Fatalf("owner %+v", ref)
+	case !p.sealed(pod):
+		t.Fatal("the listing's pod is not sealed")
+	case pod.Labels[toolgatev1alpha1.LabelListing] != "greeter" || pod.Labels[toolgatev1alpha1.LabelEgress] != EgressNone || pod.Labels[toolgatev1alpha1.LabelCall] != "":
+		t.Fatalf("labels %v", pod.Labels)
+	case pod.Spec.Containers[0].Image != "mcp/greeter:1" || len(pod.Spec.Volumes) != 2:
+		t.Fatalf("the server's pod: image %s, volumes %+v", pod.Spec.Containers[0].Image, pod.Spec.Volumes)
+	}
+	k := startKubeletWith(t, c, pod, "127.0.0.1", real)
+	p.Dial = k.dial
+	tools, err := listUntil(t, p, j)
+	if err != nil || len(tools) != 1 || tools[0].Name != "greet" || tools[0].Description != "Greets a person." {
+		t.Fatalf("listing %+v %v", tools, err)
+	}
+	if spec, _ := k.handed.Load().(runner.Spec); !spec.MCPList || spec.MCPTool != "" || spec.Env["GREETING"] != "Greets a person." || spec.Workspace != "" {
+		t.Fatalf("handed %+v", spec)
+	}
+	if pod, err := podOf(j); err == nil && pod.DeletionTimestamp.IsZero() {
+		t.Fatal("the listing's pod is left once listed")
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+
+	// Handed over by one manager, collected by the next.
+	j = job("Greets a person twice.")
+	if _, err := p.List(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	pod, err = podOf(j)
+	must(t, err)
+	k = startKubeletWith(t, c, pod, "127.0.0.1", real)
+	p.Dial = k.dial
+	for deadline := time.Now().Add(20 * time.Second); k.runs.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if _, err := p.List(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+			t.Fatalf("answered before its listing ran: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never handed over")
+		}
+	}
+	next := newProvider()
+	next.Dial = k.dial
+	tools, err = listUntil(t, next, j)
+	if err != nil || len(tools) != 1 || tools[0].Description != "Greets a person twice." || k.runs.Load() != 1 {
+		t.Fatalf("collected %+v %v after %d runs", tools, err, k.runs.Load())
+	}
+
+	// An image that cannot be pulled.
+	j = job("Never listed.")
+	if _, err := p.List(ctx, j); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	pod, err = podOf(j)
+	must(t, err)
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerTool, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}}}}
+	must(t, c.Status().Update(ctx, pod))
+	if _, err := listUntil(t, p, j); err == nil || !strings.Contains(err.Error(), `"mcp/greeter:1"`) {
+		t.Fatalf("an image that cannot be pulled: %v", err)
+	}
+}
