@@ -31,7 +31,7 @@ package controller
 //
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolprofiles;agentsessions;toolcalls,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolprofiles/status;agentsessions/status;toolcalls/status;approvalrequests/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/finalizers;agentsessions/finalizers,verbs=update
+// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/finalizers;agentsessions/finalizers;toolprofiles/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolgate.dev,resources=approvalrequests,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls;approvalrequests,verbs=manage
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=create;delete;deletecollection

@@ -86,6 +86,7 @@ rules:
   resources:
   - agentsessions/finalizers
   - toolcalls/finalizers
+  - toolprofiles/finalizers
   verbs:
   - update
 - apiGroups:
@@ -198,6 +199,7 @@ rules:
   resources:
   - agentsessions/finalizers
   - toolcalls/finalizers
+  - toolprofiles/finalizers
   verbs:
   - update
 - apiGroups:
