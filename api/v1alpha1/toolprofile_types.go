@@ -135,6 +135,7 @@ const (
 // ToolDefinition declares one tool: what the model sees (name, description,
 // parameters), what it must return (output), and how it runs (runtime).
 // +kubebuilder:validation:XValidation:rule="[has(self.container), has(self.builtin), has(self.mcp)].filter(x, x).size() == 1",message="exactly one of container, builtin or mcp must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.mcp) || (has(self.description) && has(self.parameters) && has(self.output.schema))",message="description, parameters and output.schema are required (only an MCP server's tool may leave them to its server)"
 // +kubebuilder:validation:XValidation:rule="!has(self.retry) || self.retry.maxAttempts <= 1 || (has(self.idempotent) && self.idempotent)",message="retry with maxAttempts > 1 requires idempotent: true",fieldPath=".retry.maxAttempts"
 type ToolDefinition struct {
 	// name is the tool name the model calls.
@@ -144,19 +145,23 @@ type ToolDefinition struct {
 	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// description is shown to the model.
-	// +required
+	// description is shown to the model. Required, but for an MCP
+	// server's tool, which may leave it to the server (below).
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
-	Description string `json:"description"`
+	Description string `json:"description,omitempty"`
 
 	// parameters is the JSON Schema (2020-12) of the call's arguments. It
 	// must describe an object (checked when the profile is resolved);
-	// network $ref is not resolved.
-	// +required
+	// network $ref is not resolved. Required, but for an MCP server's
+	// tool, which may leave its description, parameters and output
+	// schema to the server: they are then the server's, as listed in
+	// status.mcpServers, and only with mcp.schemaDigest pinning them.
+	// +optional
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:pruning:PreserveUnknownFields
-	Parameters apiextensionsv1.JSON `json:"parameters"`
+	Parameters apiextensionsv1.JSON `json:"parameters,omitzero"`
 
 	// output declares the value the tool returns and how it is rendered to
 	// the model. Every result value is validated against output.schema.
@@ -325,10 +330,12 @@ type SecretKeyRef struct {
 // +kubebuilder:validation:XValidation:rule="self.render.format != 'Template' || has(self.render.template)",message="render.template is required when render.format is Template",fieldPath=".render.template"
 type OutputDeclaration struct {
 	// schema is the JSON Schema (2020-12) every result value must satisfy.
-	// +required
+	// Required, but for an MCP server's tool, whose server's output schema
+	// it then is (its text, a string, for a server that declares none).
+	// +optional
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:pruning:PreserveUnknownFields
-	Schema apiextensionsv1.JSON `json:"schema"`
+	Schema apiextensionsv1.JSON `json:"schema,omitzero"`
 
 	// render turns the value into model-facing content.
 	// +required
@@ -1127,6 +1134,10 @@ const (
 	// tool and what the server now declares. Its calls fail
 	// schema_changed, the tool not called, until the pin is updated.
 	ToolProfileReasonMCPSchemaChanged = "MCPSchemaChanged"
+	// ToolProfileReasonMCPToolUnpinned: a tool leaves its description or
+	// schemas to its server without pinning them (mcp.schemaDigest); the
+	// message gives the digest its server lists, to review and pin.
+	ToolProfileReasonMCPToolUnpinned = "MCPToolUnpinned"
 )
 
 // ToolProfile is a GitOps-managed tool catalog with its policies.

@@ -78,7 +78,8 @@ func writeProfile(w io.Writer, p *toolgatev1alpha1.ToolProfile, wide bool) error
 		}
 		fmt.Fprintln(tw, head)
 		desc := map[string]string{}
-		for _, t := range p.Spec.Tools {
+		declared, _ := p.DeclaredTools()
+		for _, t := range declared {
 			desc[t.Name] = t.Description
 		}
 		for _, t := range st.Tools {

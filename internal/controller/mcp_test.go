@@ -60,6 +60,16 @@ var _ = Describe("docs/mcp-servers.md's example profile", func() {
 		submit(ns, "paris", "weather", `{"location":"Paris"}`, 3, 0, 1)
 		c = committedCall(ns, "paris").Status.Result
 		Expect(c.ErrorCode).To(Equal("invalid_arguments"))
+
+		// add leaves its description and schemas to the server.
+		submit(ns, "sum", "add", `{"a":1,"b":2}`, 4, 0, 1)
+		c = committedCall(ns, "sum", 60e9).Status.Result
+		Expect(c.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Message)
+		Expect(c.Value).To(MatchJSON(`"The sum of 1 and 2 is 3."`))
+		Expect(c.Content).To(Equal("The sum of 1 and 2 is 3."))
+		submit(ns, "one", "add", `{"a":"one","b":2}`, 5, 0, 1)
+		c = committedCall(ns, "one").Status.Result
+		Expect(c.ErrorCode).To(Equal("invalid_arguments"), c.Message)
 	})
 
 	It("is not Ready when a tool names a server the profile does not declare", func() {

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +27,7 @@ type Profiles struct {
 
 type profileEntry struct {
 	generation int64
+	listings   string // listingsOf the status compiled with
 	compiled   *profile.Compiled
 	err        *profile.Error
 }
@@ -49,10 +52,11 @@ func (p *Profiles) Resolve(ctx context.Context, key types.NamespacedName) (compi
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.entries[key]; ok && e.generation == obj.Generation {
+	listings := listingsOf(obj)
+	if e, ok := p.entries[key]; ok && e.generation == obj.Generation && e.listings == listings {
 		return e.compiled, obj, e.err, nil
 	}
-	e := &profileEntry{generation: obj.Generation}
+	e := &profileEntry{generation: obj.Generation, listings: listings}
 	c, cerr2 := profile.Compile(obj)
 	if cerr2 != nil {
 		pe, ok := cerr2.(*profile.Error)
@@ -69,6 +73,20 @@ func (p *Profiles) Resolve(ctx context.Context, key types.NamespacedName) (compi
 	// rule). Unreferenced, it is garbage collected.
 	p.entries[key] = e
 	return e.compiled, obj, e.err, nil
+}
+
+// listingsOf names the MCP servers' listings in the profile's status (a
+// tool may take its schemas from one): a new listing is compiled again,
+// though the generation is the same. Cheap: it is asked on every resolve.
+func listingsOf(obj *toolgatev1alpha1.ToolProfile) string {
+	var b strings.Builder
+	for _, s := range obj.Status.MCPServers {
+		fmt.Fprintf(&b, "%s/%s/%d/%d/%t;", s.Name, s.SpecDigest, len(s.Tools), len(s.Error), s.ListedTime != nil)
+		if s.ListedTime != nil {
+			fmt.Fprintf(&b, "%d;", s.ListedTime.UnixNano())
+		}
+	}
+	return b.String()
 }
 
 func (p *Profiles) forget(key types.NamespacedName) {

@@ -32,10 +32,12 @@ func (l listed) has(name string) bool {
 // structuredContent; other values reach the model as text content.
 func listTools(p *toolgatev1alpha1.ToolProfile, s *toolgatev1alpha1.AgentSession) listed {
 	l := listed{structured: map[string]bool{}}
-	for i := range p.Spec.Tools {
-		t := &p.Spec.Tools[i]
-		if !usable(p, t.Name) || (t.Builtin != nil && s.Spec.Workspace == nil) {
-			continue
+	tools, problems := p.DeclaredTools()
+	for i := range tools {
+		t := &tools[i]
+		if !usable(p, t.Name) || (t.Builtin != nil && s.Spec.Workspace == nil) ||
+			slices.ContainsFunc(problems, func(pr toolgatev1alpha1.ToolProblem) bool { return pr.Tool == t.Name }) {
+			continue // a tool whose declaration its server was to complete, and did not, cannot be called
 		}
 		tool := &mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.Parameters.Raw)}
 		if objectSchema(t.Output.Schema.Raw) {

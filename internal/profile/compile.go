@@ -70,6 +70,18 @@ func Compile(p *toolgatev1alpha1.ToolProfile) (*Compiled, error) {
 		Spec:       *p.Spec.DeepCopy(),
 		scope:      lifecycle.NewScope(),
 	}
+	// An MCP server's tool may leave its description and schemas to its
+	// server: they are taken from the listing in status it pins.
+	tools, problems := p.DeclaredTools()
+	if len(problems) > 0 {
+		msgs := make([]string, len(problems))
+		for i, pr := range problems {
+			msgs[i] = pr.Message
+		}
+		c.Dispose()
+		return nil, fail(problems[0].Reason, "%s", strings.Join(msgs, "; "))
+	}
+	c.Spec.Tools = tools
 	c.schemas = schemasOf(&c.Spec)
 	if err := c.compile(env); err != nil {
 		c.Dispose()

@@ -2,10 +2,7 @@ package runner
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +12,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/codes"
+	"github.com/toolgate/toolgate/internal/mcpschema"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
 
@@ -541,47 +539,10 @@ func (c *mcpConn) checkPin(name, digest string) (string, error) {
 	return "the MCP server no longer lists the tool " + textutil.Truncate(name, 256) + ": the tool was not called", nil
 }
 
-// MCPSchemaDigest is the digest a profile pins of an MCP server's tool:
-// of what the model reads and what toolgate checks, its description and
-// its input and output schemas, each in a canonical form (object keys
-// sorted, numbers as written, no insignificant space), so a server that
-// lists the same tool again gets the same digest however it spaces or
-// orders its JSON. Its title and annotations are not covered: they are
-// hints, never what a call is checked against.
+// MCPSchemaDigest is the digest a profile pins of an MCP server's tool
+// (mcpschema.Digest).
 func MCPSchemaDigest(t MCPTool) (string, error) {
-	canon := func(raw json.RawMessage) (json.RawMessage, error) {
-		if len(raw) == 0 {
-			return json.RawMessage("null"), nil
-		}
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber()
-		var v any
-		if err := d.Decode(&v); err != nil {
-			return nil, err
-		}
-		if d.More() {
-			return nil, errors.New("more than one JSON value")
-		}
-		return json.Marshal(v)
-	}
-	in, err := canon(t.InputSchema)
-	if err != nil {
-		return "", fmt.Errorf("input schema: %w", err)
-	}
-	out, err := canon(t.OutputSchema)
-	if err != nil {
-		return "", fmt.Errorf("output schema: %w", err)
-	}
-	doc, err := json.Marshal(struct {
-		Description  string          `json:"description"`
-		InputSchema  json.RawMessage `json:"inputSchema"`
-		OutputSchema json.RawMessage `json:"outputSchema"`
-	}{t.Description, in, out})
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(doc)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return mcpschema.Digest(t.Description, t.InputSchema, t.OutputSchema)
 }
 
 // stderrTail is the end of a server's stderr, as a suffix of a message.

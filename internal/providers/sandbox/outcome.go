@@ -12,7 +12,7 @@ import (
 // is the tool's failure.
 var runnerCodes = map[string]bool{
 	codes.Timeout: true, codes.ToolError: true, codes.SandboxDenied: true, codes.SandboxUnavailable: true,
-	codes.SandboxLost: true, codes.InvalidArguments: true, codes.Cancelled: true,
+	codes.SandboxLost: true, codes.InvalidArguments: true, codes.Cancelled: true, codes.SchemaChanged: true,
 }
 
 // maxRunnerMessage bounds a runner's failure message, as a result's
