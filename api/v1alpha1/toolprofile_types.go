@@ -135,7 +135,9 @@ const (
 // ToolDefinition declares one tool: what the model sees (name, description,
 // parameters), what it must return (output), and how it runs (runtime).
 // +kubebuilder:validation:XValidation:rule="[has(self.container), has(self.builtin), has(self.mcp)].filter(x, x).size() == 1",message="exactly one of container, builtin or mcp must be set"
-// +kubebuilder:validation:XValidation:rule="has(self.mcp) || (has(self.description) && has(self.parameters) && has(self.output.schema))",message="description, parameters and output.schema are required (only an MCP server's tool may leave them to its server)"
+// +kubebuilder:validation:XValidation:rule="has(self.mcp) || has(self.description)",message="description is required (only an MCP server's tool may leave it to its server)",fieldPath=".description"
+// +kubebuilder:validation:XValidation:rule="has(self.mcp) || has(self.parameters)",message="parameters is required (only an MCP server's tool may leave it to its server)",fieldPath=".parameters"
+// +kubebuilder:validation:XValidation:rule="has(self.mcp) || has(self.output.schema)",message="output.schema is required (only an MCP server's tool may leave it to its server)",fieldPath=".output.schema"
 // +kubebuilder:validation:XValidation:rule="!has(self.retry) || self.retry.maxAttempts <= 1 || (has(self.idempotent) && self.idempotent)",message="retry with maxAttempts > 1 requires idempotent: true",fieldPath=".retry.maxAttempts"
 type ToolDefinition struct {
 	// name is the tool name the model calls.

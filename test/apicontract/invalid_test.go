@@ -106,6 +106,17 @@ var corpus = []TableEntry{
 	Entry("empty description", invalid{func(ns string) client.Object {
 		return tool(ns, func(t *v1.ToolDefinition) { t.Description = "" })
 	}, "spec.tools[0].description"}),
+	Entry("a container tool without parameters", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) { t.Parameters.Raw = nil })
+	}, "spec.tools[0].parameters: Invalid value: parameters is required"}),
+	Entry("a container tool without an output schema", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) { t.Output.Schema.Raw = nil })
+	}, "spec.tools[0].output.schema: Invalid value: output.schema is required"}),
+	Entry("an MCP tool's pin that is not a SHA-256 digest", invalid{func(ns string) client.Object {
+		return tool(ns, func(t *v1.ToolDefinition) {
+			t.Container, t.MCP = nil, &v1.MCPToolRuntime{Server: "everything", SchemaDigest: "sha256:abc"}
+		})
+	}, "spec.tools[0].mcp.schemaDigest"}),
 	Entry("container and builtin together", invalid{func(ns string) client.Object {
 		return tool(ns, func(t *v1.ToolDefinition) { t.Builtin = &v1.BuiltinRuntime{Name: "fs.read"} })
 	}, "spec.tools[0]"}),

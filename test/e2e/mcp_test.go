@@ -98,6 +98,13 @@ var _ = Describe("an MCP server's tools on real pods", func() {
 		By("a pin that no longer holds is named, and its calls never reach the tool")
 		pinned := strings.Replace(mcpProfile, "mcp: {server: everything}", `mcp: {server: everything, schemaDigest: "`+digests["greet"]+`"}`, 1)
 		pinned = strings.Replace(pinned, `tool: "greet (structured)"}`, `tool: "greet (structured)", schemaDigest: "sha256:`+strings.Repeat("0", 64)+`"}`, 1)
+		// A tool that leaves its description and schemas to the server,
+		// as kubectl applies it: no description, parameters or schema.
+		pinned = strings.Replace(pinned, "  guards:\n", `    - name: greet_listed
+      mcp: {server: everything, tool: greet, schemaDigest: "`+digests["greet"]+`"}
+      output: {render: {format: Text}}
+  guards:
+`, 1)
 		ns.Apply(userAdmin, pinned)
 		Eventually(func(g Gomega) *metav1.Condition {
 			g.Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "e2e-mcp"}, p)).To(Succeed())
@@ -105,7 +112,11 @@ var _ = Describe("an MCP server's tools on real pods", func() {
 		}, 60*time.Second).Should(And(Not(BeNil()), HaveField("Reason", toolgatev1alpha1.ToolProfileReasonMCPSchemaChanged),
 			HaveField("Message", ContainSubstring("tool greet_structured: server everything"))))
 		ns.Submit(call{"pinned", "greet", `{"name":"ada"}`}, call{"stale", "greet_structured", `{"name":"ada"}`})
+		ns.Submit(call{"listed", "greet_listed", `{"name":"grace"}`})
 		Expect(ns.Committed("pinned").Status.Result.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded))
+		listed := ns.Committed("listed").Status.Result
+		Expect(listed.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), listed.Message)
+		Expect(listed.Content).To(Equal("Hi grace"))
 		stale := ns.Committed("stale").Status.Result
 		Expect(stale.ErrorCode).To(Equal("schema_changed"), stale.Message)
 	})
