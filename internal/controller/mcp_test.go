@@ -5,10 +5,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-
-	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	tu "github.com/toolgate/toolgate/internal/testutil"
 	"github.com/toolgate/toolgate/test/mcpservers"
 )

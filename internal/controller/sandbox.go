@@ -15,6 +15,7 @@ import (
 	toolgatev1alpha1 "github.com/toolgate/toolgate/api/v1alpha1"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/providers/sandbox"
+	"github.com/toolgate/toolgate/internal/runner"
 	"github.com/toolgate/toolgate/internal/textutil"
 )
 
@@ -26,7 +27,7 @@ import (
 // (durable), hand the recorded sandbox its body or end a settled call's
 // attempts; releaseCall stops a call's work wherever it runs, for a call
 // settled without its pipeline; the profile checks ask what a provider
-// enforces.
+// enforces, and listServer lists a profile's MCP server (discovery).
 
 // callRunner is the pipeline.Runner of one call: the sandbox provider its
 // profile selects and the job describing the call. The ToolCall controller
@@ -262,4 +263,24 @@ func exitMessage(tool *toolgatev1alpha1.ToolDefinition, res sandbox.Result) stri
 		return fmt.Sprintf("exit code %d", res.ExitCode)
 	}
 	return fmt.Sprintf("exit code %d (%d bytes of stderr withheld: the tool's output.failureDetail is Withheld)", res.ExitCode, len(res.Stderr))
+}
+
+// listerOf is the profile's sandbox provider as a lister of MCP servers;
+// nil when it is not mounted or cannot list.
+func listerOf(sandboxes *sandbox.Mounts, spec *toolgatev1alpha1.ToolProfileSpec) sandbox.Lister {
+	if sandboxes == nil {
+		return nil
+	}
+	p, ok := sandboxes.Get(string(spec.Sandbox.Provider))
+	if !ok {
+		return nil
+	}
+	l, _ := p.(sandbox.Lister)
+	return l
+}
+
+// listServer asks lister for the listing job names: its tools, ErrPending
+// while it runs, or why the server could not be listed.
+func listServer(ctx context.Context, lister sandbox.Lister, job sandbox.ListJob) ([]runner.MCPTool, error) {
+	return lister.List(ctx, job)
 }

@@ -54,12 +54,7 @@ func (r *ToolProfileReconciler) discover(ctx context.Context, obj *toolgatev1alp
 	if len(spec.MCPServers) == 0 {
 		return nil, false
 	}
-	var lister sandbox.Lister
-	if r.Sandboxes != nil {
-		if p, ok := r.Sandboxes.Get(string(spec.Sandbox.Provider)); ok {
-			lister, _ = p.(sandbox.Lister)
-		}
-	}
+	lister := listerOf(r.Sandboxes, spec)
 	now := metav1.NewTime(r.Clock.Now())
 	for _, server := range spec.MCPServers {
 		digest := sandbox.ServerDigest(server)
@@ -77,7 +72,7 @@ func (r *ToolProfileReconciler) discover(ctx context.Context, obj *toolgatev1alp
 			listed = append(listed, entry)
 			continue
 		}
-		tools, err := lister.List(ctx, sandbox.ListJob{
+		tools, err := listServer(ctx, lister, sandbox.ListJob{
 			Key: sandbox.ListKey(obj.UID, server), Owner: types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, OwnerUID: obj.UID,
 			Server: server, Policy: spec.Sandbox,
 		})
