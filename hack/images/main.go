@@ -4,9 +4,12 @@
 // builds of its build stage's RUN (the same flags and environment) and
 // assembles each FROM scratch stage from the files its COPY --from takes,
 // with its USER and ENTRYPOINT; any instruction it cannot follow is an
-// error naming the line (dockerfile.go). Two more images, for the local
+// error naming the line (dockerfile.go). Three more images, for the local
 // cluster only, are defined here: tools (busybox-static with its applets
-// and the runner) and pause (the pod sandbox, toolgate-runner pause).
+// and the runner), pause (the pod sandbox, toolgate-runner pause) and
+// mcp-node (node, the libraries it links, and the npm MCP servers the
+// tests run, as their packages installed them: the image a team would
+// build for an npm server).
 //
 // Every image's reference is in the table refs; refs_test.go checks that
 // the repository names no other toolgate.dev image.
@@ -47,6 +50,7 @@ var refs = []imageRef{
 	{name: "runner", ref: "toolgate.dev/runner:dev", stage: true},
 	{name: "tools", ref: "toolgate.dev/tools:dev"},
 	{name: "pause", ref: "toolgate.dev/pause:dev"},
+	{name: "mcp-node", ref: "toolgate.dev/mcp-node:dev"},
 }
 
 // scratchConfig is the config BuildKit gives a FROM scratch stage on
@@ -70,6 +74,11 @@ type builder struct {
 	// extra are more files of the tools image: its path and the local
 	// file (the e2e suite's stand-in API).
 	extra map[string]string
+	// nodeFiles are the mcp-node image's files at their own paths (node
+	// and the libraries it links); nodeModules is the node_modules
+	// directory it holds at /app/node_modules. Without them, no mcp-node.
+	nodeFiles   []string
+	nodeModules string
 	// run executes a command of the build stage in dir with env added to
 	// the environment; goVersion is `go env GOVERSION` there.
 	run       func(dir string, env, argv []string) error
@@ -85,7 +94,15 @@ func main() {
 	flag.StringVar(&b.busybox, "busybox", "/bin/busybox", "busybox-static binary, for the tools image")
 	var extra string
 	flag.StringVar(&extra, "tools-extra", "", "more files of the tools image, comma-separated PATH=LOCALFILE (executables)")
+	var nodeFiles string
+	flag.StringVar(&nodeFiles, "node-files", "", "the mcp-node image's files, comma-separated: a file at its own path, or IMAGEPATH=LOCALFILE (node and the libraries ldd lists)")
+	flag.StringVar(&b.nodeModules, "node-modules", "", "the node_modules directory the mcp-node image holds at /app/node_modules")
 	flag.Parse()
+	for _, f := range strings.Split(nodeFiles, ",") {
+		if f != "" {
+			b.nodeFiles = append(b.nodeFiles, f)
+		}
+	}
 	b.extra = map[string]string{}
 	for _, e := range strings.Split(extra, ",") {
 		if e == "" {
@@ -239,6 +256,26 @@ func (b *builder) build() ([]string, error) {
 		case r.name == "pause":
 			layers = [][]file{{{path: "/" + runnerName, mode: 0o755, data: runner}}}
 			cfg = v1.Config{User: "65535:65535", Entrypoint: []string{"/" + runnerName, "pause"}}
+		case r.name == "mcp-node":
+			if len(b.nodeFiles) == 0 || b.nodeModules == "" {
+				continue // not asked for
+			}
+			var node, modules []file
+			for _, f := range b.nodeFiles {
+				at, local, ok := strings.Cut(f, "=")
+				if !ok {
+					local = at
+				}
+				data, err := os.ReadFile(local)
+				if err != nil {
+					return nil, err
+				}
+				node = append(node, file{path: at, mode: 0o755, data: data})
+			}
+			if modules, err = tree(b.nodeModules, "/app/node_modules"); err != nil {
+				return nil, err
+			}
+			layers, cfg = [][]file{node, modules}, v1.Config{User: "65532:65532", Env: []string{"PATH=/usr/bin:/bin"}, WorkingDir: "/app"}
 		default:
 			return nil, fmt.Errorf("image %s has no definition", r.name)
 		}
@@ -297,6 +334,49 @@ type file struct {
 	path, link string
 	mode       int64
 	data       []byte
+}
+
+// tree is the files under dir (its own path resolved, its links kept as
+// links), at the same places under at.
+func tree(dir, at string) ([]file, error) {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []file
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		f := file{path: path.Join(at, filepath.ToSlash(rel))}
+		switch {
+		case d.Type()&os.ModeSymlink != 0:
+			if f.link, err = os.Readlink(p); err != nil {
+				return err
+			}
+			f.mode = 0o777
+		case d.IsDir():
+			return nil // made for the files under it
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if f.data, err = os.ReadFile(p); err != nil {
+				return err
+			}
+			f.mode = int64(info.Mode().Perm()) | 0o444
+		default:
+			return nil
+		}
+		files = append(files, f)
+		return nil
+	})
+	return files, err
 }
 
 func layer(files []file) (v1.Layer, error) {
