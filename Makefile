@@ -130,7 +130,7 @@ chaos: ## Faults on the local cluster under load (at least 200 calls, 20 manager
 	rc=0; go run ./hack/chaos $(CHAOS_ARGS) || rc=$$?; hack/cluster-down.sh; exit $$rc
 
 .PHONY: bench
-bench: ## On the local cluster, N sequential calls of each kind (cold with the runner injected, in the image, built-in; warm) against N bare pods: p50/p95, ratios, distinct pods, where a cold call's time goes, a warm call's hops (from the manager's spans) against its targets; a turn of 16 parallel cold calls on one node and on every node, side by side.
+bench: ## On the local cluster, N sequential calls of each kind (cold with the runner injected, in the image, built-in, an MCP server's tool; warm, and an MCP server's tool warm) against N bare pods: p50/p95, ratios, distinct pods, where a cold call's time goes, a warm call's hops (from the manager's spans) against its targets; a turn of 16 parallel cold calls on one node and on every node, side by side.
 	hack/cluster-up.sh
 	hack/images.sh
 	hack/deploy.sh

@@ -47,7 +47,7 @@ func main() {
 	ns := flag.String("namespace", "bench", "namespace to use (created)")
 	pvDir := flag.String("pv-dir", "/var/tmp/toolgate-cluster/pv/bench", "host directory of the built-in tool's workspace volume (hostPath: every node of the local cluster is on this machine)")
 	gvisor := flag.Bool("gvisor", true, "also measure every kind under the RuntimeClass gvisor")
-	only := flag.String("only", "", "measure only the kinds whose session name contains this (cold, own-runner, builtin, warm); bare pods are always measured")
+	only := flag.String("only", "", "measure only the kinds whose session name contains this (cold, own-runner, builtin, warm, mcp); bare pods are always measured")
 	flag.DurationVar(&settle, "settle", time.Second, "before each measured call or pod: wait until no pod of the namespace is terminating, then this long (an agent's calls come seconds apart; a node still stopping the last pod, or starting the warm pool's replacement, is not what one call costs)")
 	otlp := flag.String("otlp", "10.244.0.254:4317", "address to receive the manager's spans on (OTLP/gRPC; the local install exports there), for the warm call's hops; empty: none")
 	turn := flag.Int("turn", 16, "calls of the parallel turn timed on one node and on every node side by side (0: none)")
@@ -235,6 +235,8 @@ var (
 	ownRunnerSession = fmt.Sprintf("bench-own-runner-%d", time.Now().Unix())
 	builtinSession   = fmt.Sprintf("bench-builtin-%d", time.Now().Unix())
 	warmSession      = fmt.Sprintf("bench-warm-%d", time.Now().Unix())
+	mcpSession       = fmt.Sprintf("bench-mcp-%d", time.Now().Unix())
+	mcpWarmSession   = fmt.Sprintf("bench-mcp-warm-%d", time.Now().Unix())
 )
 
 // kind is one kind of measured call: its session, tool and arguments, and
@@ -260,6 +262,14 @@ var kinds = withGVisor([]kind{
 		label: "cold built-in ToolCall (fs.list)", ratio: "ratio cold built-in ToolCall / bare pod", column: "built-in"},
 	{session: warmSession, tool: "echo", arguments: `{}`, warm: true,
 		label: "warm ToolCall (create→Committed)", ratio: "ratio warm ToolCall / bare pod"},
+	// An MCP server's tool, in the same image as echo (the Go SDK's
+	// example server, /bin/mcp-everything): the server's start, the
+	// session's initialize, the pin checked on its listing, the one
+	// tools/call.
+	{session: mcpSession, tool: "greet-mcp", arguments: `{"name":"bench"}`,
+		label: "cold MCP ToolCall (Go server, pinned)", ratio: "ratio cold MCP ToolCall / bare pod", column: "mcp"},
+	{session: mcpWarmSession, tool: "greet-mcp", arguments: `{"name":"bench"}`, warm: true,
+		label: "warm MCP ToolCall (Go server, pinned)", ratio: "ratio warm MCP ToolCall / bare pod"},
 })
 
 // gvisor is the local cluster's RuntimeClass of gVisor (runsc).
@@ -271,8 +281,8 @@ const gvisor = "gvisor"
 func withGVisor(base []kind) []kind {
 	out := slices.Clone(base)
 	for _, k := range base {
-		if k.session == ownRunnerSession {
-			continue
+		if k.session == ownRunnerSession || k.session == mcpSession || k.session == mcpWarmSession {
+			continue // the runtime's cost is the container tool's
 		}
 		k.runtimeClass = gvisor
 		k.session = strings.Replace(k.session, "bench-", "bench-"+gvisor+"-", 1)
@@ -382,15 +392,25 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 		Output:  toolgatev1alpha1.OutputDeclaration{Schema: json(`{}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
 		Builtin: &toolgatev1alpha1.BuiltinRuntime{Name: "fs.list"},
 	}
+	greet := toolgatev1alpha1.ToolDefinition{
+		Name: "greet-mcp", Description: "greet", Parameters: json(`{"type":"object","required":["name"],"properties":{"name":{"type":"string"}}}`),
+		Output: toolgatev1alpha1.OutputDeclaration{Schema: json(`{"type":"string"}`), Render: toolgatev1alpha1.RenderSpec{Format: toolgatev1alpha1.RenderText}},
+		MCP:    &toolgatev1alpha1.MCPToolRuntime{Server: "everything", Tool: "greet"},
+	}
 	for _, rc := range runtimeClasses() {
 		p := &toolgatev1alpha1.ToolProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: profileOf(kind{runtimeClass: rc})}, Spec: toolgatev1alpha1.ToolProfileSpec{
-			Tools: []toolgatev1alpha1.ToolDefinition{tool, parallel, own, ls}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
-			Sandbox: toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod},
+			Tools: []toolgatev1alpha1.ToolDefinition{tool, parallel, own, ls, greet}, PermissionPreset: toolgatev1alpha1.PresetTrusted,
+			Sandbox:    toolgatev1alpha1.SandboxPolicy{Provider: toolgatev1alpha1.SandboxProviderPod},
+			MCPServers: []toolgatev1alpha1.MCPServer{{Name: "everything", Container: toolgatev1alpha1.ContainerRuntime{Image: "toolgate.dev/tools:dev", Command: []string{"/bin/mcp-everything"}}}},
 		}}
 		if rc != "" {
 			p.Spec.Sandbox.RuntimeClassName = ptr.To(rc)
 		}
 		if err := applyProfile(ctx, c, p); err != nil {
+			return err
+		}
+		// Pinned as its server lists it, as a profile should be.
+		if err := pinMCPTools(ctx, c, p); err != nil {
 			return err
 		}
 	}
@@ -408,6 +428,47 @@ func setup(ctx context.Context, c client.Client, ns, pvDir string) error {
 		}
 	}
 	return nil
+}
+
+// pinMCPTools waits for the profile's MCP servers to be listed and pins
+// each of its MCP tools to the digest listed.
+func pinMCPTools(ctx context.Context, c client.Client, p *toolgatev1alpha1.ToolProfile) error {
+	got := &toolgatev1alpha1.ToolProfile{}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		listed := len(got.Status.MCPServers) == len(got.Spec.MCPServers)
+		for _, s := range got.Status.MCPServers {
+			if s.Error != "" {
+				return fmt.Errorf("toolprofile %s/%s: server %s: %s", p.Namespace, p.Name, s.Name, s.Error)
+			}
+			listed = listed && s.ListedTime != nil
+		}
+		if listed {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("toolprofile %s/%s: its MCP servers were not listed within 2 minutes", p.Namespace, p.Name)
+		}
+	}
+	for i := range p.Spec.Tools {
+		m := p.Spec.Tools[i].MCP
+		if m == nil {
+			continue
+		}
+		for _, s := range got.Status.MCPServers {
+			for _, t := range s.Tools {
+				if s.Name == m.Server && t.Name == m.ToolName(p.Spec.Tools[i].Name) {
+					m.SchemaDigest = t.SchemaDigest
+				}
+			}
+		}
+		if m.SchemaDigest == "" {
+			return fmt.Errorf("toolprofile %s/%s: server %s lists no tool %s", p.Namespace, p.Name, m.Server, m.ToolName(p.Spec.Tools[i].Name))
+		}
+	}
+	return applyProfile(ctx, c, p)
 }
 
 // applyProfile creates the profile, or gives one left by an earlier run
