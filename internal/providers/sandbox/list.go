@@ -14,8 +14,10 @@ import (
 
 // Lister is the seam's capability of listing an MCP server's tools in a
 // sandbox of the provider's (discovery): the server, started as a call's
-// body would be, but with no workspace, no network and no call, is asked
-// its tools and stopped.
+// body would be, but with no network, no call, and an empty workspace
+// where the provider can give one (a server may refuse to start without
+// the directory it serves, as server-filesystem does), is asked its tools
+// and stopped.
 type Lister interface {
 	// List starts the listing job names the first time it sees its key,
 	// answers ErrPending while it runs, and returns the server's tools
@@ -66,10 +68,11 @@ func ListTool(job ListJob) *toolgatev1alpha1.ToolDefinition {
 	}
 }
 
-// ListSpec is what the runner runs for a listing.
-func ListSpec(job ListJob) runner.Spec {
-	spec := RunnerSpec(Job{Tool: ListTool(job), Policy: job.Policy}, "")
-	spec.MCPList, spec.MaxOutputBytes = true, MaxListingBytes
+// ListSpec is what the runner runs for a listing; workspace is the root
+// of the (empty) workspace the provider gives it, "" for none.
+func ListSpec(job ListJob, workspace string) runner.Spec {
+	spec := RunnerSpec(Job{Tool: ListTool(job), Policy: job.Policy}, workspace)
+	spec.MCPList, spec.MaxOutputBytes, spec.Writable = true, MaxListingBytes, false
 	return spec
 }
 

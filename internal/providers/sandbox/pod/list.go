@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -24,8 +25,8 @@ import (
 
 // Listing an MCP server's tools (discovery). The server runs in a pod of
 // its own, built as a call's would be from the profile's sandbox policy,
-// but with no workspace, no network (the namespace's deny-all policy) and
-// no call: its runner is handed a listing (runner.Spec.MCPList) instead,
+// but with an empty workspace, no network (the namespace's deny-all
+// policy) and no call: its runner is handed a listing (runner.Spec.MCPList) instead,
 // over the same sealed channel, and the pod is deleted once its frame is
 // read. The pod's name is derived from the listing's key, and its owner
 // is the profile, so a restarted manager adopts it (the runner answers a
@@ -135,6 +136,15 @@ func (p *Provider) startListing(ctx context.Context, job sandbox.ListJob, name s
 	if err := p.ensureNetworkPolicies(ctx, job.Owner.Namespace, EgressNone); err != nil {
 		return sandbox.ErrPending
 	}
+	// An empty workspace where a call's is mounted: a server that serves
+	// the workspace (server-filesystem) does not start without it. Nothing
+	// of any session is in it, and nothing written there is kept.
+	if job.Policy.WorkspaceRoot != "" {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "workspace", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))}}})
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{
+			Name: "workspace", MountPath: job.Policy.WorkspaceRoot, ReadOnly: true})
+	}
 	delete(pod.Labels, toolgatev1alpha1.LabelCall)
 	delete(pod.Labels, toolgatev1alpha1.LabelAttempt)
 	pod.Labels[toolgatev1alpha1.LabelEgress] = EgressNone
@@ -183,7 +193,7 @@ func (p *Provider) exchangeListing(job sandbox.ListJob, pod *corev1.Pod) {
 		defer func() { _ = conn.Close() }()
 		stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 		defer stop()
-		hello, res, err := runner.Exchange(conn, p.keyOf(pod), runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.ListSpec(job)}, nil)
+		hello, res, err := runner.Exchange(conn, p.keyOf(pod), runner.Request{Op: runner.OpRun, Call: job.Key, Spec: sandbox.ListSpec(job, job.Policy.WorkspaceRoot)}, nil)
 		switch {
 		case err != nil && hello == nil:
 			l.err, l.retry = err, true // not listening yet

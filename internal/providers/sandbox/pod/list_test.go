@@ -55,7 +55,9 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 		pod := &corev1.Pod{}
 		return pod, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ListName(j)}, pod)
 	}
+	workspace := t.TempDir() // where the pod's empty workspace would be mounted
 	real := func(ctx context.Context, spec runner.Spec, args []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
+		spec.Workspace = workspace
 		return runner.Execute(ctx, spec, args, time.Second)
 	}
 
@@ -74,8 +76,8 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 		t.Fatal("the listing's pod is not sealed")
 	case pod.Labels[toolgatev1alpha1.LabelListing] != "greeter" || pod.Labels[toolgatev1alpha1.LabelEgress] != EgressNone || pod.Labels[toolgatev1alpha1.LabelCall] != "":
 		t.Fatalf("labels %v", pod.Labels)
-	case pod.Spec.Containers[0].Image != "mcp/greeter:1" || len(pod.Spec.Volumes) != 2:
-		t.Fatalf("the server's pod: image %s, volumes %+v", pod.Spec.Containers[0].Image, pod.Spec.Volumes)
+	case pod.Spec.Containers[0].Image != "mcp/greeter:1" || len(pod.Spec.Volumes) != 3 || pod.Spec.Volumes[2].EmptyDir == nil:
+		t.Fatalf("the server's pod: image %s, volumes %+v (tmp, runner, an empty workspace)", pod.Spec.Containers[0].Image, pod.Spec.Volumes)
 	}
 	k := startKubeletWith(t, c, pod, "127.0.0.1", real)
 	p.Dial = k.dial
@@ -83,7 +85,7 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 	if err != nil || len(tools) != 1 || tools[0].Name != "greet" || tools[0].Description != "Greets a person." {
 		t.Fatalf("listing %+v %v", tools, err)
 	}
-	if spec, _ := k.handed.Load().(runner.Spec); !spec.MCPList || spec.MCPTool != "" || spec.Env["GREETING"] != "Greets a person." || spec.Workspace != "" {
+	if spec, _ := k.handed.Load().(runner.Spec); !spec.MCPList || spec.MCPTool != "" || spec.Env["GREETING"] != "Greets a person." || spec.Workspace != "/workspace" || spec.Writable {
 		t.Fatalf("handed %+v", spec)
 	}
 	if pod, err := podOf(j); err == nil && pod.DeletionTimestamp.IsZero() {

@@ -289,7 +289,7 @@ func (p *Provider) List(ctx context.Context, job sandbox.ListJob) ([]runner.MCPT
 	if stopped {
 		return nil, errStopped
 	}
-	spec := sandbox.ListSpec(job)
+	spec := sandbox.ListSpec(job, "")
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(spec.TimeoutMillis)*time.Millisecond)
 	defer cancel()
 	return runner.ListMCPTools(ctx, spec, grace)
