@@ -42,7 +42,7 @@ spec:
       output: {render: {format: Text}}
     - name: read_text_file
       mcp: {server: filesystem%s}
-      output: {render: {format: Text}}
+      output: {render: {format: Template, template: '{{.Value.content}}'}}
     - name: long_operation
       mcp: {server: everything, tool: trigger-long-running-operation%s}
       output: {render: {format: Text}}
@@ -90,7 +90,7 @@ var _ = Describe("npm MCP servers on real pods", func() {
 		By("pinned as listed, it is Ready")
 		ns.Apply(userAdmin, profile(digest["filesystem/write_file"], digest["filesystem/read_text_file"], digest["everything/trigger-long-running-operation"]))
 		ns.ProfileReady("e2e-npm")
-		ns.OpenSession("n", "e2e-npm")
+		ns.OpenSession("npm", "e2e-npm") // not "n": YAML 1.1 reads a bare n as false
 
 		By("a write is asked and approved, then read back; a read of an .env file is denied by its guard")
 		ns.Submit(call{"write", "write_file", `{"path":"/workspace/notes.txt","content":"written by an npm server"}`})
