@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/tracing"
@@ -102,7 +103,7 @@ func printWarmHops(received *spans, calls [][]measured) {
 			}
 			whole = append(whole, m.took)
 		}
-		fmt.Printf("where a warm call's time goes%s (%d calls; the manager's and the runner's spans, one clock):\n", under(k.runtimeClass), len(whole))
+		fmt.Printf("where a %s's time goes (%d calls; the manager's and the runner's spans, one clock):\n", strings.TrimSuffix(k.label, " (create→Committed)")+under(k.runtimeClass), len(whole))
 		if missing > 0 {
 			fmt.Printf("  (%d calls without all their spans: left out)\n", missing)
 		}
