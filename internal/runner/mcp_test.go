@@ -377,3 +377,22 @@ func TestMCPPinnedSchemas(t *testing.T) {
 		t.Errorf("a pinned tool the server no longer lists: %+v", h)
 	}
 }
+
+// TestAMissingWorkspaceIsNamed: a workspace that is not there fails the
+// call naming it, nothing run, for a container tool and an MCP server
+// alike (exec otherwise reports the program as missing: "fork/exec
+// /bin/sh: no such file or directory", which sent a reader after the
+// wrong thing).
+func TestAMissingWorkspaceIsNamed(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "not-mounted")
+	for _, spec := range []Spec{
+		{Argv: []string{"/bin/sh", "-c", "echo ran"}, Workspace: missing},
+		{Argv: []string{"/bin/sh", "-c", "echo ran"}, Workspace: missing, MCPTool: "greet"},
+		{Argv: []string{"/bin/sh", "-c", "echo ran"}, Workspace: missing, MCPList: true},
+	} {
+		h, out, _ := Execute(context.Background(), spec, []byte(`{}`), time.Second)
+		if h.Code != codes.SandboxUnavailable || !strings.Contains(h.Error, missing+" is not a directory") || len(out) != 0 {
+			t.Errorf("%+v: %+v %q", spec, h, out)
+		}
+	}
+}

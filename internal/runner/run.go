@@ -307,7 +307,16 @@ func (b *body) wait(ctx context.Context, spec Spec, grace time.Duration, early <
 // not apply to hostPath and some other volume types) would otherwise fail
 // the tool's first write with a bare "permission denied". Nothing runs.
 func writableWorkspace(spec Spec) error {
-	if spec.Workspace == "" || !spec.Writable {
+	if spec.Workspace == "" {
+		return nil
+	}
+	// Said here, not as the start's error: a missing working directory
+	// makes exec report the program as missing ("fork/exec /bin/sh: no
+	// such file or directory").
+	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the workspace %s is not a directory here (%v): nothing ran", spec.Workspace, err)
+	}
+	if !spec.Writable {
 		return nil
 	}
 	if err := unix.Access(spec.Workspace, unix.W_OK|unix.X_OK); err != nil {
