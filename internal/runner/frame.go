@@ -52,6 +52,10 @@ type Header struct {
 	// of the runner (up to the body's start), in the call's trace.
 	ConnectedUnixMicros int64 `json:"connectedUnixMicros,omitempty"`
 	HandedUnixMicros    int64 `json:"handedUnixMicros,omitempty"`
+	// Refused names the requests an MCP server made of its client that
+	// the runner refused (sampling, elicitation, roots: their methods,
+	// bounded), for the call's trace.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // Result is a verified frame.

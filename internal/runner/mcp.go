@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -266,6 +267,13 @@ func (c *mcpConn) initialize() error {
 	return c.send(rpcMessage{JSONRPC: "2.0", Method: "notifications/initialized"})
 }
 
+// refusedMethods are the methods of the server's requests refused.
+func (c *mcpConn) refusedMethods() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.refused)
+}
+
 // refusals says which of the server's requests were refused ("" if none).
 func (c *mcpConn) refusals() string {
 	c.mu.Lock()
@@ -397,6 +405,7 @@ func executeMCP(ctx context.Context, spec Spec, arguments []byte, grace time.Dur
 	h := b.wait(ctx, spec, grace, answered)
 	<-answered // the server is gone: its output ended, and the call with it
 	diag := append([]byte(conn.refusals()), stderr.Bytes()...)
+	h.Refused = conn.refusedMethods()
 	if h.Code != "" {
 		return h, nil, diag // the budget's or the stop's
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,7 +131,8 @@ func TestAGoMCPServerAsksAndIsRefused(t *testing.T) {
 	}
 	for tool, method := range map[string]string{"sample": "sampling/createMessage", "roots": "roots/list"} {
 		h, _, stderr := run(tool, `{}`)
-		if h.Code != codes.ToolError || !strings.Contains(h.Error, method) || !strings.Contains(stderr, "refused the MCP server's requests ("+method+")") {
+		if h.Code != codes.ToolError || !strings.Contains(h.Error, method) || !strings.Contains(stderr, "refused the MCP server's requests ("+method+")") ||
+			!slices.Equal(h.Refused, []string{method}) {
 			t.Errorf("%s: %+v, stderr %.300q", tool, h, stderr)
 		}
 	}

@@ -37,7 +37,12 @@ func traceBody(job sandbox.Job, pod *corev1.Pod, res *runner.Result) {
 		// connection to its opening the request.
 		call.Boundary("hand-over", time.UnixMicro(res.ConnectedUnixMicros), time.UnixMicro(res.HandedUnixMicros), where...)
 	}
-	call.Body(start, start.Add(time.Duration(res.BodyMicros)*time.Microsecond), append(where, attribute.Int("toolgate.exit_code", res.ExitCode))...)
+	body := append(where, attribute.Int("toolgate.exit_code", res.ExitCode))
+	if len(res.Refused) > 0 {
+		// An MCP server asked its client for what toolgate never lends.
+		body = append(body, attribute.StringSlice("toolgate.mcp.refused", res.Refused))
+	}
+	call.Body(start, start.Add(time.Duration(res.BodyMicros)*time.Microsecond), body...)
 }
 
 // tracePrepare adds the span of the attempt's sandbox preparation, from

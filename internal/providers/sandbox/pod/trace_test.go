@@ -54,9 +54,21 @@ func TestTheBodyIsASpanOfTheCall(t *testing.T) {
 		t.Errorf("span %v–%v", s.StartTime(), s.EndTime())
 	}
 
+	// An MCP server's refused requests are on the body's span.
+	res.Refused = []string{"sampling/createMessage"}
+	traceBody(job, warm, res)
+	spans = rec.Ended()
+	refused := false
+	for _, a := range spans[len(spans)-1].Attributes() {
+		refused = refused || (a.Key == "toolgate.mcp.refused" && fmt.Sprint(a.Value.AsStringSlice()) == "[sampling/createMessage]")
+	}
+	if len(spans) != 6 || spans[5].Name() != "toolgate body" || !refused {
+		t.Errorf("refused requests not on the body's span: %v", spans[len(spans)-1].Attributes())
+	}
+
 	// A runner of a release that does not time the body adds nothing.
 	traceBody(job, &corev1.Pod{}, &runner.Result{})
-	if len(rec.Ended()) != 3 {
+	if len(rec.Ended()) != 6 {
 		t.Error("a span without the runner's timing")
 	}
 }
