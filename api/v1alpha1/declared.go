@@ -78,7 +78,7 @@ func fromListing(t *ToolDefinition, listed []DiscoveredMCPServer) (reason, messa
 		return ToolProfileReasonMCPToolUnpinned, fmt.Sprintf("%s: they are taken only from a listing the profile pins; review %q in status.mcpServers and pin mcp.schemaDigest: %s", what, name, d.SchemaDigest)
 	case d.SchemaDigest != m.SchemaDigest:
 		return ToolProfileReasonMCPSchemaChanged, fmt.Sprintf("%s, which lists %q with other schemas than mcp.schemaDigest pins (pinned %s, listed %s)", what, name, m.SchemaDigest, d.SchemaDigest)
-	case srv.SchemasOmitted:
+	case srv.SchemasOmitted && d.InputSchema == nil && d.OutputSchema == nil && d.Description == "":
 		return ToolProfileReasonSchemaInvalid, what + ", whose listing was too large for the status to keep its schemas: declare them"
 	}
 	digest, err := mcpschema.Digest(d.Description, rawOf(d.InputSchema), rawOf(d.OutputSchema))

@@ -54,6 +54,13 @@ func TestDeclaredToolsTakeOnlyPinnedListings(t *testing.T) {
 	tampered[0].Tools[0].InputSchema.Raw = []byte(`{"type":"object"}`)
 	omitted := listed()
 	omitted[0].SchemasOmitted = true
+	omitted[0].Tools[0].InputSchema, omitted[0].Tools[0].Description = nil, ""
+	// Another tool's schemas left out, this one's kept: it is completed.
+	othersOmitted := listed()
+	othersOmitted[0].SchemasOmitted = true
+	if _, problems := profile(digest, othersOmitted).DeclaredTools(); len(problems) != 0 {
+		t.Errorf("a listing whose other tools' schemas were left out: %+v", problems)
+	}
 	pending := listed()
 	pending[0].ListedTime = nil
 	failed := listed()

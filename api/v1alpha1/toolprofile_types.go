@@ -180,8 +180,9 @@ type ToolDefinition struct {
 	Builtin *BuiltinRuntime `json:"builtin,omitempty"`
 
 	// mcp runs the tool as a tool of one of the profile's MCP servers
-	// (spec.mcpServers): the server is the body. Its parameters and output
-	// are declared here as for any tool.
+	// (spec.mcpServers): the server is the body. Its description,
+	// parameters and output schema are declared here as for any tool, or
+	// left to the server's listing its schemaDigest pins.
 	// +optional
 	MCP *MCPToolRuntime `json:"mcp,omitempty"`
 
@@ -959,6 +960,15 @@ type DiscoveredMCPServer struct {
 	// +kubebuilder:validation:MaxLength=4096
 	Error string `json:"error,omitempty"`
 
+	// lastAttemptTime is when the server was last listed again, and
+	// lastError why that failed ("" when it did not): a listing again that
+	// fails keeps the listing before it (its tools stay as they were).
+	// +optional
+	LastAttemptTime *metav1.Time `json:"lastAttemptTime,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	LastError string `json:"lastError,omitempty"`
+
 	// tools are the server's tools, as it listed them.
 	// +optional
 	// +listType=map
@@ -966,8 +976,10 @@ type DiscoveredMCPServer struct {
 	// +kubebuilder:validation:MaxItems=1000
 	Tools []DiscoveredMCPTool `json:"tools,omitempty"`
 
-	// schemasOmitted says the listing's schemas did not fit the status:
-	// its tools are named with their digests only.
+	// schemasOmitted says the listing did not fit the status whole: the
+	// schemas (then the descriptions) of tools no tool imports were left
+	// out first, then the imported tools' (which must then declare them);
+	// every tool is named with its digest.
 	// +optional
 	SchemasOmitted bool `json:"schemasOmitted,omitempty"`
 }

@@ -506,6 +506,10 @@ func (in *DiscoveredMCPServer) DeepCopyInto(out *DiscoveredMCPServer) {
 		in, out := &in.ListedTime, &out.ListedTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LastAttemptTime != nil {
+		in, out := &in.LastAttemptTime, &out.LastAttemptTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Tools != nil {
 		in, out := &in.Tools, &out.Tools
 		*out = make([]DiscoveredMCPTool, len(*in))

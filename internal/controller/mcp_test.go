@@ -158,4 +158,25 @@ var _ = Describe("docs/mcp-servers.md's example profile", func() {
 		cond = profileReady(p, "False", toolgatev1alpha1.ToolProfileReasonMCPServerUnlisted)
 		Expect(cond.Message).To(And(ContainSubstring("server greeter could not be listed"), ContainSubstring("no such server")))
 	})
+
+	It("leaves out only the tool its server cannot complete: the profile's other tools run", func() {
+		ns := newNamespace()
+		greet := tu.MakeTool("greet").Obj()
+		greet.Container, greet.Description, greet.Parameters.Raw, greet.Output.Schema.Raw = nil, "", nil, nil
+		greet.MCP = &toolgatev1alpha1.MCPToolRuntime{Server: "greeter"} // its schemas left to the server, unpinned
+		p := processProfile(ns, shTool("echo", "echo ran").Obj(), greet).Preset(toolgatev1alpha1.PresetTrusted).Obj()
+		p.Spec.MCPServers = []toolgatev1alpha1.MCPServer{{Name: "greeter", Container: toolgatev1alpha1.ContainerRuntime{
+			Image: "unused", Command: []string{"/bin/sh", "-c", mcpservers.Greeter}, Env: []toolgatev1alpha1.EnvVar{{Name: "GREETING", Value: "Greets."}}}}}
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		cond := profileReady(p, "False", toolgatev1alpha1.ToolProfileReasonMCPToolUnpinned)
+		Expect(cond.Message).To(ContainSubstring("pin mcp.schemaDigest: " + p.Status.MCPServers[0].Tools[0].SchemaDigest))
+		Expect(k8s.Create(ctx, tu.MakeAgentSession(ns, "s", p.Name).Obj())).To(Succeed())
+		submit(ns, "echo", "echo", `{}`, 0, 0, 1)
+		submit(ns, "greet", "greet", `{}`, 1, 0, 1)
+		c := committedCall(ns, "echo").Status.Result
+		Expect(c.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), c.Message)
+		c = committedCall(ns, "greet").Status.Result
+		Expect(c.ErrorCode).To(Equal("profile_unavailable"))
+		Expect(c.Message).To(And(ContainSubstring("cannot run greet"), ContainSubstring("pin mcp.schemaDigest")))
+	})
 })

@@ -173,6 +173,19 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		return r.settleWithoutBody(ctx, s, pipeline.CodeWorkspaceUnavailable, fmt.Sprintf(
 			"tool %s is built in and works on the session's workspace; AgentSession %s declares none (spec.workspace)", tc.Spec.Tool, session.Name))
 	}
+	if i := slices.IndexFunc(compiled.Unavailable, func(pr toolgatev1alpha1.ToolProblem) bool { return pr.Tool == tc.Spec.Tool }); i >= 0 &&
+		s.st.Next.Before(pipeline.StageExecute) {
+		// An MCP server's tool whose declaration its server's listing was
+		// to complete, and cannot: nobody is asked about a call that could
+		// never run.
+		pr := compiled.Unavailable[i]
+		code := pipeline.CodeProfileUnavailable
+		if pr.Reason == toolgatev1alpha1.ToolProfileReasonMCPSchemaChanged {
+			code = pipeline.CodeSchemaChanged
+		}
+		s.pipe = finalizingPipe(compiled, opts)
+		return r.settleWithoutBody(ctx, s, code, fmt.Sprintf("ToolProfile %s cannot run %s: %s", key.Name, pr.Tool, pr.Message))
+	}
 	opts.Default = compiled.Default
 	opts.ApprovalTimeout = time.Duration(spec.Approval.TimeoutSeconds) * time.Second
 	if t := session.Spec.ApprovalTimeoutSeconds; t != nil {

@@ -75,6 +75,15 @@ func (r *ToolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var listing bool
 	st.MCPServers, listing = r.discover(ctx, obj)
 	pinReason, pinMessage, pinWarnings := pinsHold(spec, st.MCPServers)
+	if compiled != nil && len(compiled.Unavailable) > 0 {
+		// Tools left out of the compiled profile: not Ready, naming them;
+		// the others run.
+		msgs := make([]string, len(compiled.Unavailable))
+		for i, pr := range compiled.Unavailable {
+			msgs[i] = pr.Message
+		}
+		pinReason, pinMessage = compiled.Unavailable[0].Reason, strings.Join(msgs, "; ")
+	}
 	switch missing, refused := unmountedProviders(spec, r.Sandboxes, r.Approvals), refusedPolicy(spec, r.Sandboxes); {
 	case cerr != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, cerr.Reason, cerr.Message

@@ -76,56 +76,88 @@ func (r *ToolProfileReconciler) discover(ctx context.Context, obj *toolgatev1alp
 			Key: sandbox.ListKey(obj.UID, server), Owner: types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, OwnerUID: obj.UID,
 			Server: server, Policy: spec.Sandbox,
 		})
+		var why string
 		switch {
-		case errors.Is(err, sandbox.ErrPending) && prev != nil:
-			// Listed again: the listing before stands until this one ends,
-			// so the profile does not turn not Ready meanwhile.
-			pending, entry = true, *prev
 		case errors.Is(err, sandbox.ErrPending):
 			pending = true
 		case err != nil:
 			log.FromContext(ctx).Info("mcp server not listed", "server", server.Name)
-			entry.ListedTime, entry.Error = &now, textutil.Truncate(textutil.OneLine(err.Error(), 4096), 4096)
+			why = textutil.Truncate(textutil.OneLine(err.Error(), 4096), 4096)
 		default:
-			entry.ListedTime = &now
-			entry.Tools, entry.Error = discovered(tools)
+			entry.Tools, why = discovered(tools)
+		}
+		switch {
+		case prev != nil && (pending || why != "") && prev.Error == "":
+			// Listed again: the listing before stands until this one
+			// ends, and when this one fails, so its tools run on.
+			entry = *prev
+			if !pending {
+				entry.LastAttemptTime, entry.LastError = &now, why
+			}
+		case pending:
+		default:
+			entry.ListedTime, entry.Error = &now, why
 		}
 		listed = append(listed, entry)
 	}
-	// What the status keeps of the schemas is bounded; the digests, which
-	// pins are checked against, are always kept.
-	size := 0
-	for i := range listed {
-		for _, t := range listed[i].Tools {
-			size += len(t.Description) + jsonSize(t.InputSchema) + jsonSize(t.OutputSchema)
+	return boundListings(listed, spec), pending
+}
+
+// boundListings bounds what status keeps of the listings, measured as the
+// API server stores it (JSON, escaped): the schemas of tools no tool of
+// spec imports go first, then their descriptions, then the imported tools'
+// schemas (schemasOmitted: such a tool must declare them). Names, digests
+// and hints always stay: pins are checked against them.
+func boundListings(listed []toolgatev1alpha1.DiscoveredMCPServer, spec *toolgatev1alpha1.ToolProfileSpec) []toolgatev1alpha1.DiscoveredMCPServer {
+	size := func() int {
+		b, _ := json.Marshal(listed)
+		return len(b)
+	}
+	imported := func(server, tool string) bool {
+		return slices.ContainsFunc(spec.Tools, func(t toolgatev1alpha1.ToolDefinition) bool {
+			return t.MCP != nil && t.MCP.Server == server && t.MCP.ToolName(t.Name) == tool
+		})
+	}
+	for stage := 0; stage < 3 && size() > maxListingStatus; stage++ {
+		for i := range listed {
+			for j := range listed[i].Tools {
+				t := &listed[i].Tools[j]
+				switch in := imported(listed[i].Name, t.Name); {
+				case stage == 0 && !in:
+					t.InputSchema, t.OutputSchema = nil, nil
+				case stage == 1 && !in:
+					t.Description = ""
+				case stage == 2 && in:
+					t.InputSchema, t.OutputSchema, t.Description = nil, nil, ""
+					listed[i].SchemasOmitted = true
+				}
+			}
+			if stage < 2 && slices.ContainsFunc(listed[i].Tools, func(t toolgatev1alpha1.DiscoveredMCPTool) bool { return !imported(listed[i].Name, t.Name) }) {
+				listed[i].SchemasOmitted = true
+			}
 		}
 	}
-	for i := len(listed) - 1; i >= 0 && size > maxListingStatus; i-- {
-		for j := range listed[i].Tools {
-			t := &listed[i].Tools[j]
-			size -= len(t.Description) + jsonSize(t.InputSchema) + jsonSize(t.OutputSchema)
-			t.Description, t.InputSchema, t.OutputSchema = "", nil, nil
-		}
-		listed[i].SchemasOmitted = len(listed[i].Tools) > 0
+	// Names and digests alone too large (a thousand long names on each
+	// of many servers): the last servers' listings give way to an error.
+	for i := len(listed) - 1; i >= 0 && size() > maxListingStatus; i-- {
+		n := len(listed[i].Tools)
+		listed[i].Tools, listed[i].SchemasOmitted = nil, false
+		listed[i].Error = fmt.Sprintf("the server lists %d tools, more than the profile's status can hold beside its other servers' (%d bytes)", n, maxListingStatus)
 	}
-	return listed, pending
+	return listed
 }
 
 // listingDue reports whether a server listed before (of its current spec)
 // is listed again now.
 func listingDue(prev *toolgatev1alpha1.DiscoveredMCPServer, now time.Time) bool {
-	age := now.Sub(prev.ListedTime.Time)
-	if prev.Error != "" {
-		return age >= listRetry
+	last := prev.ListedTime.Time
+	if t := prev.LastAttemptTime; t != nil && t.After(last) {
+		last = t.Time
 	}
-	return age >= relistEvery
-}
-
-func jsonSize(j *apiextensionsv1.JSON) int {
-	if j == nil {
-		return 0
+	if prev.Error != "" || prev.LastError != "" {
+		return now.Sub(last) >= listRetry
 	}
-	return len(j.Raw)
+	return now.Sub(last) >= relistEvery
 }
 
 func findListing(listed []toolgatev1alpha1.DiscoveredMCPServer, name string) *toolgatev1alpha1.DiscoveredMCPServer {
@@ -243,6 +275,11 @@ func pinsHold(spec *toolgatev1alpha1.ToolProfileSpec, listed []toolgatev1alpha1.
 		case m.SchemaDigest != t.SchemaDigest:
 			changed = append(changed, fmt.Sprintf("tool %s: server %s lists %q with other schemas than mcp.schemaDigest pins (pinned %s, listed %s; it now takes %s), and its calls fail schema_changed until the pin is updated",
 				def.Name, m.Server, name, m.SchemaDigest, t.SchemaDigest, schemaSummary(t)))
+		}
+	}
+	for _, srv := range listed {
+		if srv.LastError != "" && srv.Error == "" {
+			warnings = append(warnings, fmt.Sprintf("server %s could not be listed again (its listing of %s stands): %s", srv.Name, srv.ListedTime.UTC().Format(time.RFC3339), srv.LastError))
 		}
 	}
 	switch {

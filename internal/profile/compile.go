@@ -45,6 +45,10 @@ type Compiled struct {
 	Tools []toolgatev1alpha1.ResolvedTool
 	// Spec is the compiled spec (defaults applied by the API server).
 	Spec toolgatev1alpha1.ToolProfileSpec
+	// Unavailable are the tools left out because their declaration is
+	// their MCP server's and cannot be completed (DeclaredTools): why,
+	// for the Ready condition and for their calls.
+	Unavailable []toolgatev1alpha1.ToolProblem
 	// Warnings name what compiled but may not do what was meant: an
 	// expression reading a field no schema declares, where the schema
 	// allows other fields.
@@ -71,17 +75,14 @@ func Compile(p *toolgatev1alpha1.ToolProfile) (*Compiled, error) {
 		scope:      lifecycle.NewScope(),
 	}
 	// An MCP server's tool may leave its description and schemas to its
-	// server: they are taken from the listing in status it pins.
+	// server: they are taken from the listing in status it pins. A tool
+	// whose listing is not there (yet, or any more) is left out, alone:
+	// its calls fail at once (Unavailable), the others run.
 	tools, problems := p.DeclaredTools()
-	if len(problems) > 0 {
-		msgs := make([]string, len(problems))
-		for i, pr := range problems {
-			msgs[i] = pr.Message
-		}
-		c.Dispose()
-		return nil, fail(problems[0].Reason, "%s", strings.Join(msgs, "; "))
-	}
-	c.Spec.Tools = tools
+	c.Spec.Tools = slices.DeleteFunc(tools, func(t toolgatev1alpha1.ToolDefinition) bool {
+		return slices.ContainsFunc(problems, func(pr toolgatev1alpha1.ToolProblem) bool { return pr.Tool == t.Name })
+	})
+	c.Unavailable = problems
 	c.schemas = schemasOf(&c.Spec)
 	if err := c.compile(env); err != nil {
 		c.Dispose()

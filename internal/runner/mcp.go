@@ -343,7 +343,11 @@ func executeMCP(ctx context.Context, spec Spec, arguments []byte, grace time.Dur
 	b := newBody(ctx, spec, grace, calls)
 	defer b.cleanup()
 	// A message may carry the whole value, escaped, and its envelope.
-	conn, err := startServer(ctx, b, spec, stderr, 2*limit+64<<10)
+	max := 2*limit + 64<<10
+	if spec.MCPSchemaDigest != "" {
+		max = maxListMessage // the pin is checked on a listing
+	}
+	conn, err := startServer(ctx, b, spec, stderr, max)
 	if err != nil {
 		return Header{Error: err.Error(), Code: codes.ToolError, ExitCode: 127}, nil, nil
 	}
@@ -429,7 +433,7 @@ func executeMCP(ctx context.Context, spec Spec, arguments []byte, grace time.Dur
 		return h, nil, diag
 	}
 	value := []byte(res.text())
-	if len(res.StructuredContent) > 0 && string(res.StructuredContent) != "null" {
+	if len(res.StructuredContent) > 0 && string(res.StructuredContent) != "null" && !spec.MCPText {
 		value = res.StructuredContent
 	}
 	if len(value) > limit {

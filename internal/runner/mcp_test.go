@@ -398,3 +398,23 @@ func TestAMissingWorkspaceIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestAStringToolTakesTheText: a tool declared to return a string takes
+// the server's text content even when the server also sends structured
+// content (MCPText); otherwise the structured content is the value.
+func TestAStringToolTakesTheText(t *testing.T) {
+	// A server answering every call with both.
+	const both = `while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/^{"jsonrpc":"2.0","id":\([0-9]*\).*/\1/p')
+  case "$line" in
+  *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"both","version":"1"}}}\n' "$id" ;;
+  *'"method":"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"plain words"}],"structuredContent":{"a":1}}}\n' "$id" ;;
+  esac
+done`
+	for text, want := range map[bool]string{false: `{"a":1}`, true: "plain words"} {
+		h, out, _ := Execute(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", both}, MCPTool: "any", MCPText: text, TimeoutMillis: 30_000}, []byte(`{}`), time.Second)
+		if h.Code != "" || string(out) != want {
+			t.Errorf("MCPText %t: %+v %q, want %q", text, h, out, want)
+		}
+	}
+}

@@ -48,6 +48,10 @@ type Spec struct {
 	// lists it with these schemas, else the call fails
 	// codes.SchemaChanged and the tool is not called.
 	MCPSchemaDigest string `json:"mcpSchemaDigest,omitempty"`
+	// MCPText makes the value of an MCP tool its text content even when
+	// the server sends structured content too: the tool's declared value
+	// is a string.
+	MCPText bool `json:"mcpText,omitempty"`
 	// MCPList makes the body a listing of the MCP server Argv starts
 	// (discovery): its value is the server's tools, as JSON.
 	MCPList bool `json:"mcpList,omitempty"`

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -152,6 +153,12 @@ func RunnerSpec(job Job, workspace string) runner.Spec {
 			// The container is the MCP server's (RunnableTools): the body
 			// is the server, asked this tool.
 			spec.MCPTool, spec.MCPSchemaDigest = m.ToolName(job.Tool.Name), m.SchemaDigest
+			// A server may send structured content with no output schema
+			// of its own: a tool declared to return a string takes its text.
+			var out struct {
+				Type any `json:"type"`
+			}
+			spec.MCPText = json.Unmarshal(job.Tool.Output.Schema.Raw, &out) == nil && out.Type == "string"
 		}
 	}
 	return spec
