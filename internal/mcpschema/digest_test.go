@@ -73,3 +73,23 @@ func TestDigestIsStable(t *testing.T) {
 		t.Fatalf("digest %s, want %s", d, want)
 	}
 }
+
+// TestDigestRefusesAmbiguousJSON: texts that decode alike are refused,
+// never digested alike: bytes that are not UTF-8, an unpaired surrogate,
+// U+FFFD itself (either could hide behind it), and a key given twice
+// (the last would win). Paired surrogates are one character, accepted.
+func TestDigestRefusesAmbiguousJSON(t *testing.T) {
+	for _, schema := range []string{
+		`{"pattern":"\xff"}`, `{"pattern":"\ud800"}`, `{"pattern":"\udc00x"}`, `{"pattern":"\ufffd"}`, "{\"pattern\":\"\uFFFD\"}",
+		`{"pattern":"a","pattern":"b"}`, `{"properties":{"x":{"const":1,"const":2}}}`, `[{"a":1,"a":1}]`,
+	} {
+		if d, err := Digest("", []byte(schema), nil); err == nil {
+			t.Errorf("%q digested: %s", schema, d)
+		}
+	}
+	for _, schema := range []string{`{"pattern":"\ud83d\ude00"}`, `{"a":{"a":1},"b":[{"a":1},{"a":2}]}`, `{"a":[],"b":{}}`} {
+		if _, err := Digest("", []byte(schema), nil); err != nil {
+			t.Errorf("%q refused: %v", schema, err)
+		}
+	}
+}
