@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,10 +27,10 @@ import (
 // but with an empty workspace, no network (the namespace's deny-all
 // policy) and no call: its runner is handed a listing (runner.Spec.MCPList) instead,
 // over the same sealed channel, and the pod is deleted once its frame is
-// read. The pod's name is derived from the listing's key, and its owner
-// is the profile, so a restarted manager adopts it (the runner answers a
-// listing it was handed with its frame again) and the profile's deletion
-// removes it.
+// read. The pod is labelled with its listing's key and owned by the
+// profile, so a restarted manager adopts it (the runner answers a listing
+// it was handed with its frame again), a new spec's listing deletes an
+// earlier one's, and the profile's deletion removes it.
 
 var _ sandbox.Lister = (*Provider)(nil)
 
@@ -53,43 +52,31 @@ func (p *Provider) List(ctx context.Context, job sandbox.ListJob) ([]runner.MCPT
 	if p.Key == nil {
 		return nil, errors.New("the pod sandbox has no channel key")
 	}
-	name := types.NamespacedName{Namespace: job.Owner.Namespace, Name: ListName(job)}
-	owner := profileOwner(job)
-	pod := &corev1.Pod{}
-	err := p.Reader.Get(ctx, name, pod)
+	pod, going, err := p.listingPod(ctx, job)
 	switch {
-	case apierrors.IsNotFound(err):
-		return nil, p.startListing(ctx, job, name.Name)
-	case err != nil:
-		return nil, sandbox.ErrPending
-	case !pod.DeletionTimestamp.IsZero():
-		return nil, sandbox.ErrPending // the pod of a listing before is going
-	case controlledBy(pod, owner) && neverSealed(pod):
-		// Made by a manager that stopped before sealing it: never handed
-		// anything; made again.
-		_ = client.IgnoreNotFound(p.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}))
-		return nil, sandbox.ErrPending
-	case !p.ours(pod, owner):
-		return nil, fmt.Errorf("a pod named %s that toolgate did not make for this listing is in its way", name.Name)
+	case err != nil || going:
+		return nil, sandbox.ErrPending // asked again
+	case pod == nil:
+		return nil, p.startListing(ctx, job)
 	}
 	if l := p.listingOf(job.Key, pod.UID); l != nil && isClosed(l.done) && !l.retry {
-		p.endListing(ctx, job.Key, pod)
+		p.endListing(ctx, job.Key, pod, true)
 		return l.tools, l.err
 	}
 	if err := failureOf(pod); err != nil {
-		p.endListing(ctx, job.Key, pod)
+		p.endListing(ctx, job.Key, pod, true)
 		return nil, fmt.Errorf("the server's pod failed: %w", err)
 	}
 	bound := pod.CreationTimestamp.Add(p.Config.startTimeout())
 	switch {
 	case final(pod):
 		// Ended without a frame this process read (it restarted, or the
-		// runner exited): listed again in a new pod.
-		p.endListing(ctx, job.Key, pod)
+		// runner exited): listed again in a new pod, a few times.
+		p.endListing(ctx, job.Key, pod, false)
 		return nil, sandbox.ErrPending
 	case !running(pod) || pod.Status.PodIP == "":
 		if p.now().After(bound) {
-			p.endListing(ctx, job.Key, pod)
+			p.endListing(ctx, job.Key, pod, true)
 			why := whyNotUp(pod)
 			if why == "" {
 				why = "it did not start"
@@ -101,14 +88,63 @@ func (p *Provider) List(ctx context.Context, job sandbox.ListJob) ([]runner.MCPT
 	if l := p.listingOf(job.Key, pod.UID); l != nil && !isClosed(l.done) {
 		return nil, sandbox.ErrPending
 	} else if l != nil && l.retry && p.now().After(bound) {
-		p.endListing(ctx, job.Key, pod)
+		p.endListing(ctx, job.Key, pod, true)
 		return nil, fmt.Errorf("the server's pod did not answer: %w", l.err)
 	}
 	p.exchangeListing(job, pod.DeepCopy())
 	return nil, sandbox.ErrPending
 }
 
-// ListName is the deterministic name of a listing's pod.
+// LabelListingKey labels a listing's pod with its listing (a digest of
+// its key): the pod of a server's earlier spec is told from the current.
+const LabelListingKey = "toolgate.dev/listing-key"
+
+// listingKey is the value of LabelListingKey for job.
+func listingKey(job sandbox.ListJob) string {
+	sum := sha256.Sum256([]byte(job.Key))
+	return hex.EncodeToString(sum[:])[:20]
+}
+
+// maxListAttempts bounds the pods a listing makes that end without an
+// answer.
+const maxListAttempts = 3
+
+// listingPod finds the listing's pod among the server's listing pods:
+// toolgate's (controlled by the profile, sealed), of this key; going says
+// one is being deleted. A pod anyone else labelled so is passed over, not
+// in the way (its name is generated); this profile's pods of the server's
+// earlier specs, and one made and never sealed, are deleted.
+func (p *Provider) listingPod(ctx context.Context, job sandbox.ListJob) (found *corev1.Pod, going bool, err error) {
+	pods := &corev1.PodList{}
+	if err := p.Reader.List(ctx, pods, client.InNamespace(job.Owner.Namespace),
+		client.MatchingLabels{toolgatev1alpha1.LabelListing: textutil.LabelValue(job.Server.Name)}); err != nil {
+		return nil, false, err
+	}
+	owner, key := profileOwner(job), listingKey(job)
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		switch {
+		case !controlledBy(pod, owner):
+			continue // not this profile's
+		case !pod.DeletionTimestamp.IsZero():
+			going = going || pod.Labels[LabelListingKey] == key
+			continue
+		case neverSealed(pod) || pod.Labels[LabelListingKey] != key:
+			// Never handed anything, or an earlier spec's listing.
+			p.dropListing(pod.UID)
+			_ = client.IgnoreNotFound(p.Client.Delete(context.WithoutCancel(ctx), pod, client.Preconditions{UID: &pod.UID}, client.GracePeriodSeconds(0)))
+			continue
+		case !p.sealed(pod):
+			continue
+		}
+		if found == nil || pod.CreationTimestamp.Before(&found.CreationTimestamp) {
+			found = pod
+		}
+	}
+	return found, going, nil
+}
+
+// ListName is the prefix of a listing's pod's generated name.
 func ListName(job sandbox.ListJob) string {
 	sum := sha256.Sum256([]byte(job.Key))
 	suffix := "-" + hex.EncodeToString(sum[:])[:10] + "-list"
@@ -126,8 +162,22 @@ func profileOwner(job sandbox.ListJob) metav1.OwnerReference {
 	}
 }
 
-// startListing creates and seals the listing's pod.
-func (p *Provider) startListing(ctx context.Context, job sandbox.ListJob, name string) error {
+// startListing creates and seals the listing's pod, a few times at most.
+func (p *Provider) startListing(ctx context.Context, job sandbox.ListJob) error {
+	p.mu.Lock()
+	if p.listAttempts == nil {
+		p.listAttempts = map[string]int{}
+	}
+	p.listAttempts[job.Key]++
+	n := p.listAttempts[job.Key]
+	if n > maxListAttempts {
+		delete(p.listAttempts, job.Key)
+	}
+	p.mu.Unlock()
+	if n > maxListAttempts {
+		return fmt.Errorf("the server's pod ended %d times without answering (its runner or the server exited)", maxListAttempts)
+	}
+	name := ListName(job)
 	tool := sandbox.ListTool(job)
 	pod, err := p.buildPod(sandbox.Job{Tool: tool, Policy: job.Policy, Owner: job.Owner, OwnerUID: job.OwnerUID}, name)
 	if err != nil {
@@ -149,11 +199,12 @@ func (p *Provider) startListing(ctx context.Context, job sandbox.ListJob, name s
 	delete(pod.Labels, toolgatev1alpha1.LabelAttempt)
 	pod.Labels[toolgatev1alpha1.LabelEgress] = EgressNone
 	pod.Labels[toolgatev1alpha1.LabelListing] = textutil.LabelValue(job.Server.Name)
+	pod.Labels[LabelListingKey] = listingKey(job)
 	pod.OwnerReferences = []metav1.OwnerReference{profileOwner(job)}
+	// A generated name: a pod anyone made under a name toolgate would use
+	// cannot block the listing.
+	pod.Name, pod.GenerateName = "", name+"-"
 	if err := p.Client.Create(ctx, pod); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return sandbox.ErrPending
-		}
 		return fmt.Errorf("the server's pod could not be created: %w", err)
 	}
 	podsCreated.WithLabelValues("listing").Inc()
@@ -209,10 +260,14 @@ func (p *Provider) exchangeListing(job sandbox.ListJob, pod *corev1.Pod) {
 	}()
 }
 
-// endListing deletes the listing's pod and forgets its exchange.
-func (p *Provider) endListing(ctx context.Context, key string, pod *corev1.Pod) {
+// endListing deletes the listing's pod and forgets its exchange, and,
+// answered, its attempts.
+func (p *Provider) endListing(ctx context.Context, key string, pod *corev1.Pod, answered bool) {
 	p.mu.Lock()
 	delete(p.listings, key)
+	if answered {
+		delete(p.listAttempts, key)
+	}
 	p.mu.Unlock()
 	_ = client.IgnoreNotFound(p.Client.Delete(context.WithoutCancel(ctx), pod, client.Preconditions{UID: &pod.UID}, client.GracePeriodSeconds(0)))
 }
@@ -223,5 +278,16 @@ func isClosed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// dropListing forgets the exchange with pod, whatever its key.
+func (p *Provider) dropListing(pod types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, l := range p.listings {
+		if l.pod == pod {
+			delete(p.listings, key)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,9 +52,18 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 		return sandbox.ListJob{Key: sandbox.ListKey("profile-uid", server), Owner: types.NamespacedName{Namespace: ns, Name: "tools"}, OwnerUID: "profile-uid",
 			Server: server, Policy: testJob(toolgatev1alpha1.SandboxReadOnly, "").Policy}
 	}
+	// podOf is the listing's pod (not one being deleted).
 	podOf := func(j sandbox.ListJob) (*corev1.Pod, error) {
-		pod := &corev1.Pod{}
-		return pod, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ListName(j)}, pod)
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{LabelListingKey: listingKey(j)}); err != nil {
+			return nil, err
+		}
+		for i := range pods.Items {
+			if pod := &pods.Items[i]; pod.DeletionTimestamp.IsZero() && len(pod.OwnerReferences) == 1 {
+				return pod, nil
+			}
+		}
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), ListName(j))
 	}
 	workspace := t.TempDir() // where the pod's empty workspace would be mounted
 	real := func(ctx context.Context, spec runner.Spec, args []byte, _ runner.SubCaller) (runner.Header, []byte, []byte) {
@@ -63,6 +73,13 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 
 	p := newProvider()
 	j := job("Greets a person.")
+	// Someone who may create pods here makes one under the name toolgate
+	// would give the listing's pod, labelled as toolgate labels it: it is
+	// not in the way, and never handed anything.
+	squatter := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ListName(j), Labels: map[string]string{
+		toolgatev1alpha1.LabelListing: "greeter", LabelListingKey: listingKey(j)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "squat"}}}}
+	must(t, c.Create(ctx, squatter))
 	if _, err := p.List(ctx, j); !errors.Is(err, sandbox.ErrPending) {
 		t.Fatalf("start: %v", err)
 	}
@@ -88,10 +105,11 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 	if spec, _ := k.handed.Load().(runner.Spec); !spec.MCPList || spec.MCPTool != "" || spec.Env["GREETING"] != "Greets a person." || spec.Workspace != "/workspace" || spec.Writable {
 		t.Fatalf("handed %+v", spec)
 	}
-	if pod, err := podOf(j); err == nil && pod.DeletionTimestamp.IsZero() {
-		t.Fatal("the listing's pod is left once listed")
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
+	if _, err := podOf(j); !apierrors.IsNotFound(err) {
+		t.Fatalf("the listing's pod is left once listed: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(squatter), squatter); err != nil {
+		t.Fatalf("the squatter's pod: %v", err)
 	}
 
 	// Handed over by one manager, collected by the next.
@@ -116,6 +134,20 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 	tools, err = listUntil(t, next, j)
 	if err != nil || len(tools) != 1 || tools[0].Description != "Greets a person twice." || k.runs.Load() != 1 {
 		t.Fatalf("collected %+v %v after %d runs", tools, err, k.runs.Load())
+	}
+
+	// A new spec's listing deletes the pod of one before it.
+	before := job("Greets, as before.")
+	if _, err := p.List(ctx, before); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	old, err := podOf(before)
+	must(t, err)
+	if _, err := p.List(ctx, job("Greets, newly.")); !errors.Is(err, sandbox.ErrPending) {
+		t.Fatalf("start: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(old), old); !apierrors.IsNotFound(err) && old.DeletionTimestamp.IsZero() {
+		t.Fatalf("the earlier spec's listing pod is left: %v", err)
 	}
 
 	// An image that cannot be pulled.

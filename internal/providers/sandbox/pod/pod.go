@@ -65,8 +65,11 @@ type Provider struct {
 	// listings are the exchanges with listing pods' runners, by listing
 	// key (list.go).
 	listings map[string]*listing
-	warm     pools
-	proxy    proxyCache
+	// listAttempts counts the pods a listing made that ended without an
+	// answer, by listing key.
+	listAttempts map[string]int
+	warm         pools
+	proxy        proxyCache
 	// stopped is set by Stop: Run and Prepare then start nothing, and
 	// life, which every follower runs under, is ended.
 	stopped bool
