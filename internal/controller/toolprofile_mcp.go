@@ -57,7 +57,7 @@ func (r *ToolProfileReconciler) discover(ctx context.Context, obj *toolgatev1alp
 	lister := listerOf(r.Sandboxes, spec)
 	now := metav1.NewTime(r.Clock.Now())
 	for _, server := range spec.MCPServers {
-		digest := sandbox.ServerDigest(server)
+		digest := sandbox.ServerDigest(server, spec.Sandbox)
 		prev := findListing(obj.Status.MCPServers, server.Name)
 		if prev != nil && (prev.SpecDigest != digest || prev.ListedTime == nil) {
 			prev = nil // of another spec, or not listed yet
@@ -73,7 +73,7 @@ func (r *ToolProfileReconciler) discover(ctx context.Context, obj *toolgatev1alp
 			continue
 		}
 		tools, err := listServer(ctx, lister, sandbox.ListJob{
-			Key: sandbox.ListKey(obj.UID, server), Owner: types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, OwnerUID: obj.UID,
+			Key: sandbox.ListKey(obj.UID, server, spec.Sandbox), Owner: types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, OwnerUID: obj.UID,
 			Server: server, Policy: spec.Sandbox,
 		})
 		var why string

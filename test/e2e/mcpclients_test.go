@@ -109,6 +109,57 @@ spec:
 		})
 	}
 
+	It("an npm MCP server's tool imported into a profile: listed with the server's schemas, called through the gateway, run in its pod", func() {
+		// server-everything's get-sum, its description and schemas left to
+		// the server, pinned with the digest docs/mcp-servers.md gives.
+		ns.Apply(userAdmin, `
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolProfile
+metadata: {name: imported}
+spec:
+  permissionPreset: Trusted
+  mcpServers:
+    - name: everything
+      container:
+        image: toolgate.dev/mcp-node:dev
+        command: [/usr/bin/node, /app/node_modules/@modelcontextprotocol/server-everything/dist/index.js, stdio]
+  tools:
+    - name: add
+      mcp: {server: everything, tool: get-sum, schemaDigest: "sha256:144843437ed7ecf31d62e96fa490b67a3abc167c913d8b6d07e85cd20aefce94"}
+      output: {render: {format: Text}}
+`)
+		ns.ProfileReady("imported")
+		s := testutil.MakeAgentSession(ns.Name, "imported", "imported").Obj()
+		s.Spec.Owner = user
+		Expect(impersonating(user).Create(ctx, s)).To(Succeed())
+		rep, err := mcpclients.Run(ctx, "imported.mjs", mcpclients.Target{
+			URL: fmt.Sprintf("%s/mcp/%s/imported", gatewayURL, ns.Name), Token: token,
+			Env: []string{"TOOL=add", `ARGS={"a":1,"b":2}`},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		var listed struct {
+			Tools []struct {
+				Name        string         `json:"name"`
+				Description string         `json:"description"`
+				InputSchema map[string]any `json:"inputSchema"`
+			} `json:"tools"`
+		}
+		Expect(rep.Into("tools", &listed)).To(Succeed())
+		Expect(listed.Tools).To(HaveLen(1))
+		Expect(listed.Tools[0].Description).To(Equal("Returns the sum of two numbers"))
+		Expect(listed.Tools[0].InputSchema).To(HaveKeyWithValue("required", ConsistOf("a", "b")))
+		var result struct {
+			IsError bool   `json:"isError"`
+			Text    string `json:"text"`
+		}
+		Expect(rep.Into("result", &result)).To(Succeed())
+		Expect(result.IsError).To(BeFalse(), "%s", result.Text)
+		Expect(result.Text).To(Equal("The sum of 1 and 2 is 3."))
+		tc, err := clusterOf("imported").Get(ctx, agent.CallName("imported", 0, 0))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tc.Status.Sandbox).NotTo(BeEmpty(), "the call ran in a pod")
+	})
+
 	It("docs/mcp.md's Go recipe: lists the tools and runs a turn of two calls in model order", func() {
 		newSession("go-recipe")
 		tools, results, err := gorecipe.Turn(ctx, fmt.Sprintf("%s/mcp/%s/go-recipe", gatewayURL, ns.Name), token, 0)

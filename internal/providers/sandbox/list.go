@@ -45,17 +45,25 @@ type ListJob struct {
 // ListTimeoutSeconds bounds a listing from its server's start.
 const ListTimeoutSeconds = 60
 
-// ServerDigest is the digest of what starts server: a listing is of one
-// spec, and a changed spec is listed again.
-func ServerDigest(server toolgatev1alpha1.MCPServer) string {
-	b, _ := json.Marshal(server.Container)
+// ServerDigest is the digest of what starts server under policy (its
+// container, and what of the sandbox it starts in may change what it
+// lists: the runtime, the workspace's place, the resources): a listing is
+// of one such spec, and a changed one is listed again.
+func ServerDigest(server toolgatev1alpha1.MCPServer, policy toolgatev1alpha1.SandboxPolicy) string {
+	b, _ := json.Marshal(struct {
+		Container     toolgatev1alpha1.ContainerRuntime `json:"container"`
+		RuntimeClass  *string                           `json:"runtimeClassName,omitempty"`
+		WorkspaceRoot string                            `json:"workspaceRoot,omitempty"`
+		Resources     toolgatev1alpha1.SandboxResources `json:"resources"`
+	}{server.Container, policy.RuntimeClassName, policy.WorkspaceRoot, policy.Resources})
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// ListKey is the key of the listing of server for the profile with uid.
-func ListKey(uid types.UID, server toolgatev1alpha1.MCPServer) string {
-	return string(uid) + "/" + server.Name + "/" + ServerDigest(server)[len("sha256:"):][:16]
+// ListKey is the key of the listing of server under policy for the
+// profile with uid.
+func ListKey(uid types.UID, server toolgatev1alpha1.MCPServer, policy toolgatev1alpha1.SandboxPolicy) string {
+	return string(uid) + "/" + server.Name + "/" + ServerDigest(server, policy)[len("sha256:"):][:16]
 }
 
 // ListTool is the definition a listing runs: the server's container, its

@@ -49,8 +49,9 @@ func TestAnMCPServerIsListedInAPodOfItsOwn(t *testing.T) {
 			Image: "mcp/greeter:1", Command: []string{"/bin/sh", "-c", mcpservers.Greeter},
 			Env: []toolgatev1alpha1.EnvVar{{Name: "GREETING", Value: greeting}},
 		}}
-		return sandbox.ListJob{Key: sandbox.ListKey("profile-uid", server), Owner: types.NamespacedName{Namespace: ns, Name: "tools"}, OwnerUID: "profile-uid",
-			Server: server, Policy: testJob(toolgatev1alpha1.SandboxReadOnly, "").Policy}
+		policy := testJob(toolgatev1alpha1.SandboxReadOnly, "").Policy
+		return sandbox.ListJob{Key: sandbox.ListKey("profile-uid", server, policy), Owner: types.NamespacedName{Namespace: ns, Name: "tools"}, OwnerUID: "profile-uid",
+			Server: server, Policy: policy}
 	}
 	// podOf is the listing's pod (not one being deleted).
 	podOf := func(j sandbox.ListJob) (*corev1.Pod, error) {
