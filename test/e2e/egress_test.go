@@ -41,7 +41,41 @@ kind: ToolProfile
 metadata: {name: e2e-egress}
 spec:
   permissionPreset: Trusted
+  mcpServers:
+    # An MCP server whose one tool GETs the API: wget honours the proxy
+    # environment the body is handed with its call.
+    - name: fetcher
+      container:
+        image: toolgate.dev/tools:dev
+        command:
+          - /bin/sh
+          - -c
+          - |
+            while IFS= read -r line; do
+              id=$(printf '%%s' "$line" | sed -n 's/^{"jsonrpc":"2.0","id":\([0-9]*\).*/\1/p')
+              case "$line" in
+              *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"fetcher","version":"1"}}}\n' "$id" ;;
+              *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%%s,"result":{"tools":[{"name":"fetch","description":"GET the API.","inputSchema":{"type":"object"}}]}}\n' "$id" ;;
+              *'"method":"tools/call"'*) r=$(wget -q -O - http://%[1]s:8443/ 2>&1 | head -n 1 | tr -cd 'a-z0-9 '); printf '{"jsonrpc":"2.0","id":%%s,"result":{"content":[{"type":"text","text":"%%s"}]}}\n' "$id" "$r" ;;
+              esac
+            done
   tools:
+    - name: fetch_mcp
+      description: GET the API through the egress proxy, from an MCP server's tool.
+      mcp: {server: fetcher, tool: fetch}
+      parameters: {type: object}
+      output: {schema: {type: string}, render: {format: Text}}
+      timeoutSeconds: 30
+      egress:
+        hosts:
+          - host: "%[1]s"
+            ports: [8443]
+            caBundle: |
+%[2]s
+        credentials:
+          - host: "%[1]s"
+            secretRef: {name: api-token, key: token}
+            format: "Bearer {{value}}"
     - name: fetch
       description: GET the API through the egress proxy, then print the environment.
       parameters: {type: object}
@@ -187,6 +221,7 @@ subjects: [{kind: ServiceAccount, name: toolgate-egress, namespace: toolgate-sys
 		ns.ProfileReady("e2e-egress")
 		p := &toolgatev1alpha1.ToolProfile{}
 		Expect(ns.Admin.Get(ctx, client.ObjectKey{Name: "e2e-egress"}, p)).To(Succeed())
+		Expect(p.Status.Tools).To(HaveLen(5))
 		for _, tool := range p.Status.Tools {
 			Expect(tool.Network).To(Equal("hosts"), "tool %s", tool.Name)
 			if tool.Name == "fetch" {
@@ -196,6 +231,7 @@ subjects: [{kind: ServiceAccount, name: toolgate-egress, namespace: toolgate-sys
 
 		ns.OpenSession("eg", "e2e-egress")
 		ns.Submit(call{"fetch", "fetch", `{}`})
+		ns.Submit(call{"fetch-mcp", "fetch_mcp", `{}`})
 		ns.Submit(call{"fetch-unnamed", "fetch_unnamed", `{}`})
 		ns.Submit(
 			call{"tunnel-named", "tunnel", fmt.Sprintf(`{"target":"%s:8080","auth":true}`, plainIP)},
@@ -211,6 +247,10 @@ subjects: [{kind: ServiceAccount, name: toolgate-egress, namespace: toolgate-sys
 		Expect(res.Content).To(HavePrefix("authorized\n---\n"), "the API answered the proxy's request with its credential")
 		Expect(res.Content).NotTo(ContainSubstring(secretToken), "the tool's environment holds the credential")
 		Expect(res.Content).To(ContainSubstring("http_proxy=http://toolgate:"), "the body was handed its proxy")
+
+		mcp := ns.Committed("fetch-mcp").Status.Result
+		Expect(mcp.Outcome).To(Equal(toolgatev1alpha1.OutcomeSucceeded), mcp.Message)
+		Expect(mcp.Content).To(Equal("authorized"), "an MCP server's tool reaches its API with the credential the proxy adds")
 
 		By("a host the tool does not name is refused, by the proxy or by the tool pod's NetworkPolicy")
 		Expect(ns.Committed("fetch-unnamed").Status.Result.Content).To(ContainSubstring("403"), "the API, from a tool that does not name it")
@@ -229,6 +269,7 @@ subjects: [{kind: ServiceAccount, name: toolgate-egress, namespace: toolgate-sys
 		By("each call's trace holds the proxy's record of its requests")
 		for name, want := range map[string][2]string{
 			"fetch":             {"CredentialInjected", fmt.Sprintf("injected: %s port 8443, the tool's credential added by the proxy (tool fetch)", apiIP)},
+			"fetch-mcp":         {"CredentialInjected", fmt.Sprintf("injected: %s port 8443, the tool's credential added by the proxy (tool fetch_mcp)", apiIP)},
 			"fetch-unnamed":     {"EgressRefused", fmt.Sprintf("host_refused: %s port 8443 (tool fetch_unnamed)", apiIP)},
 			"tunnel-named":      {"EgressReached", fmt.Sprintf("tunnelled: %s port 8080 (tool tunnel)", plainIP)},
 			"tunnel-other-port": {"EgressRefused", fmt.Sprintf("port_refused: %s port 8081 (tool tunnel)", plainIP)},
