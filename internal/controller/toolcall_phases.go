@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -164,27 +163,10 @@ func (r *ToolCallReconciler) reconcileProfile(ctx context.Context, s *callScope)
 		return r.settleWithoutBody(ctx, s, pipeline.CodeProfileUnavailable, msg)
 	}
 	spec := obj.Spec
-	if i := slices.IndexFunc(spec.Tools, func(t toolgatev1alpha1.ToolDefinition) bool { return t.Name == tc.Spec.Tool }); i >= 0 &&
-		spec.Tools[i].Builtin != nil && session.Spec.Workspace == nil && s.st.Next.Before(pipeline.StageExecute) {
-		// A built-in tool works on the session's workspace: without one it
-		// could never run, so nobody is asked about it (the gateway does
-		// not list it either).
+	if code, msg := neverRuns(tc, session, &spec, compiled, key.Name); code != "" && s.st.Next.Before(pipeline.StageExecute) {
+		// A call that could never run: nobody is asked about it.
 		s.pipe = finalizingPipe(compiled, opts)
-		return r.settleWithoutBody(ctx, s, pipeline.CodeWorkspaceUnavailable, fmt.Sprintf(
-			"tool %s is built in and works on the session's workspace; AgentSession %s declares none (spec.workspace)", tc.Spec.Tool, session.Name))
-	}
-	if i := slices.IndexFunc(compiled.Unavailable, func(pr toolgatev1alpha1.ToolProblem) bool { return pr.Tool == tc.Spec.Tool }); i >= 0 &&
-		s.st.Next.Before(pipeline.StageExecute) {
-		// An MCP server's tool whose declaration its server's listing was
-		// to complete, and cannot: nobody is asked about a call that could
-		// never run.
-		pr := compiled.Unavailable[i]
-		code := pipeline.CodeProfileUnavailable
-		if pr.Reason == toolgatev1alpha1.ToolProfileReasonMCPSchemaChanged {
-			code = pipeline.CodeSchemaChanged
-		}
-		s.pipe = finalizingPipe(compiled, opts)
-		return r.settleWithoutBody(ctx, s, code, fmt.Sprintf("ToolProfile %s cannot run %s: %s", key.Name, pr.Tool, pr.Message))
+		return r.settleWithoutBody(ctx, s, code, msg)
 	}
 	opts.Default = compiled.Default
 	opts.ApprovalTimeout = time.Duration(spec.Approval.TimeoutSeconds) * time.Second
